@@ -1,0 +1,43 @@
+"""ncu stage wall time vs number of selected kernels (GPU machine).
+
+Re-runs only the ncu stage of an existing run for each top-N, into throwaway copies of the run, so
+the cost per distinct kernel is measured on one machine in one session.
+Usage: python bench/ncu_stage.py data/runs/<run-id> 10 20 40   → bench/out/ncu_stage.json
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+
+
+def main(run: str, *ns: str) -> None:
+    from kernelbook.capture.ncu_stage import ncu_stage
+
+    base = json.loads((Path(run) / "manifest.json").read_text())
+    rows = []
+    for n in map(int, ns or ("10", "20", "40")):
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp) / "run"
+            d.mkdir()
+            shutil.copy(Path(run) / "timeline.parquet", d)
+            params = {**base["params"], "ncu_top_n": n}
+            manifest = {"params": params}
+            t = time.perf_counter()
+            ncu_stage(params, d, manifest)
+            wall = time.perf_counter() - t
+            ph = manifest["ncu"]["phases"]["decode"]
+            rows.append({"top_n": n, "wall_s": wall, "results": ph["results"], "profiled": ph["profiled"],
+                         "ncu_wall_s": ph["wall_s"]})
+            print(rows[-1], flush=True)
+            Path("bench/out").mkdir(parents=True, exist_ok=True)
+            Path("bench/out/ncu_stage.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,115 @@
+"""Chapter 00's tables: environment, spec vs measured peaks, clocks, parameters."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..devices import Device, UnknownDeviceError, lookup
+
+
+def device_for(run, name: str | None) -> Device | None:
+    try:
+        return lookup(name or run.gpu_name)
+    except UnknownDeviceError:
+        if name:
+            raise
+        return None
+
+
+def headline(run, dev: Device | None) -> str:
+    tl = run.manifest.get("timeline_info", {})
+    peaks = run.manifest.get("measured_peaks", {})
+    parts = [f"{run.manifest['params'].get('model')} on {run.gpu_name}"]
+    if dev:
+        parts.append(f"bf16 ridge {dev.ridge('bf16'):.0f} FLOP/byte (spec)")
+    if peaks:
+        parts.append(f"measured {peaks['bf16_gemm_tflops']:.0f} TFLOP/s bf16, {peaks['d2d_copy_gbps']:.0f} GB/s copy")
+    if tl.get("plain_generate"):
+        parts.append(f"generate {tl['plain_generate']['median_s']:.2f} s")
+    return "; ".join(parts)
+
+
+def environment_table(manifest: dict) -> pd.DataFrame:
+    env = manifest.get("environment", {})
+    gpu = env.get("gpu", {}) if isinstance(env.get("gpu"), dict) else {}
+    rows = [("GPU", gpu.get("name", env.get("gpu"))), ("compute capability", gpu.get("compute_capability")),
+            ("SMs", gpu.get("sm_count")), ("GPU memory (GiB)", gpu.get("memory_gib")),
+            ("L2 (MiB)", round(gpu["l2_bytes"] / 2**20, 1) if gpu.get("l2_bytes") else None),
+            ("driver", env.get("driver")), ("CUDA", env.get("cuda")), ("torch", env.get("torch")),
+            ("transformers", env.get("transformers")), ("ncu", env.get("ncu")), ("nsys", env.get("nsys")),
+            ("python", env.get("python")), ("git revision", manifest.get("git_revision"))]
+    return pd.DataFrame(rows, columns=["item", "value"]).astype({"value": str})
+
+
+def peaks_table(dev: Device | None) -> pd.DataFrame:
+    if dev is None:
+        return pd.DataFrame({"note": ["the run's GPU is not in params/devices.yaml: add a row to compare"]})
+    rows = [(f"{p} tensor" if p not in ("fp32", "fp64") else f"{p} CUDA core", "TFLOP/s", v,
+             round(dev.ridge(p), 1) if v else None) for p, v in dev.tflops.items()]
+    df = pd.DataFrame(rows, columns=["peak", "unit", "value", "ridge_flop_per_byte"])
+    extra = pd.DataFrame([("DRAM bandwidth", "GB/s", dev.dram_gbps, None), ("L2", "MiB", dev.l2_mb, None),
+                          ("SMs", "count", dev.sm_count, None), ("max SM clock", "MHz", dev.sm_clock_max_mhz, None)],
+                         columns=df.columns)
+    out = pd.concat([df, extra], ignore_index=True)
+    out.attrs["source"] = dev.source
+    return out
+
+
+def measured_peaks(manifest: dict, measure_here: bool = True, lock_clocks: bool = False) -> dict:
+    """Measure on this machine when it has a GPU (under the profiling lock), else the run's record."""
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if measure_here and has_gpu:
+        from ..clocks import clock_lock
+        from ..measure import measure_peaks
+
+        with clock_lock(lock_clocks):
+            return {**measure_peaks(), "where": "measured now, on this machine"}
+    rec = manifest.get("measured_peaks")
+    return {**rec, "where": "recorded in the run's manifest"} if rec else {}
+
+
+def measured_table(measured: dict, dev: Device | None) -> pd.DataFrame:
+    if not measured:
+        return pd.DataFrame({"note": ["no measured peaks in this run (measure_peaks: false)"]})
+    rows = [("bf16 GEMM", "TFLOP/s", measured["bf16_gemm_tflops"], dev.tflops.get("bf16") if dev else None,
+             measured["bf16_gemm"]["spread"] * 100, measured["bf16_gemm"]["trials"]),
+            ("device-to-device copy (read + write)", "GB/s", measured["d2d_copy_gbps"],
+             dev.dram_gbps if dev else None, measured["d2d_copy"]["spread"] * 100, measured["d2d_copy"]["trials"])]
+    df = pd.DataFrame(rows, columns=["quantity", "unit", "measured", "spec", "spread_pct", "trials"])
+    df["measured_pct_of_spec"] = 100 * df.measured / df.spec
+    return df
+
+
+def measured_prose(measured: dict, dev: Device | None) -> str:
+    if not measured or dev is None:
+        return ""
+    g = measured["bf16_gemm_tflops"] / dev.tflops["bf16"]
+    b = measured["d2d_copy_gbps"] / dev.dram_gbps
+    ridge = measured["bf16_gemm_tflops"] * 1e12 / (measured["d2d_copy_gbps"] * 1e9)
+    noisy = [k for k in ("bf16_gemm", "d2d_copy") if measured[k].get("noisy")]
+    note = f" Flagged noisy (spread > 2 %): {', '.join(noisy)}." if noisy else ""
+    return (f"Measured ({measured['where']}): the GEMM reaches {g:.0%} of the spec bf16 peak and the copy "
+            f"{b:.0%} of spec DRAM bandwidth, so the measured ridge is {ridge:.0f} FLOP/byte against "
+            f"{dev.ridge('bf16'):.0f} on paper.{note} Spec source: {dev.source}.")
+
+
+def clock_table(manifest: dict) -> pd.DataFrame:
+    env = manifest.get("environment", {})
+    clocks = env.get("clocks") if isinstance(env.get("clocks"), dict) else {}
+    state = manifest.get("clock_state", {})
+    ncu = manifest.get("ncu", {})
+    rows = [("clocks locked", state.get("locked")), ("note", state.get("note")),
+            ("SM clock at capture start (MHz)", clocks.get("sm_clock_mhz")),
+            ("max SM clock (MHz)", clocks.get("sm_clock_max_mhz")),
+            ("memory clock (MHz)", clocks.get("mem_clock_mhz")),
+            ("ncu --clock-control", ncu.get("clock_control")), ("ncu --cache-control", ncu.get("cache_control"))]
+    return pd.DataFrame(rows, columns=["item", "value"]).astype({"value": str})
+
+
+def params_table(manifest: dict) -> pd.DataFrame:
+    p = manifest.get("params", {})
+    return pd.DataFrame({"parameter": list(p), "value": [str(v) for v in p.values()]})

@@ -1,0 +1,129 @@
+"""Targeted Nsight Compute capture: one ncu process for all selected kernels.
+
+Selection comes from the run's timeline: the top-N kernel identities (demangled name) by total time
+in a phase. The workload runs once under ncu; only one NVTX range is pushed (`kb_ncu_target`, around
+one representative step of the phase), the kernel-name filter is the alternation of the selected
+names, and `--filter-mode per-launch-config --launch-count 1` profiles the first launch of each launch
+configuration of those kernels inside that step. Cost therefore grows with distinct kernels and
+configurations, never with launches.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .phases import NCU_TARGET
+
+SECTIONS = (
+    "SpeedOfLight", "SpeedOfLight_RooflineChart", "SpeedOfLight_HierarchicalTensorRooflineChart",
+    "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "SchedulerStats", "WarpStateStats",
+)
+# Byte counters per memory level for the hierarchical roofline, and local-memory traffic (spills).
+EXTRA_METRICS = (
+    "dram__bytes.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
+    "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
+    # CUDA-core FLOP counters as totals (the roofline sections report them only as rates)
+    *(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+      for op in ("ffma", "fadd", "fmul", "dfma", "dadd", "dmul", "hfma", "hadd", "hmul")),
+)
+_REGEX_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
+
+
+class NcuError(RuntimeError):
+    """ncu is missing, not permitted, or failed; the message says how to fix it."""
+
+
+@dataclass
+class Selection:
+    phase: str
+    step: int
+    kernels: pd.DataFrame  # kernel_id, name, total_ns, launches, median_ns, rank, share
+
+
+def select_kernels(timeline: pd.DataFrame, phase: str = "decode", top_n: int = 20) -> Selection:
+    """Top-`top_n` kernel identities of `phase` by total GPU time, and the step ncu will profile.
+
+    The step is the one whose launches cover the most selected identities (ties: the middle one),
+    so each kernel's representative launch comes from a typical step.
+    """
+    k = timeline[(timeline.phase == phase) & (timeline.kind == "kernel")]
+    if k.empty:
+        raise ValueError(f"no kernels in phase {phase!r}; phases present: {sorted(timeline.phase.unique())}")
+    g = k.groupby("name", sort=False)["duration_ns"].agg(total_ns="sum", launches="size", median_ns="median")
+    g = g.sort_values("total_ns", ascending=False)
+    g["share"] = g["total_ns"] / k["duration_ns"].sum()
+    top = g.head(top_n).reset_index()
+    top.insert(0, "kernel_id", [f"k{i:03d}" for i in range(len(top))])
+    top["rank"] = range(1, len(top) + 1)
+    chosen = set(top["name"])
+    cover = k[k.name.isin(chosen)].groupby("step")["name"].nunique()
+    best = cover[cover == cover.max()].index.to_list()
+    step = int(best[len(best) // 2])
+    return Selection(phase, step, top)
+
+
+def name_regex(names: list[str]) -> str:
+    """ncu `--kernel-name` filter over function base names (no templates or parameters).
+
+    Matched on ncu's demangled names (search semantics), so per-launch-config filtering can tell
+    template instantiations of one function apart. Full demangled names cannot be matched across tools: Kineto prints `{lambda()#1}`, `(anonymous
+    namespace)` and `2ul` where NVIDIA's demangler prints `[lambda() (instance 1)]`, `<unnamed>` and
+    `(unsigned long)2`. Function names agree; the reader then matches results to the selected kernels
+    by `kernels.name_key`, and per-launch-config filtering bounds the extra instantiations profiled.
+    """
+    from ..analyze.kernels import short_name
+
+    alts = [_REGEX_SPECIAL.sub(r"\\\1", short_name(n)) for n in names]
+    return "regex:(^|[ :])(" + "|".join(dict.fromkeys(alts)) + ")([<(]|$)"
+
+
+def ncu_command(report_base: Path, names: list[str], worker: list[str], clock_control: str = "none",
+                cache_control: str = "none", sections=SECTIONS, extra_metrics=EXTRA_METRICS) -> list[str]:
+    exe = shutil.which("ncu")
+    if not exe:
+        raise NcuError("Nsight Compute (ncu) is not on PATH. Install Nsight Compute (it ships with the CUDA "
+                       "toolkit, e.g. /usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<ver>/ncu) and "
+                       "add its folder to PATH, or set ncu_top_n: 0 to capture the timeline only.")
+    cmd = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/",
+           "--kernel-name-base", "demangled", "--kernel-name", name_regex(names),
+           "--filter-mode", "per-launch-config", "--launch-count", "1",
+           "--clock-control", clock_control, "--cache-control", cache_control,
+           "-o", str(report_base), "--force-overwrite"]
+    for s in sections:
+        cmd += ["--section", s]
+    if extra_metrics:
+        cmd += ["--metrics", ",".join(extra_metrics)]
+    return cmd + worker
+
+
+PERMISSION_HELP = ("ncu may not read GPU performance counters here (ERR_NVGPUCTRPERM). Fix: run as root, or "
+                   "allow non-admin profiling: `echo 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' | "
+                   "sudo tee /etc/modprobe.d/ncu.conf` and reboot (see NVIDIA's ERR_NVGPUCTRPERM page).")
+
+
+def run_ncu(cmd: list[str], log_path: Path, timeout_s: int) -> subprocess.CompletedProcess:
+    """Run ncu; raise NcuError with the fix for the known failure modes, keep the log either way."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        log_path.write_text((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
+                            else (e.stdout or ""))
+        raise NcuError(f"ncu did not finish within {timeout_s} s; what it profiled so far is kept") from e
+    log_path.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    text = proc.stdout + proc.stderr
+    if "ERR_NVGPUCTRPERM" in text:
+        raise NcuError(PERMISSION_HELP)
+    if proc.returncode != 0 and "==PROF==" not in text:
+        raise NcuError(f"ncu failed (exit {proc.returncode}): {text.strip().splitlines()[-1] if text.strip() else ''}")
+    return proc
+
+
+def worker_command(params_file: Path, phase: str, step: int) -> list[str]:
+    return [sys.executable, "-m", "kernelbook", "_worker", "--params", str(params_file),
+            "--mode", "ncu", "--target", f"{phase}:{step}"]

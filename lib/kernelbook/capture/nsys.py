@@ -1,0 +1,149 @@
+"""Nsight Systems timeline backend.
+
+`nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi` around the worker (which brackets the
+measured generate with cudaProfilerStart/Stop), `nsys export --type sqlite`, then SQL over the
+documented tables CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY/MEMSET, NVTX_EVENTS,
+StringIds and CUPTI_ACTIVITY_KIND_RUNTIME. Phases come from the NVTX push/pop ranges the worker's
+hooks emit (names `vision_encode`, `prefill`, `decode`), numbered in order.
+
+Unverified on a real Nsight Systems here (the lent GPU machines cannot write nsys reports); the SQL is
+tested against a database built from the documented schema.
+"""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+NVTX_PUSHPOP = 59  # NVTX_EVENTS.eventType of push/pop ranges
+NVTX_STARTEND = 60
+
+KERNELS_SQL = """
+SELECT COALESCE(d.value, s.value) AS name, k.start AS start_ns, k.end AS end_ns,
+       k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
+       k.registersPerThread AS registers, k.staticSharedMemory + k.dynamicSharedMemory AS shared_bytes,
+       k.streamId AS stream, r.start AS launch_ns
+FROM CUPTI_ACTIVITY_KIND_KERNEL k
+JOIN StringIds s ON s.id = k.shortName
+LEFT JOIN StringIds d ON d.id = k.demangledName
+LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+"""
+MEMCPY_SQL = """
+SELECT 'Memcpy ' || CASE m.copyKind WHEN 1 THEN 'HtoD' WHEN 2 THEN 'DtoH' WHEN 8 THEN 'DtoD' ELSE 'other' END
+       AS name, m.start AS start_ns, m.end AS end_ns, m.streamId AS stream, r.start AS launch_ns
+FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
+"""
+MEMSET_SQL = """
+SELECT 'Memset' AS name, m.start AS start_ns, m.end AS end_ns, m.streamId AS stream, r.start AS launch_ns
+FROM CUPTI_ACTIVITY_KIND_MEMSET m
+LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
+"""
+NVTX_SQL = f"""
+SELECT COALESCE(n.text, s.value) AS phase, n.start AS start_ns, n.end AS end_ns
+FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL
+ORDER BY n.start
+"""
+
+
+def nsys_works() -> tuple[bool, str]:
+    exe = shutil.which("nsys")
+    if not exe:
+        return False, "nsys is not on PATH"
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"nsys --version failed: {e}"
+    if out.returncode != 0:
+        return False, f"nsys --version exited {out.returncode}"
+    return True, f"nsys {out.stdout.strip()} found at {exe}"
+
+
+def _table_exists(con, name: str) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+
+def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(timeline, phases) from an `nsys export --type sqlite` database."""
+    con = sqlite3.connect(str(path))
+    try:
+        if not _table_exists(con, "CUPTI_ACTIVITY_KIND_KERNEL"):
+            raise ValueError(f"{path} has no CUPTI_ACTIVITY_KIND_KERNEL table: was CUDA tracing (-t cuda) on?")
+        k = pd.read_sql_query(KERNELS_SQL, con)
+        k["grid"] = k.gridX.astype(str) + "x" + k.gridY.astype(str) + "x" + k.gridZ.astype(str)
+        k["block"] = k.blockX.astype(str) + "x" + k.blockY.astype(str) + "x" + k.blockZ.astype(str)
+        k = k.drop(columns=["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"])
+        k["kind"] = "kernel"
+        parts = [k]
+        for table, sql, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_SQL, "memcpy"),
+                                 ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET_SQL, "memset")):
+            if _table_exists(con, table):
+                m = pd.read_sql_query(sql, con)
+                m["kind"] = kind
+                parts.append(m)
+        nv = pd.read_sql_query(NVTX_SQL, con) if _table_exists(con, "NVTX_EVENTS") else pd.DataFrame(
+            columns=["phase", "start_ns", "end_ns"])
+    finally:
+        con.close()
+    tl = pd.concat(parts, ignore_index=True)
+    tl["duration_ns"] = tl.end_ns - tl.start_ns
+    for col, fill in (("registers", -1), ("shared_bytes", -1)):
+        tl[col] = tl[col].fillna(fill).astype("int64")
+    tl["op"] = None
+    tl["op_shapes"] = None
+    phases = _phases_from_nvtx(nv)
+    from ..load.trace import _assign_phase
+
+    tl["phase"], tl["step"] = _assign_phase(tl["launch_ns"].astype(float).to_numpy(), tl["start_ns"].to_numpy(),
+                                            phases)
+    return tl.sort_values("start_ns", kind="stable").reset_index(drop=True), phases
+
+
+def _phases_from_nvtx(nv: pd.DataFrame) -> pd.DataFrame:
+    nv = nv[nv.phase.isin(["vision_encode", "prefill", "decode"])].copy()
+    step = np.zeros(len(nv), dtype="int64")
+    n_decode = 0
+    for i, p in enumerate(nv.phase):
+        if p == "decode":
+            n_decode += 1
+            step[i] = n_decode
+        elif p == "prefill":
+            n_decode = 0
+    nv["step"] = step
+    nv["duration_ns"] = nv.end_ns - nv.start_ns
+    return nv[["phase", "step", "start_ns", "end_ns", "duration_ns"]].reset_index(drop=True)
+
+
+def nsys_timeline(params: dict, run_dir: Path):
+    """Run the worker under nsys, export sqlite, read it."""
+    import json
+    import sys
+    import time
+
+    raw = run_dir / "raw"
+    pfile = raw / "params.json"
+    pfile.write_text(json.dumps(params))
+    base = raw / "timeline"
+    cmd = ["nsys", "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi",
+           "--capture-range-end=stop", "-o", str(base), "--force-overwrite", "true",
+           sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys"]
+    t = time.perf_counter()
+    prof = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    (raw / "nsys.log").write_text(prof.stdout + prof.stderr)
+    rep = base.with_suffix(".nsys-rep")
+    if prof.returncode != 0 or not rep.exists():
+        raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see raw/nsys.log")
+    exp = subprocess.run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
+                          str(base.with_suffix(".sqlite")), str(rep)], capture_output=True, text=True)
+    if exp.returncode != 0:
+        raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
+    t = time.perf_counter()
+    tl, phases = read_nsys_sqlite(base.with_suffix(".sqlite"))
+    return tl, phases, {"nsys_profile_wall_s": wall, "ingest_s": time.perf_counter() - t,
+                        "kernels": int((tl.kind == "kernel").sum())}

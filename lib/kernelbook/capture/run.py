@@ -1,0 +1,232 @@
+"""`python -m kernelbook capture`: the whole capture of one run directory.
+
+Writes into a hidden temporary directory beside the target and renames it at the end, so an existing
+run is never touched. A capture that fails half-way still lands, with `status: partial` and the
+reason in its manifest, keeping every artifact written before the failure.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import pandas as pd
+
+from .. import env as envmod
+from ..clocks import clock_lock
+from ..devices import UnknownDeviceError, lookup
+from .phases import PhaseTracker
+
+PARQUET = dict(compression="zstd", index=False)
+
+
+class CaptureError(RuntimeError):
+    """A capture that cannot start (exit code 2): the message says what to fix."""
+
+
+def write_manifest(run_dir: Path, manifest: dict) -> None:
+    """Atomically (write + rename): a reader never sees half a manifest."""
+    tmp = run_dir / ".manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, default=str))
+    os.replace(tmp, run_dir / "manifest.json")
+
+
+def require_gpu() -> None:
+    try:
+        import torch
+    except ImportError as e:
+        raise CaptureError("capture needs torch and transformers: pip install -e '.[capture]' on the GPU machine "
+                           "(the book itself renders existing runs without them)") from e
+    if not torch.cuda.is_available():
+        raise CaptureError("capture needs an NVIDIA GPU and none is visible to torch (torch.cuda.is_available() "
+                           "is False). Run capture on a GPU machine; `python -m kernelbook book` still renders "
+                           "existing runs here.")
+
+
+def capture(params: dict, out_dir: str | Path, params_source: str | None = None) -> Path:
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        raise CaptureError(f"{out_dir} already exists; captures never overwrite a run. Choose another --out.")
+    require_gpu()
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "raw").mkdir(parents=True)
+    manifest: dict = {"kernelbook_run": 1, "run_id": out_dir.name, "status": "partial",
+                      "reason": "capture in progress", "params": params, "params_source": params_source,
+                      "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
+                      "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    stage = "setup"
+    try:
+        with clock_lock(params["lock_clocks"]) as clock_state:
+            manifest["clock_state"] = clock_state
+            manifest["environment"] = envmod.environment()
+            gpu_name = manifest["environment"]["gpu"]["name"]
+            try:
+                manifest["device"] = lookup(gpu_name).key
+            except UnknownDeviceError as e:
+                manifest["device"] = None
+                manifest["device_note"] = str(e)
+            write_manifest(tmp, manifest)
+            if params["measure_peaks"]:
+                stage = "measure_peaks"
+                t = time.perf_counter()
+                from ..measure import measure_peaks
+
+                manifest["measured_peaks"] = measure_peaks()
+                manifest["timings_s"]["measure_peaks"] = time.perf_counter() - t
+            stage = "timeline"
+            t = time.perf_counter()
+            timeline_stage(params, tmp, manifest)
+            manifest["timings_s"]["timeline"] = time.perf_counter() - t
+            write_manifest(tmp, manifest)
+            gc.collect()
+            if params["ncu_top_n"] > 0:
+                stage = "ncu"
+                t = time.perf_counter()
+                from .ncu_stage import ncu_stage
+
+                ncu_stage(params, tmp, manifest)
+                manifest["timings_s"]["ncu"] = time.perf_counter() - t
+        manifest["status"] = "complete"
+        manifest.pop("reason", None)
+    except BaseException as e:
+        manifest["status"] = "partial"
+        manifest["reason"] = f"{stage}: {type(e).__name__}: {e}"
+        (tmp / "capture-error.txt").write_text(traceback.format_exc())
+        write_manifest(tmp, manifest)
+        os.replace(tmp, out_dir)
+        raise
+    write_manifest(tmp, manifest)
+    os.replace(tmp, out_dir)
+    return out_dir
+
+
+def pick_backend(choice: str) -> tuple[str, str]:
+    """(backend, why) for timeline_backend auto | torch | nsys."""
+    from .nsys import nsys_works
+
+    ok, why = nsys_works()
+    if choice == "nsys":
+        if not ok:
+            raise CaptureError(f"timeline_backend: nsys was asked for but {why}")
+        return "nsys", "asked for in params"
+    if choice == "torch":
+        return "torch", "asked for in params"
+    return ("nsys", f"auto: {why}") if ok else ("torch", f"auto: nsys unusable ({why})")
+
+
+def prepare(params: dict, nvtx: bool = True, ncu_target=None):
+    """Model + workload + phase hooks, warmed up. Returns (workload, tracker, load_s)."""
+    import torch
+
+    from .models import load_model
+    from .workload import build_workload
+
+    t = time.perf_counter()
+    loaded = load_model(params["model"], params["weights"], "cuda", params["dtype"], params["trust_remote_code"])
+    wl = build_workload(loaded, params, "cuda")
+    torch.cuda.synchronize()
+    load_s = time.perf_counter() - t
+    tracker = PhaseTracker(loaded.model, nvtx=nvtx, record=ncu_target is None, ncu_target=ncu_target).install()
+    for _ in range(params["warmup"]):
+        wl.generate()
+    torch.cuda.synchronize()
+    return wl, tracker, load_s
+
+
+def _timed_generate(wl, tracker=None) -> float:
+    import torch
+
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    if tracker:
+        tracker.start()
+    wl.generate()
+    torch.cuda.synchronize()
+    if tracker:
+        tracker.stop()
+    return time.perf_counter() - t
+
+
+def timeline_stage(params: dict, run_dir: Path, manifest: dict) -> None:
+    backend, why = pick_backend(params["timeline_backend"])
+    manifest["timeline_backend"] = {"backend": backend, "why": why}
+    if backend == "nsys":
+        from .nsys import nsys_timeline
+
+        timeline, phases, info = nsys_timeline(params, run_dir)
+        manifest["timeline_info"] = info
+    else:
+        timeline, phases, info = torch_timeline(params, run_dir)
+        manifest["timeline_info"] = info
+    from ..analyze.kernels import annotate
+
+    timeline = annotate(timeline)
+    timeline.to_parquet(run_dir / "timeline.parquet", **PARQUET)
+    phases.to_parquet(run_dir / "phases.parquet", **PARQUET)
+
+
+def torch_timeline(params: dict, run_dir: Path):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from ..load.trace import ingest_torch_trace
+    from ..measure import summarize
+
+    wl, tracker, load_s = prepare(params)
+    plain = [_timed_generate(wl) for _ in range(params["timing_trials"])]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        profiled_s = _timed_generate(wl, tracker)
+    trace = run_dir / "raw" / "trace.json"
+    t = time.perf_counter()
+    prof.export_chrome_trace(str(trace))
+    export_s = time.perf_counter() - t
+    t = time.perf_counter()
+    timeline, phases = ingest_torch_trace(trace)
+    ingest_s = time.perf_counter() - t
+    subprocess.run(["gzip", "-f", str(trace)], check=False)
+    tracker.remove()
+    info = {
+        "model_load_s": load_s, "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
+        "model_class": type(wl.loaded.model).__name__, "inputs": wl.describe,
+        "generate_kwargs": wl.gen_kwargs,
+        "plain_generate": summarize(plain).as_dict(), "profiled_generate_s": profiled_s,
+        "overhead_ratio": profiled_s / summarize(plain).median_s,
+        "trace_export_s": export_s, "ingest_s": ingest_s, "kernels": int((timeline.kind == "kernel").sum()),
+        "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
+                         "counts and dense-layer times do not" if wl.loaded.weights == "random" else None),
+    }
+    del wl, tracker, prof
+    gc.collect()
+    torch.cuda.empty_cache()
+    return timeline, phases, info
+
+
+def worker(params: dict, mode: str, target: str | None) -> None:
+    """The workload alone, run under an external profiler (ncu or nsys)."""
+    import torch
+
+    ncu_target = None
+    if target:
+        phase, step = target.split(":")
+        ncu_target = (phase, int(step))
+        if phase == "decode":  # stop right after the profiled step: its KV length is unchanged
+            params = {**params, "max_new_tokens": int(step) + 1}
+    wl, tracker, _ = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target)
+    if mode == "nsys":
+        torch.cuda.cudart().cudaProfilerStart()
+    _timed_generate(wl, tracker)
+    if mode == "nsys":
+        torch.cuda.cudart().cudaProfilerStop()
+    print(f"kernelbook worker done ({mode})", file=sys.stderr)
+
+
+def load_timeline(run_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(run_dir / "timeline.parquet")

@@ -1,0 +1,70 @@
+"""`python -m kernelbook {book,capture,diff}`: exit code 2 for bad parameters, 1 for a failed run."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import params as P
+
+EXIT_BAD_PARAMS = 2
+
+
+def _err(msg: str) -> None:
+    print(f"kernelbook: {msg}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernelbook", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("book", help="render the chapters of a run into HTML")
+    b.add_argument("--params", help="params YAML (overrides)")
+    b.add_argument("--run", help=f"run directory (default: {P.BUNDLED_RUN})")
+    b.add_argument("--out", help="report folder (default: reports/<run-id>)")
+    b.add_argument("--chapters", help="comma-separated chapter stems to render (default: all)")
+    c = sub.add_parser("capture", help="capture a run on a GPU machine")
+    c.add_argument("--params", help="params YAML (overrides)")
+    c.add_argument("--out", required=True, help="new run directory, e.g. data/runs/<run-id>")
+    w = sub.add_parser("_worker", help=argparse.SUPPRESS)
+    w.add_argument("--params", required=True)
+    w.add_argument("--mode", choices=("ncu", "nsys"), required=True)
+    w.add_argument("--target")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "_worker":
+        from .capture.run import worker
+
+        worker(json.loads(Path(args.params).read_text()), args.mode, args.target)
+        return 0
+    try:
+        overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
+        params = P.load(args.params, overrides, consumer=args.cmd)
+    except P.ParamError as e:
+        _err(str(e))
+        return EXIT_BAD_PARAMS
+    if args.cmd == "book":
+        from .runner import BookError, render_book
+
+        chapters = args.chapters.split(",") if args.chapters else None
+        try:
+            out = render_book(params, args.out, chapters=chapters)
+        except BookError as e:
+            _err(str(e))
+            return e.exit_code
+        print(f"report: {out / 'index.html'}")
+        return 0
+    if args.cmd == "capture":
+        from .capture.run import CaptureError, capture
+
+        try:
+            run = capture(params, args.out, params_source=args.params)
+        except CaptureError as e:
+            _err(str(e))
+            return EXIT_BAD_PARAMS
+        except Exception as e:  # the run directory is kept, marked partial with the reason
+            _err(f"capture failed: {type(e).__name__}: {e}\n  partial run kept at {args.out} (status: partial)")
+            return 1
+        print(f"run: {run}")
+        return 0
+    return 1

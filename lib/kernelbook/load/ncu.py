@@ -1,0 +1,133 @@
+"""Read an `.ncu-rep` with NVIDIA's `ncu_report` package (works on a CPU-only machine).
+
+`read_ncu_report` returns the long metric table (one row per profiled result and metric, with unit)
+and a result table (one row per profiled launch: demangled name, grid, block). Derived per-kernel
+columns live in `kernelbook.analyze.ncu_metrics`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+class NcuReportError(ValueError):
+    """The file is not a readable Nsight Compute report."""
+
+
+def import_ncu_report():
+    """NVIDIA's reader: the `ncu-report` wheel, else the copy inside an Nsight Compute install."""
+    try:
+        import ncu_report
+
+        return ncu_report
+    except ImportError:
+        pass
+    import shutil
+    import sys
+
+    exe = shutil.which("ncu")
+    candidates = [Path(exe).resolve().parent / "extras" / "python"] if exe else []
+    candidates += sorted(Path("/opt/nvidia").glob("nsight-compute/*/extras/python"))
+    for c in candidates:
+        if (c / "ncu_report.py").exists():
+            sys.path.append(str(c))
+            import ncu_report
+
+            return ncu_report
+    raise NcuReportError("NVIDIA's ncu_report reader is missing: pip install ncu-report "
+                         "(or add <nsight-compute>/extras/python to PYTHONPATH)")
+
+
+def _load(path: Path):
+    ncu_report = import_ncu_report()
+    if not path.exists():
+        raise NcuReportError(f"{path} does not exist")
+    if path.stat().st_size == 0:
+        raise NcuReportError(f"{path} is empty: the ncu capture wrote nothing (see ncu/ncu.log)")
+    try:
+        ctx = ncu_report.load_report(str(path))
+    except Exception as e:
+        raise NcuReportError(f"{path} is not a readable .ncu-rep (corrupt or truncated?): {e}") from e
+    if ctx is None:
+        raise NcuReportError(f"{path} is not a readable .ncu-rep (corrupt or truncated?)")
+    return ncu_report, ctx
+
+
+def read_ncu_report(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(metrics, results) from an .ncu-rep.
+
+    metrics: result_id, metric, unit, value (float) for every numeric metric.
+    results: result_id, name (demangled), function, grid, block, nvtx.
+    """
+    path = Path(path)
+    nr, ctx = _load(path)
+    rows_r, cols = [], {"result_id": [], "metric": [], "unit": [], "value": []}
+    rid = 0
+    try:
+        n_ranges = ctx.num_ranges()
+    except Exception as e:
+        raise NcuReportError(f"{path} could not be read: {e}") from e
+    for ri in range(n_ranges):
+        rng = ctx.range_by_idx(ri)
+        for ai in range(rng.num_actions()):
+            act = rng.action_by_idx(ai)
+            names = act.metric_names()
+            grid = block = None
+            for m in names:
+                metric = act.metric_by_name(m)
+                if metric is None:
+                    continue
+                kind = metric.kind()
+                if kind in (nr.IMetric.ValueKind_STRING, nr.IMetric.ValueKind_UNKNOWN):
+                    continue
+                try:
+                    v = metric.as_double()
+                except Exception:
+                    continue
+                cols["result_id"].append(rid)
+                cols["metric"].append(m)
+                cols["unit"].append(metric.unit() or "")
+                cols["value"].append(v)
+            grid = _dim(act, "launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z")
+            block = _dim(act, "launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z")
+            rows_r.append({"result_id": rid, "name": act.name(nr.IAction.NameBase_DEMANGLED),
+                           "function": act.name(nr.IAction.NameBase_FUNCTION), "grid": grid, "block": block})
+            rid += 1
+    if rid == 0:
+        raise NcuReportError(f"{path} holds no profiled kernels")
+    metrics = pd.DataFrame(cols)
+    metrics["value"] = metrics["value"].astype("float64")
+    return metrics, pd.DataFrame(rows_r)
+
+
+def _dim(act, *names) -> str | None:
+    vals = []
+    for n in names:
+        m = act.metric_by_name(n)
+        if m is None:
+            return None
+        vals.append(str(int(m.as_uint64())))
+    return "x".join(vals)
+
+
+def read_ncu_report_isolated(path: str | Path, work_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`read_ncu_report` in a child process, so a crash inside NVIDIA's native reader (seen as a
+    segfault when it shared a process with torch) becomes an error with a reason, not a lost run."""
+    import subprocess
+    import sys
+
+    work_dir = Path(work_dir)
+    out_m, out_r = work_dir / ".read_metrics.parquet", work_dir / ".read_results.parquet"
+    code = ("import sys; from kernelbook.load.ncu import read_ncu_report as r; m, k = r(sys.argv[1]); "
+            "m.to_parquet(sys.argv[2]); k.to_parquet(sys.argv[3])")
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(out_m), str(out_r)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        raise NcuReportError(f"reading {Path(path).name} failed ({how}): {last}")
+    m, r = pd.read_parquet(out_m), pd.read_parquet(out_r)
+    out_m.unlink()
+    out_r.unlink()
+    return m, r

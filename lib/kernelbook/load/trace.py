@@ -1,0 +1,156 @@
+"""Turn a torch.profiler (Kineto) Chrome trace into the normalized timeline tables.
+
+`timeline.parquet`: one row per GPU kernel / memcpy / memset with its phase and step (from the
+`kb::<phase>#<step>` record_function ranges the capture adds, matched on the CPU launch time of the
+kernel), its aten op and input shapes (via Kineto's External id), and its launch configuration.
+`phases.parquet`: the wall-clock interval of every phase step.
+
+The parse is column-oriented and touches each event once; orjson is used when installed.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..capture.phases import parse_record_name
+
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+US_TO_NS = 1000.0
+
+
+def _loads(raw: bytes):
+    try:
+        import orjson
+
+        return orjson.loads(raw)
+    except ImportError:  # pragma: no cover - orjson is a dependency, json is the fallback
+        import json
+
+        return json.loads(raw)
+
+
+def read_trace_events(path: str | Path) -> list[dict]:
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    doc = _loads(raw)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+def ingest_torch_trace(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(timeline, phases) from a Kineto trace file (`.json` or `.json.gz`)."""
+    return ingest_events(read_trace_events(path))
+
+
+def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    gpu, ops, launches, ranges = [], {}, {}, []
+    for ev in events:
+        cat = ev.get("cat")
+        if cat in GPU_CATS:
+            gpu.append(ev)
+        elif cat == "cpu_op":
+            a = ev.get("args") or {}
+            ext = a.get("External id")
+            if ext is not None:
+                ops[ext] = (ev.get("name"), a.get("Input Dims"))
+        elif cat == "cuda_runtime" or cat == "cuda_driver":
+            a = ev.get("args") or {}
+            corr = a.get("correlation")
+            if corr is not None:
+                launches[corr] = ev.get("ts", 0.0)
+        elif cat == "user_annotation":
+            parsed = parse_record_name(ev.get("name", ""))
+            if parsed:
+                ranges.append((parsed[0], parsed[1], ev["ts"], ev["ts"] + ev.get("dur", 0.0)))
+    phases = _phase_table(ranges)
+    timeline = _gpu_table(gpu, ops, launches, phases)
+    return timeline, phases
+
+
+def _phase_table(ranges: list[tuple]) -> pd.DataFrame:
+    df = pd.DataFrame(ranges, columns=["phase", "step", "start_us", "end_us"])
+    df["start_ns"] = (df.pop("start_us") * US_TO_NS).round().astype("int64")
+    df["end_ns"] = (df.pop("end_us") * US_TO_NS).round().astype("int64")
+    df = df.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return df
+
+
+def _gpu_table(gpu: list[dict], ops: dict, launches: dict, phases: pd.DataFrame) -> pd.DataFrame:
+    n = len(gpu)
+    name = [None] * n
+    kind = [None] * n
+    start = np.empty(n)
+    dur = np.empty(n)
+    launch = np.full(n, np.nan)
+    stream = np.full(n, -1, dtype="int64")
+    regs = np.full(n, -1, dtype="int64")
+    shmem = np.full(n, -1, dtype="int64")
+    grid = [None] * n
+    block = [None] * n
+    op = [None] * n
+    shapes = [None] * n
+    for i, ev in enumerate(gpu):
+        a = ev.get("args") or {}
+        name[i] = ev.get("name")
+        kind[i] = GPU_CATS[ev["cat"]]
+        start[i] = ev.get("ts", 0.0)
+        dur[i] = ev.get("dur", 0.0)
+        corr = a.get("correlation")
+        if corr in launches:
+            launch[i] = launches[corr]
+        stream[i] = a.get("stream", -1)
+        if "registers per thread" in a:
+            regs[i] = a["registers per thread"]
+        if "shared memory" in a:
+            shmem[i] = a["shared memory"]
+        g, b = a.get("grid"), a.get("block")
+        if g is not None:
+            grid[i] = "x".join(map(str, g))
+        if b is not None:
+            block[i] = "x".join(map(str, b))
+        o = ops.get(a.get("External id"))
+        if o is not None:
+            op[i] = o[0]
+            shapes[i] = _shapes_str(o[1])
+    df = pd.DataFrame({
+        "name": name, "kind": kind,
+        "start_ns": np.round(start * US_TO_NS).astype("int64"),
+        "duration_ns": np.round(dur * US_TO_NS).astype("int64"),
+        "launch_ns": launch * US_TO_NS,
+        "grid": grid, "block": block, "registers": regs, "shared_bytes": shmem, "stream": stream,
+        "op": op, "op_shapes": shapes,
+    })
+    df["end_ns"] = df["start_ns"] + df["duration_ns"]
+    df["phase"], df["step"] = _assign_phase(df["launch_ns"].to_numpy(), df["start_ns"].to_numpy(), phases)
+    df = df.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    return df
+
+
+def _shapes_str(dims) -> str | None:
+    if not dims:
+        return None
+    return ";".join("x".join(map(str, d)) if isinstance(d, list) else str(d) for d in dims)
+
+
+def _assign_phase(launch_ns: np.ndarray, start_ns: np.ndarray, phases: pd.DataFrame):
+    """Innermost phase range containing each kernel's CPU launch time (GPU start if no launch
+    record). Top-level steps (prefill/decode) do not overlap; vision ranges nest inside prefill and
+    win where they contain the launch."""
+    t = np.where(np.isnan(launch_ns), start_ns, launch_ns)
+    phase = np.full(len(t), "other", dtype=object)
+    step = np.full(len(t), -1, dtype="int64")
+    for outer in (phases[phases.phase != "vision_encode"], phases[phases.phase == "vision_encode"]):
+        if outer.empty:
+            continue
+        s = outer["start_ns"].to_numpy()
+        e = outer["end_ns"].to_numpy()
+        idx = np.searchsorted(s, t, side="right") - 1
+        ok = (idx >= 0) & (t <= e[np.clip(idx, 0, None)])
+        phase[ok] = outer["phase"].to_numpy()[idx[ok]]
+        step[ok] = outer["step"].to_numpy()[idx[ok]]
+    return phase, step

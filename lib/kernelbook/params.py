@@ -1,0 +1,217 @@
+"""Run parameters: one flat YAML of overrides, validated by a schema before any work is done.
+
+Every key is declared once here with its type, default, allowed range and the consumers it feeds
+(`capture` and/or chapter notebooks by file stem). All problems are collected and reported in one
+message; the CLI exits with code 2 and writes nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BUNDLED_RUN = "data/runs/h200-deepseek-ocr-2"
+CAPTURE = "capture"
+CHAPTERS = ("00_setup", "01_timeline", "02_ncu")
+ALL_CHAPTERS = CHAPTERS
+PHASE_NAMES = ("vision_encode", "prefill", "decode")
+
+
+class ParamError(ValueError):
+    """Bad parameters; `problems` lists every one of them."""
+
+    def __init__(self, problems: list[str], source: str = "parameters"):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{len(problems)} problem(s) in {source}:\n{lines}")
+
+
+@dataclass(frozen=True)
+class Param:
+    type: type | tuple
+    default: Any
+    feeds: tuple[str, ...]
+    doc: str
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    check: Callable[[Any], str | None] | None = None  # returns a problem or None
+    nullable: bool = False
+
+
+def _exists(kind: str) -> Callable[[Any], str | None]:
+    def check(v):
+        p = resolve_path(v)
+        if kind == "dir" and not p.is_dir():
+            return f"directory {v} does not exist"
+        if kind == "file" and not p.is_file():
+            return f"file {v} does not exist"
+        return None
+    return check
+
+
+def _run_dir(v) -> str | None:
+    p = resolve_path(v)
+    if not p.is_dir():
+        return f"run directory {v} does not exist (capture one with `python -m kernelbook capture`, or use {BUNDLED_RUN})"
+    if not (p / "manifest.json").is_file():
+        return f"run directory {v} has no manifest.json: it is not a kernelbook run"
+    return None
+
+
+def _model(v) -> str | None:
+    from .capture.models import BUILTIN_MODELS
+
+    if v in BUILTIN_MODELS or resolve_path(v).is_dir():
+        return None
+    parts = v.split("/")
+    if len(parts) == 2 and all(parts) and " " not in v:
+        return None  # a hub id: checked when loaded (the capture machine may have a cache)
+    return (f"unknown model {v!r}: use one of {', '.join(BUILTIN_MODELS)}, a Hugging Face hub id "
+            "(org/name) or a local checkpoint directory")
+
+
+def _weights(v) -> str | None:
+    if v in ("random", "pretrained") or resolve_path(v).is_dir():
+        return None
+    parts = v.split("/")
+    if len(parts) == 2 and all(parts) and not v.startswith((".", "/")):
+        return None
+    return f"weights {v!r} is neither 'random', 'pretrained', a hub id nor an existing checkpoint directory"
+
+
+def _device(v) -> str | None:
+    from .devices import UnknownDeviceError, lookup
+
+    try:
+        lookup(v)
+    except UnknownDeviceError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+def _phases(v) -> str | None:
+    bad = [p for p in v if p not in PHASE_NAMES]
+    return f"unknown phase(s) {bad}; phases are {list(PHASE_NAMES)}" if bad else None
+
+
+SCHEMA: dict[str, Param] = {
+    # --- capture (GPU machine) ---
+    "model": Param(str, "deepseek-ocr-2", (CAPTURE,), "model: deepseek-ocr-2, a hub id or a local checkpoint",
+                   check=_model),
+    "weights": Param(str, "random", (CAPTURE,), "'random', 'pretrained' (the model id's own), a hub id or a path",
+                     check=_weights),
+    "trust_remote_code": Param(bool, False, (CAPTURE,), "allow custom model code (DeepSeek-OCR v1 needs it)"),
+    "dtype": Param(str, "bfloat16", (CAPTURE,), "weights and activations dtype",
+                   choices=("bfloat16", "float16", "float32")),
+    "batch_size": Param(int, 1, (CAPTURE,), "images (or prompts) per generate call", min=1, max=64),
+    "max_new_tokens": Param(int, 64, (CAPTURE,), "decode steps; min_new_tokens is set equal", min=1, max=4096),
+    "no_repeat_ngram_size": Param(int, 20, (CAPTURE,), "as in the reference experiment", min=0, max=1000),
+    "crop_mode": Param(bool, True, (CAPTURE,), "local 768 crops beside the global view"),
+    "base_size": Param(int, 1024, (CAPTURE,), "global view size (px)", choices=(512, 640, 1024, 1280)),
+    "omnidocbench_dir": Param(str, None, (CAPTURE,), "folder of OmniDocBench images; synthetic pages when null",
+                              check=_exists("dir"), nullable=True),
+    "omnidocbench_subset": Param(str, None, (CAPTURE,), "file listing image names (dev-20)",
+                                 check=_exists("file"), nullable=True),
+    "seed": Param(int, 0, (CAPTURE,), "seed for synthetic pages and random weights", min=0),
+    "warmup": Param(int, 1, (CAPTURE,), "warmup generate calls excluded from capture", min=0, max=20),
+    "timing_trials": Param(int, 3, (CAPTURE,), "plain generate calls timed for the overhead ratio", min=1, max=50),
+    "timeline_backend": Param(str, "auto", (CAPTURE,), "auto | torch | nsys", choices=("auto", "torch", "nsys")),
+    "ncu_phases": Param(list, ["decode"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases),
+    "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),
+    "clock_control": Param(str, "none", (CAPTURE,), "ncu --clock-control (shared GPU machines need none)",
+                           choices=("none", "base")),
+    "cache_control": Param(str, "none", (CAPTURE,), "ncu --cache-control", choices=("none", "all")),
+    "ncu_timeout_s": Param(int, 1800, (CAPTURE,), "ncu stage time limit", min=10, max=86400),
+    "measure_peaks": Param(bool, True, (CAPTURE,), "measure bf16 GEMM and copy peaks into the manifest"),
+    "lock_clocks": Param(bool, False, (CAPTURE, "00_setup"),
+                         "lock GPU clocks with scripts/lock-gpu-clock.sh for the capture (own machines only)"),
+    # --- book (any machine) ---
+    "run_dir": Param(str, BUNDLED_RUN, ("00_setup", "01_timeline", "02_ncu"), "run directory the chapters read",
+                 check=_run_dir),
+    "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",
+                    check=_device, nullable=True),
+    "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),
+}
+
+
+def resolve_path(v: str | Path) -> Path:
+    p = Path(v).expanduser()
+    return p if p.is_absolute() else (Path.cwd() / p if (Path.cwd() / p).exists() else REPO / p)
+
+
+def _check_one(key: str, spec: Param, v: Any, consumer: str | None = None) -> list[str]:
+    if v is None:
+        return [] if spec.nullable else [f"{key}: must not be null"]
+    types = spec.type if isinstance(spec.type, tuple) else (spec.type,)
+    if (bool not in types and isinstance(v, bool)) or not isinstance(v, types):
+        want = " or ".join(t.__name__ for t in types)
+        return [f"{key}: expected {want}, got {type(v).__name__} ({v!r})"]
+    if spec.choices is not None and v not in spec.choices:
+        return [f"{key}: {v!r} is not one of {list(spec.choices)}"]
+    if spec.min is not None and v < spec.min:
+        return [f"{key}: {v} is below the minimum {spec.min:g}"]
+    if spec.max is not None and v > spec.max:
+        return [f"{key}: {v} is above the maximum {spec.max:g}"]
+    if spec.check is not None and _feeds(spec, consumer):
+        problem = spec.check(v)
+        if problem:
+            return [f"{key}: {problem}"]
+    return []
+
+
+def _feeds(spec: Param, consumer: str | None) -> bool:
+    """Whether `consumer` ("capture", "book" or None = everything) reads this key, so its existence
+    checks apply (a capture does not need the book's run directory to exist, and vice versa)."""
+    if consumer is None:
+        return True
+    if consumer == "book":
+        return any(f != CAPTURE for f in spec.feeds)
+    return consumer in spec.feeds
+
+
+def validate(values: dict, source: str = "parameters", consumer: str | None = None) -> dict:
+    """Defaults overlaid with `values`, or ParamError listing every problem."""
+    problems = []
+    for key in values:
+        if key not in SCHEMA:
+            near = [k for k in SCHEMA if k.split("_")[0] == key.split("_")[0]]
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            problems.append(f"{key}: unknown key{hint}; known keys: {', '.join(sorted(SCHEMA))}")
+    merged = {k: spec.default for k, spec in SCHEMA.items()}
+    for key, v in values.items():
+        if key in SCHEMA:
+            problems += _check_one(key, SCHEMA[key], v, consumer)
+            merged[key] = v
+    if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
+        problems.append("omnidocbench_subset: needs omnidocbench_dir")
+    if problems:
+        raise ParamError(problems, source)
+    return merged
+
+
+def load(path: str | Path | None, overrides: dict | None = None, consumer: str | None = None) -> dict:
+    """Read and validate a params YAML (None = defaults only)."""
+    values: dict = {}
+    source = "parameters"
+    if path is not None:
+        p = Path(path)
+        source = str(p)
+        if not p.is_file():
+            raise ParamError([f"params file {p} does not exist"], source)
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ParamError([f"not valid YAML: {e}"], source) from e
+        if not isinstance(loaded, dict):
+            raise ParamError([f"expected a mapping of key: value, got {type(loaded).__name__}"], source)
+        values.update(loaded)
+    values.update(overrides or {})
+    return validate(values, source, consumer)
+
+
+def for_consumer(params: dict, consumer: str) -> dict:
+    return {k: v for k, v in params.items() if consumer in SCHEMA[k].feeds}

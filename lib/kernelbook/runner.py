@@ -1,0 +1,192 @@
+"""The book runner: execute each chapter with papermill, convert to standalone HTML, write an index.
+
+Rendering goes to a staging folder beside the report; the previous report is replaced only when every
+chapter succeeded. A failed chapter keeps its executed notebook and HTML (error visible) in the
+staging folder, which is renamed `<out>.failed` and named in the error. plotly.js ships once with the
+report (`plotly.min.js` beside the chapters), so the HTML works offline.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from . import params as P
+
+NOTEBOOKS = P.REPO / "notebooks"
+PLOTLY_JS = "plotly.min.js"
+
+
+class BookError(RuntimeError):
+    def __init__(self, msg: str, exit_code: int = 1):
+        super().__init__(msg)
+        self.exit_code = exit_code
+
+
+def list_chapters(only: list[str] | None = None) -> list[Path]:
+    found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    if only:
+        unknown = [c for c in only if not any(f.stem == c for f in found)]
+        if unknown:
+            raise BookError(f"unknown chapter(s) {unknown}; chapters: {[f.stem for f in found]}", 2)
+        found = [f for f in found if f.stem in only]
+    return found
+
+
+def notebook_parameters(nb_path: Path) -> dict:
+    """Parameter names → inferred type of a chapter (papermill's own inspection)."""
+    import papermill
+
+    ipynb = to_ipynb(nb_path, Path(os.environ.get("TMPDIR", "/tmp")) / f"kb-inspect-{nb_path.stem}.ipynb")
+    return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(ipynb)).items()}
+
+
+def to_ipynb(py_path: Path, out: Path) -> Path:
+    import jupytext
+
+    nb = jupytext.read(py_path)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    jupytext.write(nb, out, fmt="ipynb")
+    return out
+
+
+def _html(executed: Path, out_html: Path) -> None:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(executed, as_version=4)
+    exp = HTMLExporter(template_name="lab")
+    exp.exclude_input = True
+    exp.exclude_input_prompt = True
+    exp.exclude_output_prompt = True
+    body, _ = exp.from_notebook_node(nb)
+    # plotly.js is UMD: hide AMD `define` while it loads so it sets window.Plotly.
+    loader = (f'<script>window.__kbdef=window.define;window.define=undefined;</script>'
+              f'<script src="{PLOTLY_JS}"></script><script>window.define=window.__kbdef;</script>')
+    body = body.replace("<head>", "<head>\n" + loader, 1)
+    out_html.write_text(body)
+
+
+def _summary(executed: Path) -> str:
+    """The chapter's one-line summary: the text of its first `kb-summary` output."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            text = data.get("text/markdown") or data.get("text/plain") or ""
+            if isinstance(text, list):
+                text = "".join(text)
+            if "kb-summary" in str(out.get("metadata", {})):
+                return text.strip().strip("*")
+    return ""
+
+
+def _title(py_path: Path) -> str:
+    for line in py_path.read_text().splitlines():
+        if line.startswith("# # "):
+            return line[4:].strip()
+    return py_path.stem
+
+
+def render_book(params: dict, out: str | Path | None = None, chapters_only: list[str] | None = None,
+                chapters: list[str] | None = None, log=print) -> Path:
+    import papermill
+
+    only = chapters_only or chapters
+    run_dir = P.resolve_path(params["run_dir"])
+    run_id = run_dir.name
+    out = Path(out) if out else P.REPO / "reports" / run_id
+    stage = out.with_name(f".{out.name}.staging-{os.getpid()}")
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    from plotly.offline import get_plotlyjs
+
+    (stage / PLOTLY_JS).write_text(get_plotlyjs())
+    entries, failed = [], None
+    books = list_chapters(only)
+    t_all = time.perf_counter()
+    for i, nb in enumerate(books, 1):
+        t = time.perf_counter()
+        if log is print:
+            print(f"[{i}/{len(books)}] {nb.stem} ...", end="", flush=True)
+        src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb")
+        executed = stage / f"{nb.stem}.ipynb"
+        declared = notebook_parameters(nb)
+        nb_params = {k: _to_nb(v) for k, v in params.items() if k in declared}
+        error = None
+        try:
+            papermill.execute_notebook(str(src), str(executed), parameters=nb_params, cwd=str(P.REPO),
+                                       kernel_name="python3", progress_bar=False, log_output=False)
+        except Exception as e:  # papermill keeps the executed notebook with the error in it
+            error = e
+        src.unlink()
+        if executed.exists():
+            _html(executed, stage / f"{nb.stem}.html")
+        dt = time.perf_counter() - t
+        entries.append({"stem": nb.stem, "title": _title(nb), "seconds": dt, "ok": error is None,
+                        "summary": _summary(executed) if executed.exists() else ""})
+        if log is print:
+            print(f" {'ok' if error is None else 'FAILED'} ({dt:.1f} s)", flush=True)
+        if error is not None:
+            failed = (nb.stem, error)
+            break
+    _index(stage, run_id, params, entries, time.perf_counter() - t_all)
+    (stage / "timings.json").write_text(json.dumps(entries, indent=1))
+    if failed:
+        dest = out.with_name(out.name + ".failed")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(stage, dest)
+        name, err = failed
+        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise BookError(f"chapter {name} failed: {last}\n  its executed notebook and HTML (error visible) are in "
+                        f"{dest}; the previous report in {out} is unchanged")
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(stage, out)
+        shutil.rmtree(old)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(stage, out)
+    return out
+
+
+def _to_nb(v):
+    return v if not isinstance(v, Path) else str(v)
+
+
+def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float) -> None:
+    manifest = json.loads((P.resolve_path(params["run_dir"]) / "manifest.json").read_text())
+    gpu = manifest.get("environment", {}).get("gpu", {})
+    gpu_name = gpu.get("name", "?") if isinstance(gpu, dict) else gpu
+    rows = "\n".join(
+        f'<tr><td><a href="{e["stem"]}.html">{html.escape(e["title"])}</a></td>'
+        f'<td>{html.escape(e["summary"]) or ("" if e["ok"] else "<b>failed</b>")}</td>'
+        f'<td class="num">{e["seconds"]:.1f} s</td></tr>' for e in entries)
+    status = manifest.get("status", "?")
+    warn = "" if status == "complete" else (f'<p class="warn">This run is <b>{html.escape(status)}</b>: '
+                                            f'{html.escape(str(manifest.get("reason", "")))}</p>')
+    (stage / "index.html").write_text(f"""<!doctype html><html><head><meta charset="utf-8">
+<title>kernelbook — {html.escape(run_id)}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}}
+table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.5rem;text-align:left;vertical-align:top}}
+td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.5rem}}</style></head><body>
+<h1>kernelbook: {html.escape(run_id)}</h1>
+<p>{html.escape(str(manifest.get("params", {}).get("model", "?")))} on {html.escape(str(gpu_name))},
+captured {html.escape(str(manifest.get("created", "?")))}; rendered in {total_s:.0f} s.</p>{warn}
+<table><tr><th>chapter</th><th>summary</th><th>render</th></tr>
+{rows}
+</table></body></html>
+""")
+
+
+def main_progress(msg: str) -> None:  # pragma: no cover - used by log=... callers
+    print(msg, file=sys.stderr)

@@ -1,0 +1,85 @@
+# %% [markdown]
+# # 01 · Timeline: where generate's time goes
+#
+# How long each phase (vision encode, prefill, decode) takes on the wall clock and on the GPU, how
+# many kernels it launches, and which kernels hold the time, named and grouped as in the reference
+# report.
+
+# %% tags=["parameters"]
+run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+top_n: int = 15  # kernels per phase in the top-kernel tables, as in the reference report
+
+# %%
+from kernelbook import notebook as kb
+from kernelbook.analyze import timeline as T
+from kernelbook.load.run import load_run
+from kernelbook.plots import figures as F
+
+kb.setup()
+r = load_run(run_dir)
+summary = T.phase_summary(r.timeline, r.phases)
+shares = T.category_shares(r.timeline)
+cmp = T.reference_comparison(shares)
+kb.summary(T.headline(summary, shares, r.manifest))
+
+# %% [markdown]
+# ## Phases: wall time, GPU-busy time, idle share
+# Wall time comes from the phase ranges on the CPU; GPU-busy time is the union of the phase's kernel
+# intervals. A large idle share means the GPU waits for the CPU to launch work: the launch-bound signal.
+
+# %%
+summary
+
+# %%
+F.phase_bars(summary)
+
+# %%
+kb.md(T.phase_prose(summary, r.manifest))
+
+# %% [markdown]
+# ## Gaps between kernels in decode
+# The idle time before each kernel. Gaps of a few µs are launch latency; long gaps are host work
+# (Python, sampling, synchronisation).
+
+# %%
+gaps = T.kernel_gaps_us(r.timeline, "decode")
+F.gap_histogram(gaps)
+
+# %%
+kb.md(T.gap_prose(gaps))
+
+# %% [markdown]
+# ## Top kernels per phase
+# Time % is the share of the phase's kernel time; mean and median are per launch.
+
+# %%
+T.top_table_display(r.timeline, "decode", top_n)
+
+# %%
+T.top_table_display(r.timeline, "prefill", top_n)
+
+# %%
+T.top_table_display(r.timeline, "vision_encode", top_n)
+
+# %% [markdown]
+# ## Categories per phase, and decode against the reference report
+# GEMM kernels that run a matrix-vector product (M or N = 1 in their aten shapes) count as GEMV, the
+# work the reference report's cuBLAS GEMV kernels did.
+
+# %%
+F.category_bars(shares)
+
+# %%
+cmp
+
+# %%
+F.reference_bars(cmp)
+
+# %%
+kb.md(T.reference_prose(cmp, r))
+
+# %% [markdown]
+# ## Appendix: friendly names → full kernel names (decode)
+
+# %%
+T.name_mapping(r.timeline, "decode", top_n)

@@ -1,0 +1,76 @@
+"""Every chapter executed headlessly by papermill on the bundled run; HTML checked in a real browser."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, RUN
+from kernelbook import params as P
+from kernelbook.runner import BookError, list_chapters, render_book
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+TITLES = {"00_setup": "00 · Setup", "01_timeline": "01 · Timeline", "02_ncu": "02 · Nsight Compute"}
+FIGURES = {"00_setup": 0, "01_timeline": 5, "02_ncu": 1}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep") / "report"
+    render_book(P.validate({}, consumer="book"), out, log=lambda *_: None)
+    return out
+
+
+def _dom(path):
+    if not CHROMIUM:
+        pytest.skip("no chromium on PATH (apt-get install chromium)")
+    proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync", "--no-first-run",
+                           "--virtual-time-budget=5000", "--dump-dom", path.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    return proc.stdout
+
+
+def test_index_links_every_chapter_with_a_summary(report):
+    html = (report / "index.html").read_text()
+    for nb in list_chapters():
+        assert f'href="{nb.stem}.html"' in html
+    timings = json.loads((report / "timings.json").read_text())
+    assert all(t["ok"] and t["summary"] for t in timings)
+
+
+@pytest.mark.parametrize("stem", list(TITLES))
+def test_chapter_html_has_title_and_rendered_figures(report, stem):
+    html = (report / f"{stem}.html").read_text()
+    assert TITLES[stem] in html
+    assert "cdn.plot.ly" not in html and "plotly.min.js" in html  # offline: the local copy only
+    dom = _dom(report / f"{stem}.html")
+    assert TITLES[stem] in dom
+    assert dom.count('class="main-svg"') >= FIGURES[stem] * 1, "figures did not render in the browser"
+    assert "Traceback" not in dom
+
+
+def test_failed_chapter_keeps_earlier_chapters_and_previous_report(report, tmp_path):
+    broken = tmp_path / "runs" / "broken"
+    shutil.copytree(RUN, broken, ignore=shutil.ignore_patterns("raw"))
+    (broken / "ncu" / "kernels.parquet").write_bytes(b"not parquet")
+    out = tmp_path / "rep"
+    shutil.copytree(report, out)
+    before = (out / "02_ncu.html").read_text()
+    with pytest.raises(BookError, match="chapter 02_ncu failed"):
+        render_book(P.validate({"run_dir": str(broken)}, consumer="book"), out, log=lambda *_: None)
+    assert (out / "02_ncu.html").read_text() == before  # previous report untouched
+    failed = tmp_path / "rep.failed"
+    assert (failed / "00_setup.html").exists() and (failed / "01_timeline.html").exists()
+    assert "ArrowInvalid" in (failed / "02_ncu.html").read_text() or "Error" in (failed / "02_ncu.html").read_text()
+
+
+def test_cli_book_exit_code_for_failed_chapter(tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(RUN, broken, ignore=shutil.ignore_patterns("raw"))
+    (broken / "timeline.parquet").write_bytes(b"")
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--run", str(broken), "--out",
+                           str(tmp_path / "out"), "--chapters", "01_timeline"], capture_output=True, text=True,
+                          cwd=REPO)
+    assert proc.returncode == 1 and "chapter 01_timeline failed" in proc.stderr

@@ -1,0 +1,73 @@
+"""The ncu reader on a real report (3 decode kernels, H200, ncu 2025.3.1) and the derived columns."""
+import pandas as pd
+import pytest
+
+from conftest import FIXTURE_REP
+from kernelbook.analyze.kernels import name_key
+from kernelbook.analyze.ncu_metrics import derive
+from kernelbook.load.ncu import NcuReportError, read_ncu_report
+
+
+@pytest.fixture(scope="module")
+def report():
+    return read_ncu_report(FIXTURE_REP)
+
+
+def test_reads_every_profiled_launch(report):
+    metrics, results = report
+    assert len(results) == 4
+    assert set(metrics.columns) == {"result_id", "metric", "unit", "value"}
+    assert results.loc[0, "name"] == "nvjet_sm90_tst_16x64_64x16_4x1_v_bz_TNN"
+    assert results.loc[2, "grid"] == "6x1120x1" and results.loc[2, "block"] == "256x1x1"
+
+
+def test_tensor_flops_of_the_decode_gemv_are_the_padded_tile(report):
+    metrics, _ = report
+    d = derive(metrics, "hopper").set_index("result_id")
+    # aten::mm 1x1280 @ 1280x1280 on a 64-row MMA tile: 2 * 64 * 1280 * 1280 FLOPs
+    assert d.loc[0, "flops_tensor_bf16"] == 2 * 64 * 1280 * 1280
+    assert d.loc[0, "flops_tensor"] == pytest.approx(2 * 64 * 1280 * 1280)
+    # the cuDNN SDPA kernel uses HMMA (bf16 in, fp32 accumulate)
+    assert d.loc[1, "flops_tensor_bf16"] == 104857600
+    assert d.loc[2, "flops_tensor"] == 0
+    assert d.loc[0, "duration_ns"] == 5504
+    assert d.loc[0, "intensity_dram"] == pytest.approx(d.loc[0, "flops"] / d.loc[0, "dram_bytes"])
+
+
+def test_corrupt_and_truncated_reports_are_clear_errors(tmp_path):
+    bad = tmp_path / "bad.ncu-rep"
+    bad.write_bytes(FIXTURE_REP.read_bytes()[:1000])
+    with pytest.raises(NcuReportError, match="not a readable|could not be read|no profiled"):
+        read_ncu_report(bad)
+    empty = tmp_path / "empty.ncu-rep"
+    empty.write_bytes(b"")
+    with pytest.raises(NcuReportError, match="is empty"):
+        read_ncu_report(empty)
+
+
+def test_bundled_run_coverage_is_complete(run):
+    k = run.ncu_kernels()
+    assert len(k) == 20 and (k.status == "profiled").all()
+    # every profiled row was matched across demanglers by name_key
+    assert (k.ncu_name.map(name_key) == k.name.map(name_key)).all()
+
+
+def test_name_key_bridges_kineto_and_nvidia_demanglers():
+    kineto = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+              "neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#9}::"
+              "operator()() const::{lambda(c10::BFloat16)#1}>(at::TensorIteratorBase&, at::native::neg_kernel_"
+              "cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#9}::operator()() "
+              "const::{lambda(c10::BFloat16)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_"
+              "nocast<at::native::neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::"
+              "{lambda()#9}::operator()() const::{lambda(c10::BFloat16)#1}>(at::TensorIteratorBase&, at::native"
+              "::neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#9}::"
+              "operator()() const::{lambda(c10::BFloat16)#1} const&)::{lambda(int)#1})")
+    nvidia = ("void at::native::elementwise_kernel<(int)128, (int)4, void at::native::gpu_kernel_impl_nocast<at::"
+              "native::neg_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 2)]::operator ()() const::"
+              "[lambda() (instance 9)]::operator ()() const::[lambda(c10::BFloat16) (instance 1)]>(at::"
+              "TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)")
+    assert name_key(kineto) == name_key(nvidia)
+    assert name_key("void at::native::sbtopk::gatherTopK<float, unsigned int, 1, false>(float*)") == \
+        name_key("void at::native::sbtopk::gatherTopK<float, unsigned int, (int)1, (bool)0>(T1 *)")
+    # different instantiations stay apart
+    assert name_key(kineto) != name_key(kineto.replace("<128, 4,", "<128, 2,"))

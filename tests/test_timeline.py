@@ -1,0 +1,76 @@
+"""Timeline ingest and chapter 01 arithmetic on the bundled H200 capture."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import RUN
+from kernelbook.analyze import timeline as T
+from kernelbook.analyze.kernels import Category, category_of, friendly_name, library_of, short_name
+from kernelbook.load.trace import ingest_torch_trace
+
+
+def test_busy_time_counts_overlap_once():
+    start = np.array([0, 5, 20, 22])
+    end = np.array([10, 12, 25, 23])
+    assert T.busy_ns(start, end) == (12 - 0) + (25 - 20)
+
+
+def test_raw_trace_ingests_to_the_committed_timeline(run):
+    tl, phases = ingest_torch_trace(RUN / "raw" / "trace.json.gz")
+    assert len(tl) == len(run.timeline) == 52223 + int((run.timeline.kind != "kernel").sum())
+    assert (tl.phase.value_counts().sort_index() == run.timeline.phase.value_counts().sort_index()).all()
+    assert phases.phase.value_counts()["decode"] == 63
+
+
+def test_phase_summary_arithmetic(run):
+    s = T.phase_summary(run.timeline, run.phases).set_index("phase")
+    d = run.timeline[run.timeline.phase == "decode"]
+    assert s.loc["decode", "kernels"] == (d.kind == "kernel").sum()
+    assert s.loc["decode", "launches_per_step"] == pytest.approx((d.kind == "kernel").sum() / 63)
+    wall = run.phases[run.phases.phase == "decode"].duration_ns.sum()
+    busy = T.busy_ns(d.start_ns.to_numpy(), d.end_ns.to_numpy())
+    assert s.loc["decode", "idle_pct"] == pytest.approx(100 * (1 - busy / wall))
+    assert s.loc["decode", "idle_pct"] > 50  # decode is launch-bound on this run
+
+
+def test_top_kernels_shares_are_of_phase_time(run):
+    t = T.top_kernels(run.timeline, "decode", 15)
+    d = run.timeline[(run.timeline.phase == "decode") & (run.timeline.kind == "kernel")]
+    first = d[d.name == t.loc[0, "name"]]
+    assert t.loc[0, "time_pct"] == pytest.approx(100 * first.duration_ns.sum() / d.duration_ns.sum())
+    assert t.loc[0, "calls"] == len(first)
+
+
+def test_matvec_gemm_counts_as_gemv():
+    assert T.is_matvec("1x1280;1280x1280") and T.is_matvec("6x1792x1280;6x1280x1")
+    assert not T.is_matvec("1129x1280;1280x1280")
+    shares = pd.DataFrame({"phase": ["decode"] * 2, "category": ["GEMM", "GEMM"],
+                           "op_shapes": ["1x1280;1280x1280", "64x1280;1280x1280"], "duration_ns": [3, 1]})
+    assert T.category_shares(shares).set_index("category").loc["GEMV", "pct"] == pytest.approx(75.0)
+
+
+@pytest.mark.parametrize("name,lib,cat", [
+    ("nvjet_sm90_tst_16x64_64x16_4x1_v_bz_TNN", "cuBLAS", Category.GEMM),
+    ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)",
+     "PyTorch ATen", Category.GATHER),
+    ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x128x128_1x4x1_cga1x1x1_kernel0_0",
+     "cuDNN", Category.ATTENTION),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
+     "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
+     "PyTorch ATen", Category.ELEMENTWISE),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, "
+     "float>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, "
+     "float>, unsigned int, float, 4, 4>)", "PyTorch ATen", Category.REDUCTION),
+    ("void at::native::sbtopk::gatherTopK<float, unsigned int, 1, false>(at::cuda::detail::TensorInfo<float const, "
+     "unsigned int>, unsigned int)", "PyTorch ATen", Category.MOE),
+])
+def test_identity_of_real_kernel_names(name, lib, cat):
+    assert library_of(name).value == lib
+    assert category_of(name) == cat
+    assert friendly_name(name)
+
+
+def test_every_bundled_kernel_has_identity(run):
+    assert run.timeline.friendly_name.notna().all()
+    assert short_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<int, 4>(int)") == \
+        "CatArrayBatchedCopy"

@@ -11,7 +11,6 @@ import html
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -94,11 +93,11 @@ def _title(py_path: Path) -> str:
     return py_path.stem
 
 
-def render_book(params: dict, out: str | Path | None = None, chapters_only: list[str] | None = None,
-                chapters: list[str] | None = None, log=print) -> Path:
+def render_book(params: dict, out: str | Path | None = None, chapters: list[str] | None = None,
+                log=print) -> Path:
     import papermill
 
-    only = chapters_only or chapters
+    only = chapters
     run_dir = P.resolve_path(params["run_dir"])
     run_id = run_dir.name
     out = Path(out) if out else P.REPO / "reports" / run_id
@@ -187,6 +186,3 @@ captured {html.escape(str(manifest.get("created", "?")))}; rendered in {total_s:
 </table></body></html>
 """)
 
-
-def main_progress(msg: str) -> None:  # pragma: no cover - used by log=... callers
-    print(msg, file=sys.stderr)

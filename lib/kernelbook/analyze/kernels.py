@@ -148,7 +148,6 @@ def category_of(name: str, op: str | None = None) -> Category:
 
 
 def _elementwise_func(name: str, op: str | None) -> str | None:
-    m = re.search(r"(\w+?)_kernel(?:_cuda|_impl)?\b", name)
     for key in (re.findall(r"native::(?:\(anonymous namespace\)::|<unnamed>::)?(\w+?)(?:_kernel|Functor|_cuda)",
                            name) + re.findall(r"(\w+)Functor", name)):
         for k, v in ELEMENTWISE_FUNCS.items():
@@ -159,7 +158,7 @@ def _elementwise_func(name: str, op: str | None) -> str | None:
         for k, v in ELEMENTWISE_FUNCS.items():
             if base == k.lower() or base == k:
                 return v
-    return None if m is None else None
+    return None
 
 
 def friendly_name(name: str, op: str | None = None) -> str:
@@ -251,7 +250,6 @@ def short_name(name: str) -> str:
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:
     """Add short_name, library, category, friendly_name, description (computed once per unique name)."""
-    key = df[["name", "op"]].drop_duplicates() if "op" in df else df[["name"]].drop_duplicates()
     names = df[["name"]].drop_duplicates()["name"]
     # one identity per kernel name: the op most often launching it names the function for elementwise
     if "op" in df:
@@ -264,7 +262,6 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
         cat = category_of(n, op)
         rows.append((n, short_name(n), library_of(n).value, cat.value, friendly_name(n, op), DESCRIPTIONS[cat]))
     ident = pd.DataFrame(rows, columns=["name", "short_name", "library", "category", "friendly_name", "description"])
-    del key
     base = df.drop(columns=[c for c in ident.columns if c != "name" and c in df.columns])
     return base.merge(ident, on="name", how="left")
 

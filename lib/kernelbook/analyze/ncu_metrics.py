@@ -163,7 +163,8 @@ def kernel_table(sel, metrics: pd.DataFrame | None, results: pd.DataFrame | None
 
 
 def _dim3(s) -> str:
-    parts = str(s).split("x")
+    """'6x1' → '6x1x1' so launch dimensions compare across tools (None stays unmatched)."""
+    parts = str(s).split("x") if s is not None else ["?"]
     while len(parts) < 3:
         parts.append("1")
     return "x".join(parts)

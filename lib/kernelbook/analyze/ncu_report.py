@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .ncu_metrics import _dim3
 from .timeline import is_matvec
 
 TABLE_COLUMNS = ["kernel_id", "friendly_name", "category", "share_pct", "duration_us", "sm_pct", "dram_pct",
@@ -73,11 +74,6 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, phase_col: str = "ph
     return pd.DataFrame(rows)
 
 
-def _dim3(s) -> str:
-    parts = str(s).split("x") if s is not None else ["?"]
-    while len(parts) < 3:
-        parts.append("1")
-    return "x".join(parts)
 
 
 def headline(cov: pd.DataFrame, fid: pd.DataFrame, manifest: dict) -> str:

@@ -71,3 +71,56 @@ def test_name_key_bridges_kineto_and_nvidia_demanglers():
         name_key("void at::native::sbtopk::gatherTopK<float, unsigned int, (int)1, (bool)0>(T1 *)")
     # different instantiations stay apart
     assert name_key(kineto) != name_key(kineto.replace("<128, 4,", "<128, 2,"))
+
+
+def test_ncu_past_its_time_limit_is_stopped_with_a_clear_error(tmp_path):
+    import sys
+    import time
+
+    from kernelbook.capture.ncu import NcuError, run_ncu
+
+    # a real child process standing in for a hung profiler: it prints, then never finishes on its own
+    cmd = [sys.executable, "-c", "import time; print('==PROF== profiling', flush=True); time.sleep(60)"]
+    t = time.perf_counter()
+    with pytest.raises(NcuError, match="did not finish within ncu_timeout_s = 1 s.*kept"):
+        run_ncu(cmd, tmp_path / "ncu.log", timeout_s=1)
+    assert time.perf_counter() - t < 30  # SIGINT ended it, not the 60 s sleep
+    assert "==PROF== profiling" in (tmp_path / "ncu.log").read_text()
+
+
+def test_every_selected_kernel_gets_profiled_or_a_named_reason(run, report):
+    """The fixture holds 3 of the bundled run's top-20 decode kernels; the other 17 get reasons."""
+    from kernelbook.capture.ncu import select_kernels
+    from kernelbook.analyze.ncu_metrics import kernel_table
+
+    metrics, results = report
+    sel = select_kernels(run.timeline, "decode", 20)
+    cut = kernel_table(sel, metrics, results, run.timeline, "ncu did not finish within ncu_timeout_s = 60 s")
+    assert len(cut) == 20
+    profiled = cut[cut.status == "profiled"]
+    fixture_keys = set(results.name.map(name_key))
+    assert set(profiled.name.map(name_key)) == fixture_keys & set(sel.kernels.name.map(name_key))
+    assert 1 <= len(profiled) <= 3
+    assert cut.loc[cut.status != "profiled", "status"].str.startswith("ncu: ncu did not finish").all()
+    # no error: the unmatched ones say the name filter matched nothing, never a crash
+    clean = kernel_table(sel, metrics, results, run.timeline, None)
+    assert (clean.loc[clean.status != "profiled", "status"] ==
+            "ncu profiled no launch of it (name filter did not match)").all()
+    # nothing read at all (ncu wrote no report): every row has the reason
+    none = kernel_table(sel, None, None, run.timeline, "ncu failed (exit 1): boom")
+    assert (none.status == "ncu: ncu failed (exit 1): boom").all()
+
+
+def test_a_kernel_absent_from_the_profiled_step_is_named_as_such(run, report):
+    from kernelbook.capture.ncu import select_kernels
+    from kernelbook.analyze.ncu_metrics import kernel_table
+
+    sel = select_kernels(run.timeline, "decode", 20)
+    tl = run.timeline[run.timeline.kind == "kernel"]
+    # every decode kernel of this run runs in every step; a prefill-only kernel stands in for one that
+    # the chosen step does not launch
+    absent = sorted(set(tl.loc[tl.phase == "prefill", "name"]) - set(tl.loc[tl.phase == "decode", "name"]))
+    sel.kernels = pd.concat([sel.kernels.head(2), pd.DataFrame([{"kernel_id": "kx", "name": absent[0]}])],
+                            ignore_index=True)
+    t = kernel_table(sel, *report, run.timeline, None)
+    assert t.loc[2, "status"] == f"not launched inside the profiled range (decode step {sel.step})"

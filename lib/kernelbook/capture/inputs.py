@@ -90,19 +90,23 @@ def prompt_token_ids(text: str, vocab_size: int, reserved: set[int]) -> list[int
                 pieces.append(ch)
     if cur:
         pieces.append(cur)
+    # keep clear of the low and high ids, where vocabularies put their special tokens
+    lo = min(1000, vocab_size // 10)
+    span = vocab_size - 2 * lo
     ids = []
     for p in pieces:
-        v = int(hashlib.sha1(p.encode()).hexdigest(), 16) % (vocab_size - 2000) + 1000
-        while v in reserved:
-            v += 1
-        ids.append(v)
+        v = int(hashlib.sha1(p.encode()).hexdigest(), 16) % span
+        while v + lo in reserved:
+            v = (v + 1) % span
+        ids.append(v + lo)
     return ids
 
 
 def deepseek_ocr2_image_tokens(n_crops: int, base_size: int = 1024, tile: int = 768,
-                               patch: int = 16, downsample: int = 4) -> int:
+                               patch: int = 16, downsample: int = 4, crop: bool = True) -> int:
     """Image placeholder tokens per image, by the DeepSeek-OCR-2 processor's rule:
-    ceil(base/patch/ds)^2 global + ceil(tile/patch/ds)^2 per crop + 1 view separator."""
-    g = math.ceil(base_size / patch / downsample)
+    ceil(global/patch/ds)^2 global + ceil(tile/patch/ds)^2 per crop + 1 view separator, where the
+    global view is base_size in crop mode and the tile size without it (the processor's choice)."""
+    g = math.ceil((base_size if crop else tile) / patch / downsample)
     t = math.ceil(tile / patch / downsample)
     return g * g + t * t * n_crops + 1

@@ -100,13 +100,26 @@ def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool) -
     cfg = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     vlm = _is_vlm_config(cfg)
     auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
+    import importlib.util
+
+    # device_map places weights straight on the GPU but needs accelerate; without it, load then move
+    place = {"device_map": device} if importlib.util.find_spec("accelerate") else {}
     try:
-        m = auto.from_pretrained(source, dtype=dtype, device_map=device, trust_remote_code=trust_remote_code)
-    except ValueError:
+        m = auto.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code, **place)
+    except ValueError as e:
+        if "Unrecognized configuration class" not in str(e):
+            raise
         # custom-code models (DeepSeek-OCR v1) register only AutoModel
         from transformers import AutoModel
-        m = AutoModel.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
+
+        m = AutoModel.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code)
         vlm = True
+        place = {}
+    if not place:
+        m = m.to(device)
+    if not hasattr(m, "generate"):
+        raise ValueError(f"{source} loads as {type(m).__name__}, which has no generate(): kernelbook profiles "
+                         "generation, so give a causal-LM or image-text-to-text checkpoint")
     try:
         proc = AutoProcessor.from_pretrained(source, trust_remote_code=trust_remote_code) if vlm else \
             AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)

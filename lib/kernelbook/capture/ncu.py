@@ -108,20 +108,42 @@ PERMISSION_HELP = ("ncu may not read GPU performance counters here (ERR_NVGPUCTR
 
 
 def run_ncu(cmd: list[str], log_path: Path, timeout_s: int) -> subprocess.CompletedProcess:
-    """Run ncu; raise NcuError with the fix for the known failure modes, keep the log either way."""
+    """Run ncu; raise NcuError with the fix for the known failure modes, keep the log either way.
+
+    ncu runs in its own process group. Past `timeout_s` the group gets SIGINT first (ncu then closes
+    the report with the results it has, so a cut-off capture keeps what was profiled), SIGKILL after
+    a grace period.
+    """
+    import os
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    timed_out = False
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as e:
-        log_path.write_text((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
-                            else (e.stdout or ""))
-        raise NcuError(f"ncu did not finish within {timeout_s} s; what it profiled so far is kept") from e
-    log_path.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    text = proc.stdout + proc.stderr
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=TIMEOUT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+    log_path.write_text((out or "") + "\n--- stderr ---\n" + (err or ""))
+    text = (out or "") + (err or "")
     if "ERR_NVGPUCTRPERM" in text:
         raise NcuError(PERMISSION_HELP)
+    if timed_out:
+        raise NcuError(f"ncu did not finish within ncu_timeout_s = {timeout_s} s; the kernels it profiled "
+                       "before that are kept (raise ncu_timeout_s to profile the rest)")
     if proc.returncode != 0 and "==PROF==" not in text:
-        raise NcuError(f"ncu failed (exit {proc.returncode}): {text.strip().splitlines()[-1] if text.strip() else ''}")
-    return proc
+        last = text.strip().splitlines()[-1] if text.strip() else "no output"
+        raise NcuError(f"ncu failed (exit {proc.returncode}): {last}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+TIMEOUT_GRACE_S = 60
 
 
 def worker_command(params_file: Path, phase: str, step: int) -> list[str]:

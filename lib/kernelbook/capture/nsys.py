@@ -92,6 +92,7 @@ def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         con.close()
     tl = pd.concat(parts, ignore_index=True)
     tl["duration_ns"] = tl.end_ns - tl.start_ns
+    tl["launch_ns"] = tl["launch_ns"].astype("float64")  # NaN where no runtime call correlates (contract)
     for col, fill in (("registers", -1), ("shared_bytes", -1)):
         tl[col] = tl[col].fillna(fill).astype("int64")
     tl["op"] = None
@@ -99,7 +100,7 @@ def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     phases = _phases_from_nvtx(nv)
     from ..load.trace import _assign_phase
 
-    tl["phase"], tl["step"] = _assign_phase(tl["launch_ns"].astype(float).to_numpy(), tl["start_ns"].to_numpy(),
+    tl["phase"], tl["step"] = _assign_phase(tl["launch_ns"].to_numpy(), tl["start_ns"].to_numpy(),
                                             phases)
     return tl.sort_values("start_ns", kind="stable").reset_index(drop=True), phases
 

@@ -106,7 +106,7 @@ def _ocr2_inputs_without_tokenizer(pages, prompt: str, crop: bool, base_size: in
     before, after = prompt.split("<image>", 1) if "<image>" in prompt else ("", prompt)
     pre = prompt_token_ids(before, text_cfg.vocab_size, reserved) if before else []
     post = prompt_token_ids(after, text_cfg.vocab_size, reserved)
-    rows = [[text_cfg.bos_token_id] + pre + [image_id] * deepseek_ocr2_image_tokens(c, base_size) + post
+    rows = [[text_cfg.bos_token_id] + pre + [image_id] * deepseek_ocr2_image_tokens(c, base_size, crop=crop) + post
             for c in crops]
     width = max(map(len, rows))
     pad = _pad_id(cfg)

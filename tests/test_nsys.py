@@ -1,0 +1,103 @@
+"""The nsys backend's SQL, run against a database laid out as Nsight Systems' documented SQLite export.
+
+No machine here can write an .nsys-rep (see README), so the database is built from the documented table
+layout (CUPTI_ACTIVITY_KIND_KERNEL/MEMCPY/MEMSET/RUNTIME, NVTX_EVENTS, StringIds; names are StringIds
+references, times in ns) and filled with the bundled run's real kernels and phase ranges. Reading it
+back must give the same timeline the torch backend produced: names, times, launch dims, phase and step.
+"""
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kernelbook.capture.nsys import NVTX_PUSHPOP, read_nsys_sqlite
+
+# Columns as in the Nsight Systems "SQLite Export Schema Reference" (the ones the reader uses, plus
+# neighbours, all NOT NULL as exported except the optional name references).
+SCHEMA = """
+CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT NOT NULL, end INT NOT NULL, deviceId INT NOT NULL,
+  contextId INT NOT NULL, streamId INT NOT NULL, correlationId INT, globalPid INT, demangledName INT NOT NULL,
+  shortName INT NOT NULL, mangledName INT, launchType INT, cacheConfig INT, registersPerThread INT NOT NULL,
+  gridX INT NOT NULL, gridY INT NOT NULL, gridZ INT NOT NULL, blockX INT NOT NULL, blockY INT NOT NULL,
+  blockZ INT NOT NULL, staticSharedMemory INT NOT NULL, dynamicSharedMemory INT NOT NULL,
+  localMemoryPerThread INT NOT NULL, localMemoryTotal INT NOT NULL, gridId INT NOT NULL,
+  sharedMemoryExecuted INT, graphNodeId INT, sharedMemoryLimitConfig INT);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT NOT NULL, end INT NOT NULL, deviceId INT NOT NULL,
+  contextId INT NOT NULL, streamId INT NOT NULL, correlationId INT, globalPid INT, bytes INT NOT NULL,
+  copyKind INT NOT NULL, deprecatedSrcId INT, srcKind INT, dstKind INT, srcDeviceId INT, srcContextId INT,
+  dstDeviceId INT, dstContextId INT, migrationCause INT, graphNodeId INT);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INT NOT NULL, end INT NOT NULL, deviceId INT NOT NULL,
+  contextId INT NOT NULL, streamId INT NOT NULL, correlationId INT, globalPid INT, value INT NOT NULL,
+  bytes INT NOT NULL, graphNodeId INT, memKind INT);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT NOT NULL, end INT NOT NULL, eventClass INT NOT NULL,
+  globalTid INT, correlationId INT, nameId INT NOT NULL, returnValue INT NOT NULL, callchainId INT);
+CREATE TABLE NVTX_EVENTS (start INT NOT NULL, end INT, eventType INT NOT NULL, rangeId INT, category INT,
+  color INT, text TEXT, globalTid INT, endGlobalTid INT, textId INT, domainId INT, uint64Value INT,
+  int64Value INT, doubleValue REAL, uint32Value INT, int32Value INT, floatValue REAL, jsonTextId INT,
+  jsonText TEXT);
+"""
+COPY_KIND = {"HtoD": 1, "DtoH": 2, "DtoD": 8}  # CUpti_ActivityMemcpyKind
+
+
+def _dims(s):
+    return [int(x) for x in s.split("x")]
+
+
+@pytest.fixture(scope="module")
+def nsys_db(tmp_path_factory, run):
+    tl, ph = run.timeline, run.phases
+    path = tmp_path_factory.mktemp("nsys") / "timeline.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript(SCHEMA)
+    strings = {s: i for i, s in enumerate(pd.unique(pd.concat([tl.name, ph.phase])))}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
+    kern, cpy, mset, rt = [], [], [], []
+    for corr, r in enumerate(tl.itertuples(index=False)):
+        rt.append((int(r.launch_ns), int(r.launch_ns) + 2000, 1, 1, corr, 0, 0, None))
+        common = (r.start_ns, r.end_ns, 0, 1, r.stream, corr, 1)
+        if r.kind == "kernel":
+            g, b = _dims(r.grid), _dims(r.block)
+            kern.append((*common, strings[r.name], strings[r.name], None, 0, 0, r.registers, *g, *b,
+                         r.shared_bytes, 0, 0, 0, corr, 0, None, None))
+        elif r.kind == "memcpy":
+            cpy.append((*common, 1024, COPY_KIND[r.name.split()[1]], *([None] * 9)))
+        else:
+            mset.append((*common, 0, 1024, None, None))
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * 27)})", kern)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({','.join('?' * 18)})", cpy)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES ({','.join('?' * 11)})", mset)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES ({','.join('?' * 8)})", rt)
+    # the worker's hooks push registered-string ranges named after the phase (text NULL, textId set)
+    con.executemany(
+        f"INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, text, globalTid, textId) VALUES (?,?,?,?,?,?,?)",
+        [(r.start_ns, r.end_ns, NVTX_PUSHPOP, 0, None, 1, strings[r.phase]) for r in ph.itertuples()])
+    con.commit()
+    con.close()
+    return path
+
+
+def test_nsys_sql_reads_back_the_same_timeline(nsys_db, run):
+    got, phases = read_nsys_sqlite(nsys_db)
+    want = run.timeline
+    assert len(got) == len(want) == 53420
+    cols = ["kind", "start_ns", "duration_ns", "stream", "phase", "step"]
+    pd.testing.assert_frame_equal(got[cols].reset_index(drop=True), want[cols].reset_index(drop=True),
+                                  check_dtype=False)
+    k, wk = got[got.kind == "kernel"], want[want.kind == "kernel"]
+    assert (k.name.to_numpy() == wk.name.to_numpy()).all()
+    assert (k.grid.to_numpy() == wk.grid.to_numpy()).all() and (k.registers.to_numpy() == wk.registers.to_numpy()).all()
+    assert k.launch_ns.dtype == np.float64
+    assert np.abs(k.launch_ns.to_numpy() - wk.launch_ns.to_numpy()).max() < 1.0  # ns, int in the database
+    # memcpy names carry the direction from copyKind
+    assert set(got.loc[got.kind == "memcpy", "name"]) == {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD"}
+    # phases: the same steps in the same order (decode numbered 1..63 after prefill)
+    assert phases[["phase", "step", "start_ns", "end_ns"]].equals(run.phases[["phase", "step", "start_ns", "end_ns"]])
+
+
+def test_a_database_without_kernel_activity_says_how_to_fix_it(tmp_path):
+    path = tmp_path / "empty.sqlite"
+    sqlite3.connect(path).executescript("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);")
+    with pytest.raises(ValueError, match="-t cuda"):
+        read_nsys_sqlite(path)

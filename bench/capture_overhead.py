@@ -1,50 +1,53 @@
 """Timeline capture overhead on a GPU: profiled generate wall time ÷ plain generate wall time.
 
-Runs the bundled workload once per profiler configuration in one process (same model, same inputs),
-so the ratios compare like with like. Usage (GPU machine): python bench/capture_overhead.py [params]
-Prints a table and writes bench/out/capture_overhead.json.
+One process, one model, one set of inputs. Plain and profiled generates alternate (plain, then each
+profiler configuration, repeated `pairs` times), so drift in clocks or host load hits both sides; the
+figure per configuration is the median over pairs of profiled ÷ the plain run just before it.
+Usage (GPU machine): python bench/capture_overhead.py [params] [pairs]  → bench/out/capture_overhead.json
 """
 from __future__ import annotations
 
 import json
+import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 
-def main(params_path: str = "params/default.yaml") -> None:
+def main(params_path: str = "params/default.yaml", pairs: str = "5") -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from kernelbook import params as P
     from kernelbook.capture.run import _timed_generate, prepare
-    from kernelbook.measure import summarize
 
     params = P.load(params_path, consumer="capture")
     wl, tracker, _ = prepare(params)
-    plain = summarize([_timed_generate(wl) for _ in range(5)])
     configs = {
-        "cpu+cuda, record_shapes (kernelbook default)": dict(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                                                            record_shapes=True),
+        "cpu+cuda, record_shapes (kernelbook)": dict(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                                     record_shapes=True),
         "cpu+cuda, no shapes": dict(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]),
         "cuda only": dict(activities=[ProfilerActivity.CUDA]),
     }
-    rows = []
-    for label, kw in configs.items():
-        times = []
-        for _ in range(3):
+    plain, ratios, prof_s = [], {c: [] for c in configs}, {c: [] for c in configs}
+    for _ in range(int(pairs)):
+        for label, kw in configs.items():
+            p = _timed_generate(wl)
             with profile(**kw):
-                times.append(_timed_generate(wl, tracker))
-        m = summarize(times)
-        rows.append({"config": label, "profiled_s": m.median_s, "spread": m.spread,
-                     "ratio": m.median_s / plain.median_s})
-    out = {"device": torch.cuda.get_device_name(0), "plain_s": plain.median_s, "plain_spread": plain.spread,
-           "rows": rows}
+                s = _timed_generate(wl, tracker)
+            plain.append(p)
+            prof_s[label].append(s)
+            ratios[label].append(s / p)
+    rows = [{"config": c, "profiled_s": statistics.median(prof_s[c]), "ratio_median": statistics.median(r),
+             "ratio_min": min(r), "ratio_max": max(r)} for c, r in ratios.items()]
+    out = {"device": torch.cuda.get_device_name(0), "pairs": int(pairs), "plain_s_median": statistics.median(plain),
+           "plain_s_min": min(plain), "plain_s_max": max(plain), "rows": rows}
     for r in rows:
-        print(f"{r['config']:45s} {r['profiled_s']:.3f} s  ratio {r['ratio']:.2f}")
-    print(f"plain generate {plain.median_s:.3f} s (spread {plain.spread:.1%}) on {out['device']}")
+        print(f"{r['config']:40s} {r['profiled_s']:.3f} s  ratio {r['ratio_median']:.2f} "
+              f"(min {r['ratio_min']:.2f}, max {r['ratio_max']:.2f})")
+    print(f"plain generate median {out['plain_s_median']:.3f} s (min {min(plain):.3f}, max {max(plain):.3f}) "
+          f"on {out['device']}")
     Path("bench/out").mkdir(parents=True, exist_ok=True)
     Path("bench/out/capture_overhead.json").write_text(json.dumps(out, indent=1))
 

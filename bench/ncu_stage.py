@@ -3,10 +3,13 @@
 Re-runs only the ncu stage of an existing run for each top-N, into throwaway copies of the run, so
 the cost per distinct kernel is measured on one machine in one session.
 Usage: python bench/ncu_stage.py data/runs/<run-id> 10 20 40   → bench/out/ncu_stage.json
+KB_NCU_TIMEOUT_S=<s> cuts each stage at that time limit (checks that a cut-off capture keeps what ncu
+profiled); the per-kernel statuses then go to bench/out/ncu_stage_kernels.csv.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -17,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
 
 def main(run: str, *ns: str) -> None:
+    import pandas as pd
+
+    from kernelbook.capture.ncu import NcuError
     from kernelbook.capture.ncu_stage import ncu_stage
 
     base = json.loads((Path(run) / "manifest.json").read_text())
@@ -27,13 +33,23 @@ def main(run: str, *ns: str) -> None:
             d.mkdir()
             shutil.copy(Path(run) / "timeline.parquet", d)
             params = {**base["params"], "ncu_top_n": n}
+            if os.environ.get("KB_NCU_TIMEOUT_S"):
+                params["ncu_timeout_s"] = int(os.environ["KB_NCU_TIMEOUT_S"])
             manifest = {"params": params}
             t = time.perf_counter()
-            ncu_stage(params, d, manifest)
+            try:
+                ncu_stage(params, d, manifest)
+            except NcuError as e:  # nothing profiled at all: still report the row
+                print(f"top {n}: {e}", flush=True)
             wall = time.perf_counter() - t
             ph = manifest["ncu"]["phases"]["decode"]
             rows.append({"top_n": n, "wall_s": wall, "results": ph["results"], "profiled": ph["profiled"],
-                         "ncu_wall_s": ph["wall_s"]})
+                         "ncu_wall_s": ph["wall_s"], "error": ph["error"],
+                         "timeout_s": params["ncu_timeout_s"]})
+            k = pd.read_parquet(d / "ncu" / "kernels.parquet")
+            Path("bench/out").mkdir(parents=True, exist_ok=True)
+            k[["kernel_id", "name", "status"]].assign(top_n=n).to_csv(
+                "bench/out/ncu_stage_kernels.csv", mode="a", index=False)
             print(rows[-1], flush=True)
             Path("bench/out").mkdir(parents=True, exist_ok=True)
             Path("bench/out/ncu_stage.json").write_text(json.dumps(rows, indent=1))

@@ -11,8 +11,11 @@ from kernelbook import params as P
 from kernelbook.runner import BookError, list_chapters, render_book
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-TITLES = {"00_setup": "00 · Setup", "01_timeline": "01 · Timeline", "02_ncu": "02 · Nsight Compute"}
-FIGURES = {"00_setup": 0, "01_timeline": 5, "02_ncu": 1}
+TITLES = {"00_setup": "00 · Setup", "01_timeline": "01 · Timeline", "02_ncu": "02 · Nsight Compute",
+          "03_histograms": "03 · Histograms", "04_roofline": "04 · Roofline", "05_classification": "05 · Classification",
+          "06_npu": "06 · NPU what-if"}
+FIGURES = {"00_setup": 0, "01_timeline": 5, "02_ncu": 1, "03_histograms": 1, "04_roofline": 3,
+           "05_classification": 0, "06_npu": 1}
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +77,16 @@ def test_cli_book_exit_code_for_failed_chapter(tmp_path):
                            str(tmp_path / "out"), "--chapters", "01_timeline"], capture_output=True, text=True,
                           cwd=REPO)
     assert proc.returncode == 1 and "chapter 01_timeline failed" in proc.stderr
+
+
+def test_report_md_holds_the_profiler_output_contract(report):
+    text = (report / "report.md").read_text()
+    assert text.startswith("Profile: deepseek-ocr-2 [h200-deepseek-ocr-2]")
+    assert "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |" in text
+    tops = [ln for ln in text.splitlines() if ln.startswith("- ") and "— est. " in ln and "— trigger: " in ln]
+    assert len(tops) == 3  # decode is the one profiled phase: its top 3
+
+
+def test_kernel_explorer_degrades_to_static_cards_in_html(report):
+    html = (report / "05_classification.html").read_text()
+    assert html.count("<details><summary><b>k0") == 20  # one card per profiled decode kernel

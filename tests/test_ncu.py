@@ -32,6 +32,9 @@ def test_tensor_flops_of_the_decode_gemv_are_the_padded_tile(report):
     assert d.loc[2, "flops_tensor"] == 0
     assert d.loc[0, "duration_ns"] == 5504
     assert d.loc[0, "intensity_dram"] == pytest.approx(d.loc[0, "flops"] / d.loc[0, "dram_bytes"])
+    # ncu reports the DRAM rate in byte/s; the column is GB/s and agrees with bytes ÷ duration
+    for i in d.index:
+        assert d.loc[i, "dram_gbps"] == pytest.approx(d.loc[i, "dram_bytes"] / d.loc[i, "duration_ns"], rel=0.02)
 
 
 def test_corrupt_and_truncated_reports_are_clear_errors(tmp_path):

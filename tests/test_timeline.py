@@ -74,3 +74,14 @@ def test_every_bundled_kernel_has_identity(run):
     assert run.timeline.friendly_name.notna().all()
     assert short_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<int, 4>(int)") == \
         "CatArrayBatchedCopy"
+
+
+def test_nocast_elementwise_kernels_are_not_casts(run):
+    """`gpu_kernel_impl_nocast<...MulFunctor...>` is a multiply, not a dtype cast (seen in the bundled run)."""
+    from kernelbook.analyze.kernels import category_of, friendly_name
+
+    names = [n for n in run.timeline.name.unique() if "gpu_kernel_impl_nocast" in n and "MulFunctor" in n]
+    assert names
+    for n in names:
+        assert category_of(n).value == "elementwise"
+        assert friendly_name(n).startswith("Elementwise Multiply")

@@ -37,3 +37,60 @@ def md(text: str):
     from IPython.display import Markdown
 
     return Markdown(text)
+
+
+class MissingDataError(RuntimeError):
+    """The run lacks what a chapter needs; the message says which capture step produces it."""
+
+
+def require_ncu(kernels, run_dir: str):
+    """The run's profiled-kernel table, or one clear error naming the capture step that makes it."""
+    if kernels is None or len(kernels) == 0 or not (kernels.status == "profiled").any():
+        raise MissingDataError(f"{run_dir} has no profiled ncu kernels (ncu/kernels.parquet). This chapter needs "
+                               "the ncu stage: capture with ncu_top_n > 0 on a machine where ncu can read counters.")
+    return kernels
+
+
+def explorer(cards: dict[str, dict]):
+    """A kernel picker in JupyterLab (ipywidgets) that degrades to static cards in the HTML.
+
+    One output carries both: the widget view (what JupyterLab renders when the kernel is live) and a
+    text/html fallback listing every card (what nbconvert writes, as no widget state is saved)."""
+    from IPython.display import display
+
+    static = "".join(f"<details><summary><b>{html_escape(k)}</b> — {html_escape(c['class'])}</summary>"
+                     f"<p><code>{html_escape(c['name'])}</code></p>{c['metrics'].to_html(float_format=_fmt)}"
+                     f"{c['roofline'].to_html(index=False, float_format=_fmt) if len(c['roofline']) else ''}"
+                     "</details>" for k, c in cards.items())
+    bundle = {"text/html": f"<div class='kb-explorer'>{static}</div>",
+              "text/plain": f"{len(cards)} kernels (open in JupyterLab for the picker)"}
+    try:
+        import ipywidgets as W
+    except ImportError:
+        display(bundle, raw=True)
+        return
+    pick = W.Dropdown(options=list(cards), description="kernel", layout=W.Layout(width="70%"))
+    out = W.Output()
+
+    def show(*_):
+        c = cards[pick.value]
+        out.clear_output()
+        with out:
+            display(md(f"**{c['class']}**\n\n`{c['name']}`"), c["metrics"], c["roofline"])
+
+    pick.observe(show, names="value")
+    show()
+    box = W.VBox([pick, out])
+    bundle["application/vnd.jupyter.widget-view+json"] = {"version_major": 2, "version_minor": 0,
+                                                          "model_id": box.model_id}
+    display(bundle, raw=True)
+
+
+def html_escape(s) -> str:
+    import html
+
+    return html.escape(str(s))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.3g}" if abs(x) < 1e4 else f"{x:.3e}"

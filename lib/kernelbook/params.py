@@ -15,7 +15,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED_RUN = "data/runs/h200-deepseek-ocr-2"
 CAPTURE = "capture"
-CHAPTERS = ("00_setup", "01_timeline", "02_ncu")
+CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu")
 ALL_CHAPTERS = CHAPTERS
 PHASE_NAMES = ("vision_encode", "prefill", "decode")
 
@@ -130,11 +130,21 @@ SCHEMA: dict[str, Param] = {
     "lock_clocks": Param(bool, False, (CAPTURE, "00_setup"),
                          "lock GPU clocks with scripts/lock-gpu-clock.sh for the capture (own machines only)"),
     # --- book (any machine) ---
-    "run_dir": Param(str, BUNDLED_RUN, ("00_setup", "01_timeline", "02_ncu"), "run directory the chapters read",
+    "run_dir": Param(str, BUNDLED_RUN, ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline",
+                                        "05_classification", "06_npu"), "run directory the chapters read",
                  check=_run_dir),
     "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",
                     check=_device, nullable=True),
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),
+    "phase": Param(str, "decode", ("03_histograms", "04_roofline", "05_classification"),
+                   "phase whose profiled kernels the analysis chapters show", choices=PHASE_NAMES),
+    "high_pct": Param((int, float), 60.0, ("05_classification",), "throughput % counted as high", min=0, max=100),
+    "low_pct": Param((int, float), 30.0, ("05_classification",), "throughput % counted as low", min=0, max=100),
+    "l2_hit_min_pct": Param((int, float), 80.0, ("05_classification",), "L2 hit % below which locality is flagged",
+                            min=0, max=100),
+    "mem_latency_cycles": Param((int, float), 800.0, ("05_classification", "06_npu"),
+                                "global-memory latency assumed by S_min and Little's law (SM cycles)",
+                                min=50, max=10000),
 }
 
 

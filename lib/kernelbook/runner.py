@@ -58,6 +58,7 @@ def _html(executed: Path, out_html: Path) -> None:
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(executed, as_version=4)
+    _static_widgets(nb)
     exp = HTMLExporter(template_name="lab")
     exp.exclude_input = True
     exp.exclude_input_prompt = True
@@ -68,6 +69,20 @@ def _html(executed: Path, out_html: Path) -> None:
               f'<script src="{PLOTLY_JS}"></script><script>window.define=window.__kbdef;</script>')
     body = body.replace("<head>", "<head>\n" + loader, 1)
     out_html.write_text(body)
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _static_widgets(nb) -> None:
+    """The shared HTML is offline: a live widget cannot render there (its manager loads from a CDN),
+    so outputs that carry a static text/html fallback keep only that, and widget state is dropped."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW in data and "text/html" in data:
+                del data[WIDGET_VIEW]
 
 
 def _summary(executed: Path) -> str:
@@ -136,6 +151,14 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         if error is not None:
             failed = (nb.stem, error)
             break
+    if not failed and any(e["stem"] == "05_classification" for e in entries):
+        from .analyze.classify import Rules, report_for_run
+
+        rules = Rules(*(params.get(k, d) for k, d in (("high_pct", 60.0), ("low_pct", 30.0),
+                                                       ("l2_hit_min_pct", 80.0), ("mem_latency_cycles", 800.0))))
+        text = report_for_run(run_dir, rules)
+        if text:
+            (stage / "report.md").write_text(text)
     _index(stage, run_id, params, entries, time.perf_counter() - t_all)
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
@@ -181,6 +204,7 @@ td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.
 <h1>kernelbook: {html.escape(run_id)}</h1>
 <p>{html.escape(str(manifest.get("params", {}).get("model", "?")))} on {html.escape(str(gpu_name))},
 captured {html.escape(str(manifest.get("created", "?")))}; rendered in {total_s:.0f} s.</p>{warn}
+{'<p>Profiler output contract: <a href="report.md">report.md</a></p>' if (stage / "report.md").exists() else ""}
 <table><tr><th>chapter</th><th>summary</th><th>render</th></tr>
 {rows}
 </table></body></html>

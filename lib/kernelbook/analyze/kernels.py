@@ -138,7 +138,7 @@ def category_of(name: str, op: str | None = None) -> Category:
         return Category.REDUCTION
     if re.search(r"index|gather|scatter|embedding|masked_scatter|take|put_|nonzero", low):
         return Category.GATHER
-    if re.search(r"copy|cast|cat_|catarray|contiguous|transpose|permute|direct_copy|unrolled_elementwise.*copy|"
+    if re.search(r"copy|(?<!no)cast|cat_|catarray|contiguous|transpose|permute|direct_copy|unrolled_elementwise.*copy|"
                  r"bf16_copy|float8_copy", low) or opl in ("aten::copy_", "aten::to", "aten::cat",
                                                             "aten::contiguous", "aten::_to_copy", "aten::clone"):
         return Category.COPY

@@ -27,6 +27,8 @@ SECTIONS = (
 # Byte counters per memory level for the hierarchical roofline, and local-memory traffic (spills).
 EXTRA_METRICS = (
     "dram__bytes.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
+    # per-cycle peaks of the same counters: the hierarchical roofline's L2 and L1 roofs
+    "lts__t_bytes.sum.peak_sustained", "l1tex__t_bytes.sum.peak_sustained",
     "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
     # CUDA-core FLOP counters as totals (the roofline sections report them only as rates)
     *(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"

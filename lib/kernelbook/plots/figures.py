@@ -57,3 +57,152 @@ def fidelity_scatter(fid: pd.DataFrame) -> go.Figure:
     hi = float(np.nanmax([fid.timeline_median_us.max(), fid.ncu_us.max()]))
     fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(dash="dot")))
     return fig
+
+
+def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
+    """The 13 metric histograms, small multiples: % of kernels and % of time per bin, side by side."""
+    from plotly.subplots import make_subplots
+
+    metrics = list(dict.fromkeys(hist.metric))
+    cols = 3
+    rows = -(-len(metrics) // cols)
+    cap = captions.set_index("metric")["caption"].to_dict()
+    unit = hist.drop_duplicates("metric").set_index("metric")["unit"].to_dict()
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{m} ({unit[m]})" for m in metrics],
+                        vertical_spacing=0.06, horizontal_spacing=0.06)
+    for i, m in enumerate(metrics):
+        h = hist[hist.metric == m]
+        label = [f"{lo:.3g}–{hi:.3g}" for lo, hi in zip(h.bin_lo, h.bin_hi)]
+        r, c = i // cols + 1, i % cols + 1
+        for col, name, colour in (("count_pct", "% of kernels", "#7f9cc2"), ("time_pct", "% of time", "#d9822b")):
+            fig.add_bar(x=label, y=h[col], name=name, marker_color=colour, legendgroup=name, showlegend=i == 0,
+                        hovertemplate=f"{m} %{{x}}: %{{y:.1f}} {name}<br>{cap.get(m, '')}<extra></extra>", row=r, col=c)
+        fig.update_xaxes(showticklabels=False, row=r, col=c)
+    fig.update_layout(template=TEMPLATE, barmode="group", height=260 * rows, bargap=0.15,
+                      title="Metric histograms of the profiled kernels: by count and by time (hover a bar for its range)",
+                      legend=dict(orientation="h", y=1.02, x=0.6))
+    return fig
+
+
+CATEGORY_COLOURS = px.colors.qualitative.Safe
+
+
+def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.Figure:
+    """FLOP/s vs FLOP/byte, log-log: compute roofs (tensor and CUDA core), bandwidth roofs per level,
+    measured ceilings dashed; points at DRAM (circle), L2 (square), L1 (diamond); size = time share."""
+    p = points[points.phase == phase]
+    fig = go.Figure()
+    xs = np.logspace(-3, 6, 200)
+    for label, peak in roofs.compute.items():
+        if label.startswith("tensor") and label not in ("tensor bf16",) and label not in set(p.compute_roof):
+            continue
+        fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, peak), mode="lines", name=f"{label} roof",
+                                 line=dict(width=1.5, color="#444" if "tensor" in label else "#999")))
+    dashes = {"dram": "solid", "l2": "dash", "l1": "dot"}
+    for lvl, bw in roofs.bandwidth.items():
+        top = max(roofs.compute.values())
+        x = xs[bw * xs <= top]
+        fig.add_trace(go.Scatter(x=x, y=bw * x, mode="lines", name=f"{lvl.upper()} {bw / 1e9:,.0f} GB/s",
+                                 line=dict(width=1.5, dash=dashes[lvl], color="#2b6cb0")))
+    for label, v in roofs.measured.items():
+        if "TFLOP" in label:
+            fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, v), mode="lines", name=label,
+                                     line=dict(width=1, dash="dash", color="#c05621")))
+    symbols = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
+    cats = sorted(p.category.dropna().unique())
+    for j, cat in enumerate(cats):
+        for lvl, sym in symbols.items():
+            q = p[(p.category == cat) & (p.level == lvl)]
+            if q.empty:
+                continue
+            fig.add_trace(go.Scatter(
+                x=q.intensity, y=q.flops_per_s, mode="markers", name=f"{cat} @ {lvl}", legendgroup=cat,
+                marker=dict(symbol=sym, size=8 + 40 * np.sqrt(q.share), color=CATEGORY_COLOURS[j % 11],
+                            line=dict(width=2, color=np.where(q.above_roof, "red", "white"))),
+                customdata=np.c_[q.friendly_name, q.duration_us, q.pct_of_roof.round(1), q.kernel_id],
+                hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3g} FLOP/s"
+                              "<br>%{customdata[1]:.1f} µs, %{customdata[2]} % of roof<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, height=560, title=f"Physical roofline, {phase} (marker size = time share; "
+                      "red outline = above its roof)", xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
+                      yaxis=dict(type="log", title="achieved FLOP/s", range=[8, 15.5]))
+    return fig
+
+
+def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
+    """ncu speed-of-light view: fraction of peak memory throughput vs fraction of peak SM throughput."""
+    n = norm[norm.phase == phase]
+    fig = px.scatter(n, x="memory_frac", y="compute_frac", color="category", size=np.sqrt(n.share) + 0.02,
+                     hover_name="friendly_name", hover_data={"duration_us": ":.1f", "kernel_id": True},
+                     template=TEMPLATE, height=480, range_x=[0, 1.05], range_y=[0, 1.05],
+                     color_discrete_sequence=CATEGORY_COLOURS,
+                     labels={"memory_frac": "memory throughput (fraction of peak)",
+                             "compute_frac": "SM throughput (fraction of peak)"},
+                     title=f"Normalized roofline, {phase}: every kernel sits in the unit square; the corners "
+                           "are the roofs (size = time share)")
+    fig.add_shape(type="line", x0=0, y0=0, x1=1, y1=1, line=dict(dash="dot", color="#aaa"))
+    return fig
+
+
+def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode", cols: int = 4) -> go.Figure:
+    """One small log-log roofline per profiled kernel with FLOPs: its DRAM, L2 and L1 points and the roofs
+    that apply to it."""
+    from plotly.subplots import make_subplots
+
+    p = points[points.phase == phase]
+    ids = list(dict.fromkeys(p.sort_values("share", ascending=False).kernel_id))
+    rows = -(-len(ids) // cols)
+    names = p.drop_duplicates("kernel_id").set_index("kernel_id").friendly_name
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{k} {names[k][:28]}" for k in ids],
+                        vertical_spacing=0.08, horizontal_spacing=0.05)
+    xs = np.logspace(-3, 6, 60)
+    colours = {"DRAM": "#2b6cb0", "L2": "#38a169", "L1": "#805ad5"}
+    for i, kid in enumerate(ids):
+        q = p[p.kernel_id == kid]
+        r, c = i // cols + 1, i % cols + 1
+        cpeak = roofs.compute[q.compute_roof.iloc[0]]
+        for lvl, bw in roofs.bandwidth.items():
+            name = lvl.upper()
+            fig.add_trace(go.Scatter(x=xs, y=np.minimum(cpeak, bw * xs), mode="lines", showlegend=i == 0,
+                                     name=f"{name} roof", legendgroup=name, line=dict(width=1, color=colours[name])),
+                          row=r, col=c)
+        for _, pt in q.iterrows():
+            fig.add_trace(go.Scatter(x=[pt.intensity], y=[pt.flops_per_s], mode="markers", showlegend=False,
+                                     marker=dict(size=9, color=colours[pt.level],
+                                                 line=dict(width=2, color="red" if pt.above_roof else "white")),
+                                     hovertemplate=f"{pt.level}: {pt.intensity:.3g} FLOP/B, {pt.flops_per_s:.3g} FLOP/s, "
+                                                   f"{pt.pct_of_roof:.1f} % of roof<extra></extra>"), row=r, col=c)
+        fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
+        fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1)
+    fig.update_layout(template=TEMPLATE, height=240 * rows, title=f"Per-kernel rooflines, {phase} "
+                      "(x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)")
+    return fig
+
+
+def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
+    """One panel per swept resource: decode ms/token and prefill ms vs the resource (log x), per dispatch mode;
+    knees marked."""
+    from plotly.subplots import make_subplots
+
+    sweeps = list(dict.fromkeys(sens.sweep))
+    fig = make_subplots(rows=len(sweeps), cols=2, subplot_titles=[f"{ph}: {s}" for s in sweeps
+                                                                  for ph in ("decode ms/token", "prefill ms")],
+                        vertical_spacing=0.05)
+    colours = dict(zip(sorted(sens.dispatch.unique()), ("#d9822b", "#2b6cb0")))
+    for i, sw in enumerate(sweeps):
+        for j, ph in enumerate(("decode", "prefill")):
+            for disp, col in colours.items():
+                q = sens[(sens.sweep == sw) & (sens.phase == ph) & (sens.dispatch == disp)]
+                fig.add_trace(go.Scatter(x=q.x, y=q.ms, mode="lines", name=disp, legendgroup=disp,
+                                         showlegend=i == 0 and j == 0, line=dict(color=col)), row=i + 1, col=j + 1)
+                kn = knees[(knees.sweep == sw) & (knees.phase == ph) & (knees.dispatch == disp)]
+                if len(kn) and kn.knee_x.iloc[0] == kn.knee_x.iloc[0]:
+                    y = float(np.interp(kn.knee_x.iloc[0], q.x, q.ms))
+                    fig.add_trace(go.Scatter(x=[kn.knee_x.iloc[0]], y=[y], mode="markers", showlegend=False,
+                                             marker=dict(size=9, color=col, symbol="circle-open", line=dict(width=2)),
+                                             hovertemplate=f"knee: %{{x:.3g}}<extra>{disp}</extra>"),
+                                  row=i + 1, col=j + 1)
+            fig.update_xaxes(type="log", row=i + 1, col=j + 1)
+            fig.update_yaxes(type="log", row=i + 1, col=j + 1)
+    fig.update_layout(template=TEMPLATE, height=260 * len(sweeps), title="What-if sensitivity on the measured GPU",
+                      legend=dict(orientation="h", y=1.01, x=0.5))
+    return fig

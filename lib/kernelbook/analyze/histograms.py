@@ -1,0 +1,93 @@
+"""Chapter 03's analysis: the reference report's 13 metric histograms, by kernel count and by time.
+
+Each profiled kernel is one sample; its time weight is its share of the phase's kernel time (all
+launches of that kernel), so "by time" answers "where does the time go" and "by count" answers
+"what is a typical kernel like".
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# column, title, unit, threshold for the caption's "time share above" (None: no threshold)
+HISTOGRAMS = [
+    ("sm_pct", "SM throughput", "% of peak", 60),
+    ("dram_pct", "DRAM throughput", "% of peak", 70),
+    ("memory_pct", "Memory throughput", "% of peak", 60),
+    ("dram_gbps", "Memory throughput (DRAM)", "GB/s", None),
+    ("l1_hit_pct", "L1 hit rate", "%", 50),
+    ("l1_pct", "L1 throughput", "% of peak", 60),
+    ("l2_hit_pct", "L2 hit rate", "%", 80),
+    ("l2_pct", "L2 throughput", "% of peak", 60),
+    ("achieved_occupancy_pct", "Achieved occupancy", "% of max warps", 25),
+    ("theoretical_occupancy_pct", "Theoretical occupancy", "% of max warps", 25),
+    ("duration_us", "Duration (one launch)", "µs", None),
+    ("mem_busy_pct", "Memory busy", "% of peak", 60),
+    ("max_bandwidth_pct", "Max bandwidth utilization", "% of peak", 60),
+]
+
+
+def histogram_table(kernels: pd.DataFrame, bins: int = 10) -> pd.DataFrame:
+    """Long format: metric, unit, bin_lo, bin_hi, count_pct, time_pct (each sums to 100 per metric)."""
+    k = kernels[kernels.status == "profiled"].assign(duration_us=lambda d: d.duration_ns / 1e3)
+    rows = []
+    for col, title, unit, _ in HISTOGRAMS:
+        v = k[col].astype(float)
+        ok = v.notna()
+        if not ok.any():
+            continue
+        v, w = v[ok], k.loc[ok, "share"]
+        if unit.startswith("%"):
+            edges = np.linspace(0, 100, bins + 1)
+        elif col == "duration_us":
+            edges = np.logspace(np.log10(max(v.min(), 0.1)), np.log10(v.max() * 1.0001), bins + 1)
+        else:
+            edges = np.linspace(0, v.max() * 1.0001 if v.max() > 0 else 1, bins + 1)
+        idx = np.clip(np.searchsorted(edges, v.to_numpy(), side="right") - 1, 0, bins - 1)
+        cnt = np.bincount(idx, minlength=bins)
+        tw = np.bincount(idx, weights=w.to_numpy(), minlength=bins)
+        for b in range(bins):
+            rows.append({"metric": title, "column": col, "unit": unit, "bin_lo": edges[b], "bin_hi": edges[b + 1],
+                         "count_pct": 100 * cnt[b] / cnt.sum(), "time_pct": 100 * tw[b] / tw.sum() if tw.sum() else 0})
+    return pd.DataFrame(rows)
+
+
+def captions(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per metric: unweighted median, time-weighted median, and the time share at or above the
+    threshold (the skill seed's "healthy" level where there is one)."""
+    k = kernels[kernels.status == "profiled"].assign(duration_us=lambda d: d.duration_ns / 1e3)
+    rows = []
+    for col, title, unit, thr in HISTOGRAMS:
+        v = k[col].astype(float)
+        ok = v.notna()
+        if not ok.any():
+            continue
+        v, w = v[ok], k.loc[ok, "share"]
+        row = {"metric": title, "unit": unit, "kernels": int(ok.sum()), "median": float(v.median()),
+               "time_weighted_median": weighted_median(v, w), "threshold": thr,
+               "time_pct_at_or_above": 100 * float(w[v >= thr].sum() / w.sum()) if thr is not None else np.nan}
+        row["caption"] = (f"median {row['median']:.1f} {unit} by count, {row['time_weighted_median']:.1f} by time"
+                          + (f"; {row['time_pct_at_or_above']:.0f} % of profiled time at or above {thr}"
+                             if thr is not None else ""))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def weighted_median(v: pd.Series, w: pd.Series) -> float:
+    """The value below which half the weight lies (lower weighted median)."""
+    order = np.argsort(v.to_numpy())
+    vs, ws = v.to_numpy()[order], w.to_numpy()[order]
+    cum = np.cumsum(ws)
+    return float(vs[np.searchsorted(cum, cum[-1] / 2)])
+
+
+def prose(cap: pd.DataFrame, phase: str = "decode") -> str:
+    c = cap.set_index("metric")
+    sm, dram, occ, l2 = (c.loc[m] for m in ("SM throughput", "DRAM throughput", "Achieved occupancy", "L2 hit rate"))
+    return (f"Across the {int(sm.kernels)} profiled {phase} kernels, SM throughput has a median of {sm['median']:.1f} % "
+            f"({sm.time_weighted_median:.1f} % by time) and only {sm.time_pct_at_or_above:.0f} % of the profiled "
+            f"time runs at ≥ 60 %. DRAM throughput: median {dram['median']:.1f} %, {dram.time_weighted_median:.1f} % "
+            f"by time; {dram.time_pct_at_or_above:.0f} % of the time is at ≥ 70 %. Achieved occupancy has a median of "
+            f"{occ['median']:.1f} % and L2 hit rate {l2['median']:.1f} % ({l2.time_pct_at_or_above:.0f} % of the time "
+            f"at ≥ 80 %). Counts and time disagree wherever a few long kernels dominate: read the time-weighted "
+            f"bars for where the time goes.")

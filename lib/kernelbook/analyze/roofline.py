@@ -1,0 +1,227 @@
+"""Rooflines from the ncu tables: roofs, per-kernel points at DRAM, L2 and L1, and what lies above a roof.
+
+Roofs come from `params/devices.yaml` (spec) and the run's manifest (measured GEMM and copy ceilings).
+The L2 and L1 roofs come from ncu's own per-cycle peak counters when the capture recorded them
+(`lts__t_bytes.sum.peak_sustained`, `l1tex__t_bytes.sum.peak_sustained` times the unit clock);
+otherwise the L2 roof is estimated from the run's counters (bytes/s ÷ L2 throughput %, from the
+kernel that loads L2 most, a lower bound on the true peak) and no L1 roof is drawn.
+
+A kernel's compute roof is the tensor-core peak of its dtype when it issues tensor FLOPs, else the
+CUDA-core fp32 peak. Attainable FLOP/s at intensity I on a level = min(compute roof, bandwidth × I).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+LEVELS = ("dram", "l2", "l1")
+LEVEL_LABEL = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
+ABOVE_TOLERANCE = 1.05  # a point more than 5 % above its roof is flagged, never silently drawn
+RELIABLE_PCT = 20.0     # L2 % of peak needed before a bytes/% ratio is trusted as a roof estimate
+
+
+@dataclass
+class Roofs:
+    compute: dict[str, float]                 # label -> FLOP/s
+    bandwidth: dict[str, float]               # level -> B/s (the roof used for points and flags)
+    measured: dict[str, float] = field(default_factory=dict)  # label -> FLOP/s or B/s, drawn dashed
+    notes: list[str] = field(default_factory=list)
+
+    def compute_for(self, row) -> tuple[str, float]:
+        """(label, FLOP/s) of the compute roof that applies to a kernel row."""
+        tensor = {c[len("flops_tensor_"):]: row.get(c, 0) or 0 for c in row.index if c.startswith("flops_tensor_")}
+        tensor = {k: v for k, v in tensor.items() if v > 0}
+        if tensor:
+            dt = max(tensor, key=tensor.get)
+            label = f"tensor {dt}"
+            if label in self.compute:
+                return label, self.compute[label]
+        return "CUDA-core fp32", self.compute["CUDA-core fp32"]
+
+    def table(self) -> pd.DataFrame:
+        rows = [{"roof": k, "value": v / 1e12, "unit": "TFLOP/s", "source": "devices.yaml (spec)"}
+                for k, v in self.compute.items()]
+        rows += [{"roof": f"{LEVEL_LABEL[k]} bandwidth", "value": v / 1e9, "unit": "GB/s",
+                  "source": self.sources.get(k, "devices.yaml (spec)")} for k, v in self.bandwidth.items()]
+        rows += [{"roof": k, "value": v / (1e12 if "TFLOP" in k else 1e9),
+                  "unit": "TFLOP/s" if "TFLOP" in k else "GB/s", "source": "manifest (measured)"}
+                 for k, v in self.measured.items()]
+        return pd.DataFrame(rows)
+
+    sources: dict = field(default_factory=dict)
+
+
+def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame | None = None) -> Roofs:
+    compute = {f"tensor {p}": device.peak_flops(p) for p in ("bf16", "fp16", "tf32", "fp8")
+               if device.tflops.get(p)}
+    compute["CUDA-core fp32"] = device.peak_flops("fp32")
+    bw = {"dram": device.dram_bytes_per_s}
+    sources = {"dram": "devices.yaml (spec)"}
+    notes = []
+    mp = manifest.get("measured_peaks") or {}
+    measured = {}
+    if mp.get("bf16_gemm_tflops"):
+        measured["bf16 GEMM (TFLOP/s, measured)"] = mp["bf16_gemm_tflops"] * 1e12
+    if mp.get("d2d_copy_gbps"):
+        measured["DRAM copy (GB/s, measured)"] = mp["d2d_copy_gbps"] * 1e9
+    for lvl, peak_metric, clock_metric in (("l2", "lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"),
+                                           ("l1", "l1tex__t_bytes.sum.peak_sustained",
+                                            "l1tex__cycles_elapsed.avg.per_second")):
+        v = _ncu_peak(metrics, peak_metric, clock_metric)
+        if v:
+            bw[lvl] = v
+            sources[lvl] = f"ncu {peak_metric} × unit clock (median over results)"
+    if "l2" not in bw:
+        est = l2_roof_estimate(kernels)
+        if est:
+            bw["l2"], kid, pct = est
+            sources["l2"] = f"estimated: {kid}'s L2 bytes/s ÷ its L2 throughput ({pct:.0f} %), a lower bound"
+            notes.append(f"The L2 roof ({bw['l2'] / 1e12:.1f} TB/s) is estimated from {kid}, the kernel that loads "
+                         f"L2 most ({pct:.0f} % of peak): its L2 bytes/s ÷ that percentage. This capture predates "
+                         "the L2 peak counter; newer captures read the roof from ncu directly.")
+    if "l1" not in bw:
+        notes.append("No L1 roof: this capture lacks ncu's L1 peak counter, and L1 throughput % mixes shared-"
+                     "memory and texture traffic, so bytes ÷ % is not a bandwidth. L1 points are drawn without a roof.")
+    r = Roofs(compute, bw, measured, notes)
+    r.sources = sources
+    return r
+
+
+def _ncu_peak(metrics: pd.DataFrame | None, peak_metric: str, clock_metric: str) -> float | None:
+    if metrics is None or not len(metrics):
+        return None
+    m = metrics[metrics.metric.isin([peak_metric, clock_metric])]
+    w = m.pivot_table(index="result_id", columns="metric", values="value", aggfunc="first")
+    if peak_metric not in w or clock_metric not in w:
+        return None
+    return float((w[peak_metric] * w[clock_metric]).median())
+
+
+def l2_roof_estimate(kernels: pd.DataFrame) -> tuple[float, str, float] | None:
+    k = kernels[(kernels.get("l2_pct", pd.Series(dtype=float)) >= RELIABLE_PCT) & (kernels.l2_bytes > 0)]
+    if k.empty:
+        return None
+    top = k.loc[k.l2_pct.idxmax()]
+    return float(top.l2_bytes_per_s / (top.l2_pct / 100)), str(top.kernel_id), float(top.l2_pct)
+
+
+def points(kernels: pd.DataFrame, r: Roofs) -> pd.DataFrame:
+    """Long format, one row per profiled kernel × memory level with FLOPs > 0: intensity (FLOP/B),
+    achieved FLOP/s, the attainable FLOP/s at that intensity, % of roof, bound, time share, above-roof flag."""
+    rows = []
+    k = kernels[(kernels.status == "profiled") & (kernels.flops > 0)]
+    for _, row in k.iterrows():
+        clabel, cpeak = r.compute_for(row)
+        for lvl in LEVELS:
+            b = row.get(f"{lvl}_bytes")
+            if not b or not np.isfinite(b) or b <= 0:
+                continue
+            inten = row.flops / b
+            bw = r.bandwidth.get(lvl)
+            roof = min(cpeak, bw * inten) if bw else np.nan
+            rows.append({
+                "phase": row.phase, "kernel_id": row.kernel_id, "friendly_name": row.get("friendly_name"),
+                "category": row.get("category"), "level": LEVEL_LABEL[lvl], "intensity": inten,
+                "flops_per_s": row.flops_per_s, "roof_flops_per_s": roof, "compute_roof": clabel,
+                "pct_of_roof": 100 * row.flops_per_s / roof if roof == roof else np.nan,
+                "bound": ("memory" if bw and bw * inten < cpeak else "compute") if bw else "no roof",
+                "share": row.share, "duration_us": row.duration_ns / 1e3,
+            })
+    p = pd.DataFrame(rows)
+    if len(p):
+        p["above_roof"] = p.pct_of_roof > 100 * ABOVE_TOLERANCE
+    return p
+
+
+def bandwidth_only(kernels: pd.DataFrame, r: Roofs) -> pd.DataFrame:
+    """Profiled kernels without FLOPs (copies, gathers, casts): no roofline point, so their place is
+    % of the bandwidth roof at each level."""
+    k = kernels[(kernels.status == "profiled") & ~(kernels.flops > 0)]
+    out = k[["phase", "kernel_id", "friendly_name", "category", "share", "duration_ns"]].copy()
+    out["duration_us"] = out.pop("duration_ns") / 1e3
+    for lvl in LEVELS:
+        bw = r.bandwidth.get(lvl)
+        out[f"{lvl}_pct_of_roof"] = 100 * k[f"{lvl}_bytes_per_s"] / bw if bw else np.nan
+    return out.reset_index(drop=True)
+
+
+def above_roof_causes(p: pd.DataFrame, kernels: pd.DataFrame, fidelity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every point above its roof, with the likely cause read from the data."""
+    if p.empty or not p.above_roof.any():
+        return pd.DataFrame(columns=["kernel_id", "friendly_name", "level", "pct_of_roof", "likely_cause"])
+    ratio = {} if fidelity is None else fidelity.set_index("kernel_id").get("tensor_flops_ratio", pd.Series()).to_dict()
+    kk = kernels.set_index("kernel_id")
+    rows = []
+    for _, q in p[p.above_roof].iterrows():
+        k = kk.loc[q.kernel_id]
+        rr = ratio.get(q.kernel_id, np.nan)
+        if rr == rr and rr > 1.05:
+            cause = (f"tensor FLOPs are {rr:.0f}× 2·M·N·K: the MMA tile pads the small dimension, so counted "
+                     "FLOP/s include padding work")
+        elif q.level == "DRAM" and (k.get("l2_hit_pct") or 0) > 80:
+            cause = (f"DRAM bytes undercounted: L2 hit {k.l2_hit_pct:.0f} % under ncu replay with --cache-control "
+                     "none keeps the data L2-resident, so DRAM intensity is inflated")
+        elif q.level == "L2" and "estimated" in q.get("compute_roof", ""):
+            cause = "the L2 roof is a lower-bound estimate"
+        else:
+            cause = ("clock above the spec table's assumption, or a roof value too low for this part "
+                     "(check devices.yaml)")
+        rows.append({"kernel_id": q.kernel_id, "friendly_name": q.friendly_name, "level": q.level,
+                     "pct_of_roof": q.pct_of_roof, "likely_cause": cause})
+    return pd.DataFrame(rows)
+
+
+def normalized(kernels: pd.DataFrame) -> pd.DataFrame:
+    """ncu speed-of-light coordinates: fraction of peak memory throughput (max over DRAM/L2/L1) and
+    fraction of peak SM throughput, per profiled kernel."""
+    k = kernels[kernels.status == "profiled"]
+    return pd.DataFrame({"phase": k.phase, "kernel_id": k.kernel_id, "friendly_name": k.get("friendly_name"),
+                         "category": k.get("category"), "memory_frac": k.memory_pct / 100,
+                         "compute_frac": k.sm_pct / 100, "share": k.share,
+                         "duration_us": k.duration_ns / 1e3}).reset_index(drop=True)
+
+
+def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode") -> str:
+    """What the rooflines say, computed: time-weighted % of roof, how many points are memory-side."""
+    if p.empty:
+        return "No profiled kernel issues FLOPs, so no roofline points can be drawn."
+    d = p[(p.level == "DRAM") & (p.phase == phase)]
+    if d.empty:
+        return f"No profiled {phase} kernel has DRAM bytes and FLOPs."
+    w = d.share / d.share.sum()
+    wmean = float((d.pct_of_roof * w).sum())
+    mem = d[d.bound == "memory"]
+    worst = d.sort_values("share", ascending=False).iloc[0]
+    parts = [f"In {phase}, the {len(d)} profiled kernels with FLOPs reach on average **{wmean:.1f} %** of their "
+             f"DRAM roof, weighted by time ({d.pct_of_roof.median():.1f} % unweighted median); "
+             f"{len(mem)} of them sit left of the ridge (memory side at DRAM intensity).",
+             f"The largest by time, {worst.friendly_name} ({100 * worst.share:.1f} % of {phase} kernel time), "
+             f"reaches {worst.pct_of_roof:.1f} % of its roof at {worst.intensity:,.1f} FLOP/B."]
+    if len(bw_only):
+        b = bw_only[bw_only.phase == phase]
+        if len(b):
+            parts.append(f"{len(b)} profiled kernels issue no FLOPs (copies, gathers, casts; "
+                         f"{100 * b.share.sum():.1f} % of {phase} kernel time): they appear in the table of "
+                         f"bandwidth-only kernels, at a median {b.dram_pct_of_roof.median():.1f} % of the DRAM roof.")
+    n_above = int(p.above_roof.sum())
+    parts.append(f"{n_above} point{'s' if n_above != 1 else ''} lie more than 5 % above a roof"
+                 + (" and are listed with their likely cause below." if n_above else "."))
+    return "\n\n".join(parts)
+
+
+def profiled_kernels(run) -> pd.DataFrame:
+    """The run's ncu kernel rows with identity columns (friendly name, category by work done, library)
+    from the timeline; empty frame when the run has no ncu stage."""
+    from .timeline import work_category
+
+    k = run.ncu_kernels()
+    if k is None:
+        return pd.DataFrame()
+    tl = run.timeline.assign(work=work_category(run.timeline))
+    ident = tl.drop_duplicates("name").set_index("name")[["friendly_name", "work", "library", "description"]]
+    k = k.drop(columns=[c for c in ("friendly_name", "category", "library", "description") if c in k])
+    k = k.join(ident, on="name").rename(columns={"work": "category"})
+    k["duration_us"] = k.duration_ns / 1e3
+    return k

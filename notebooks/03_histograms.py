@@ -1,0 +1,46 @@
+# %% [markdown]
+# # 03 · Histograms: what the profiled kernels look like
+#
+# The reference report's 13 metric distributions over the profiled kernels of one phase, each twice:
+# by kernel count (what a typical kernel is like) and weighted by time (where the time goes; a
+# kernel's weight is its share of the phase's kernel time, all launches). Percentages are of the
+# device's sustained peak as ncu reports it.
+
+# %% tags=["parameters"]
+run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
+phase: str = "decode"  # phase whose profiled kernels are shown
+
+# %%
+from kernelbook import notebook as kb
+from kernelbook.analyze import histograms as H
+from kernelbook.analyze.roofline import profiled_kernels
+from kernelbook.load.run import load_run
+from kernelbook.plots import figures as F
+
+kb.setup()
+r = load_run(run_dir)
+k = kb.require_ncu(profiled_kernels(r), run_dir)
+k = k[k.phase == phase]
+cap = H.captions(k)
+kb.summary(H.prose(cap, phase).split(". ")[0] + ".")
+
+# %%
+F.histogram_grid(H.histogram_table(k), cap)
+
+# %% [markdown]
+# ## Captions
+# Medians by count and by time, and the share of profiled time at or above the healthy level of the
+# profiling skill's table (where it has one).
+
+# %%
+cap[["metric", "unit", "kernels", "median", "time_weighted_median", "threshold", "time_pct_at_or_above"]]
+
+# %%
+kb.md(H.prose(cap, phase))
+
+# %% [markdown]
+# A caution on DRAM figures: ncu replays each kernel several times with `--cache-control` as
+# recorded in the manifest. With `none`, data a kernel touched in the first pass stays in the 60 MiB
+# L2 for the rest, so kernels whose working set fits in L2 (most decode kernels, including the
+# GEMVs' weight slices) show little DRAM traffic here, while in the real decode loop their weights
+# come from DRAM every token.

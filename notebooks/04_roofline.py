@@ -1,0 +1,83 @@
+# %% [markdown]
+# # 04 · Roofline: how far each kernel is from its roof
+#
+# Normalized (ncu's speed of light: fraction of peak memory vs fraction of peak SM throughput) and
+# physical (FLOP/s vs FLOP/byte, log-log) rooflines for the profiled kernels of one phase. Compute
+# roofs are the tensor-core peak of the kernel's dtype (when it issues tensor FLOPs) or the CUDA-core
+# fp32 peak, from `params/devices.yaml`; measured ceilings from the manifest are drawn dashed. Each
+# kernel has a point per memory level (DRAM, L2, L1): same FLOP/s, intensity over that level's bytes.
+
+# %% tags=["parameters"]
+run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
+phase: str = "decode"  # phase whose profiled kernels are shown
+
+# %%
+from kernelbook import notebook as kb
+from kernelbook.analyze import ncu_report as N
+from kernelbook.analyze import roofline as R
+from kernelbook.devices import lookup
+from kernelbook.load.run import load_run
+from kernelbook.plots import figures as F
+
+kb.setup()
+r = load_run(run_dir)
+k = kb.require_ncu(R.profiled_kernels(r), run_dir)
+dev = lookup(r.manifest["device"])
+roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())
+pts = R.points(k, roofs)
+bw_only = R.bandwidth_only(k, roofs)
+kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])
+
+# %% [markdown]
+# ## Roofs
+# Every roof drawn below, with its source.
+
+# %%
+roofs.table()
+
+# %%
+kb.md("\n\n".join(roofs.notes))
+
+# %% [markdown]
+# ## Normalized roofline
+
+# %%
+F.roofline_normalized(R.normalized(k), phase)
+
+# %% [markdown]
+# ## Physical roofline
+
+# %%
+F.roofline_physical(pts, roofs, phase)
+
+# %%
+kb.md(R.prose(pts, bw_only, roofs, phase))
+
+# %% [markdown]
+# ## Points above a roof
+# A point more than 5 % above the roof that applies to it is listed here with the likely cause read
+# from the data (it is also outlined red in the plots).
+
+# %%
+R.above_roof_causes(pts, k, N.fidelity(k, r.timeline))
+
+# %% [markdown]
+# ## Every point
+# Intensity in FLOP/byte, achieved and attainable FLOP/s, % of roof and which roof binds.
+
+# %%
+pts[pts.phase == phase].sort_values(["share", "level"], ascending=[False, True])
+
+# %% [markdown]
+# ## Kernels without FLOPs
+# Copies, gathers and casts have no arithmetic intensity; their place is the fraction of each
+# bandwidth roof they reach.
+
+# %%
+bw_only[bw_only.phase == phase]
+
+# %% [markdown]
+# ## Per-kernel rooflines
+
+# %%
+F.roofline_small_multiples(pts, roofs, phase)

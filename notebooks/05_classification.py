@@ -1,0 +1,115 @@
+# %% [markdown]
+# # 05 · Classification: why each kernel is slow and what to try first
+#
+# Each profiled kernel gets a bottleneck class by the profiling skill's rules (thresholds are this
+# chapter's parameters), checked against the roofline ridge; then the metric health table, wave
+# quantization, the tile analysis of GEMM/GEMV kernels, and the top opportunities per phase in the
+# profiler output contract (also written to `report.md` beside this book).
+
+# %% tags=["parameters"]
+run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
+phase: str = "decode"  # phase whose profiled kernels are classified
+high_pct: float = 60.0  # SM or memory throughput at or above this is high
+low_pct: float = 30.0  # below this is low
+l2_hit_min_pct: float = 80.0  # L2 hit rate below this flags a locality issue
+mem_latency_cycles: float = 800.0  # global-memory latency assumed by S_min and Little's law
+
+# %%
+from kernelbook import notebook as kb
+from kernelbook.analyze import classify as C
+from kernelbook.analyze import roofline as R
+from kernelbook.analyze import timeline as T
+from kernelbook.devices import lookup
+from kernelbook.load.run import load_run
+
+kb.setup()
+r = load_run(run_dir)
+k = kb.require_ncu(R.profiled_kernels(r), run_dir)
+dev = lookup(r.manifest["device"])
+rules = C.Rules(high_pct, low_pct, l2_hit_min_pct, mem_latency_cycles)
+roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())
+c = C.classify(k, dev.ridge("bf16"), rules)
+cp = c[c.phase == phase]
+summary = T.phase_summary(r.timeline, r.phases)
+opps = C.all_opportunities(r, summary, c, roofs)
+kb.summary(C.headline(cp, opps.get(phase), phase))
+
+# %% [markdown]
+# ## Classes
+# Counts, and the share of profiled time in each class.
+
+# %%
+C.class_counts(cp)
+
+# %%
+cp[["kernel_id", "friendly_name", "category", "class", "roofline_side", "locality_issue", "reason"]]
+
+# %%
+kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase))
+
+# %% [markdown]
+# ## Metrics per class
+# The reference report's table: plain means over kernels, then means weighted by time.
+
+# %%
+C.class_table(cp, weighted=False)
+
+# %%
+C.class_table(cp, weighted=True)
+
+# %% [markdown]
+# ## Metric health
+# The skill's healthy levels; unhealthy cells are shaded, n/a where a metric does not apply.
+
+# %%
+C.health_styled(C.health(cp))
+
+# %% [markdown]
+# ## Wave quantization
+# Blocks ÷ (SMs × resident blocks per SM) = waves; the last wave's fill is the tail efficiency. A grid
+# under 4× the SM count cannot balance load or hide a tail (course notes' rule).
+
+# %%
+waves = C.wave_table(cp, r.ncu_metrics(), dev.sm_count)
+waves
+
+# %%
+kb.md(C.wave_prose(waves, dev.sm_count))
+
+# %% [markdown]
+# ## Tiles of the GEMM/GEMV kernels
+# Tile (BM×BN), BK and pipeline stages decoded from the kernel name; tile intensity BM·BN/(BM+BN)
+# FLOP/B (2-byte inputs) vs the bf16 ridge; shared memory the stages need vs what the launch
+# allocates; S_min = ceil(latency ÷ tile compute cycles) + 1.
+
+# %%
+tiles = C.tile_table(cp, dev, rules)
+tiles
+
+# %%
+kb.md(C.tile_prose(tiles, rules))
+
+# %% [markdown]
+# ## Bytes in flight (memory-bound kernels)
+# Little's law: to run at the DRAM roof each SM needs bandwidth-per-SM × latency bytes in flight.
+
+# %%
+C.littles_law(cp, dev, rules)
+
+# %% [markdown]
+# ## Top opportunities
+# Ranked by estimated gain in % of the phase's wall time (upper bounds: the roof assumed reachable).
+
+# %%
+opps[phase] if phase in opps else "no profiled kernels in this phase"
+
+# %%
+kb.md("```\n" + C.contract_markdown(r, summary, c, opps) + "\n```")
+
+# %% [markdown]
+# ## Kernel explorer
+# In JupyterLab, pick a kernel to see its metrics, roofline points, name and class. In the HTML the
+# same cards are listed statically.
+
+# %%
+kb.explorer(C.kernel_cards(cp, R.points(k, roofs)))

@@ -3,13 +3,11 @@
 Usage: python bench/book_render.py  → prints per-chapter seconds and the total; target ≤ 60 s on 2 cores.
 """
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-
+import _common  # noqa: F401  (puts lib/ on sys.path)
 from kernelbook import params as P  # noqa: E402
 from kernelbook.runner import render_book  # noqa: E402
 

@@ -7,12 +7,10 @@ Usage (GPU machine): python bench/capture_overhead.py [params] [pairs]  → benc
 """
 from __future__ import annotations
 
-import json
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from _common import save_json
 
 
 def main(params_path: str = "params/default.yaml", pairs: str = "5") -> None:
@@ -48,8 +46,7 @@ def main(params_path: str = "params/default.yaml", pairs: str = "5") -> None:
               f"(min {r['ratio_min']:.2f}, max {r['ratio_max']:.2f})")
     print(f"plain generate median {out['plain_s_median']:.3f} s (min {min(plain):.3f}, max {max(plain):.3f}) "
           f"on {out['device']}")
-    Path("bench/out").mkdir(parents=True, exist_ok=True)
-    Path("bench/out/capture_overhead.json").write_text(json.dumps(out, indent=1))
+    save_json("capture_overhead", out)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "lib"))
+from _common import ROOT, save_json
 
 from kernelbook.load.trace import ingest_torch_trace  # noqa: E402
 
@@ -56,8 +55,7 @@ def main(trace: str | None = None) -> None:
     print(f"kernelbook ingest  median {k:6.2f} s  ({n_events / k:,.0f} events/s) → {len(timeline)} GPU rows")
     print(f"HTA 0.5.0 load     median {h:6.2f} s  → {len(df)} rows")
     print(f"kernelbook is {h / k:.1f}× faster (target ≥ 3×)")
-    (ROOT / "bench/out").mkdir(exist_ok=True)
-    (ROOT / "bench/out/ingest.json").write_text(json.dumps(out, indent=1))
+    save_json("ingest", out)
 
 
 if __name__ == "__main__":

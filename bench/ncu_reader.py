@@ -4,14 +4,13 @@ Times NVIDIA's reader alone (`read_ncu_report`: .ncu-rep → long metric table +
 whole path to one row per kernel (`derive`), best and median of 5.
 Usage: python bench/ncu_reader.py [report.ncu-rep]  → prints the figures, writes bench/out/ncu_reader.json
 """
-import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "lib"))
+from _common import ROOT, save_json
 
 from kernelbook.analyze.ncu_metrics import derive  # noqa: E402
 from kernelbook.load.ncu import read_ncu_report  # noqa: E402
@@ -27,8 +26,6 @@ for _ in range(5):
     read.append(t1 - t0)
     total.append(t2 - t0)
 # cold: a fresh interpreter importing the reader and loading once (what a chapter pays)
-import subprocess  # noqa: E402
-
 t0 = time.perf_counter()
 subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[2]); from kernelbook.load.ncu import "
                 "read_ncu_report; read_ncu_report(sys.argv[1])", str(rep), str(ROOT / "lib")], check=True)
@@ -40,5 +37,4 @@ print(f"{rep.name}: {out['mib']:.1f} MiB, {len(results)} results, {len(metrics)}
 print(f"read_ncu_report   best {min(read):.2f} s  median {statistics.median(read):.2f} s")
 print(f"cold (new process, imports + one read) {cold:.2f} s")
 print(f"→ kernel table    best {min(total):.2f} s  median {statistics.median(total):.2f} s")
-(ROOT / "bench/out").mkdir(exist_ok=True)
-(ROOT / "bench/out/ncu_reader.json").write_text(json.dumps(out, indent=1))
+save_json("ncu_reader", out)

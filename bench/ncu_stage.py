@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from _common import OUT, save_json
 
 
 def main(run: str, *ns: str) -> None:
@@ -26,7 +26,7 @@ def main(run: str, *ns: str) -> None:
     from kernelbook.capture.ncu_stage import ncu_stage
 
     base = json.loads((Path(run) / "manifest.json").read_text())
-    rows = []
+    rows, statuses = [], []
     for n in map(int, ns or ("10", "20", "40")):
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp) / "run"
@@ -47,12 +47,11 @@ def main(run: str, *ns: str) -> None:
                          "ncu_wall_s": ph["wall_s"], "error": ph["error"],
                          "timeout_s": params["ncu_timeout_s"]})
             k = pd.read_parquet(d / "ncu" / "kernels.parquet")
-            Path("bench/out").mkdir(parents=True, exist_ok=True)
-            k[["kernel_id", "name", "status"]].assign(top_n=n).to_csv(
-                "bench/out/ncu_stage_kernels.csv", mode="a", index=False)
+            statuses.append(k[["kernel_id", "name", "status"]].assign(top_n=n))
             print(rows[-1], flush=True)
-            Path("bench/out").mkdir(parents=True, exist_ok=True)
-            Path("bench/out/ncu_stage.json").write_text(json.dumps(rows, indent=1))
+            # rewritten after every top-N, so a session cut short keeps what it measured
+            save_json("ncu_stage", rows)
+            pd.concat(statuses).to_csv(OUT / "ncu_stage_kernels.csv", index=False)
 
 
 if __name__ == "__main__":

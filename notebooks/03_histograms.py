@@ -22,7 +22,7 @@ r = load_run(run_dir)
 k = kb.require_ncu(profiled_kernels(r), run_dir)
 k = k[k.phase == phase]
 cap = H.captions(k)
-kb.summary(H.prose(cap, phase).split(". ")[0] + ".")
+kb.summary(H.headline(cap, phase))
 
 # %%
 F.histogram_grid(H.histogram_table(k), cap)
@@ -40,7 +40,7 @@ kb.md(H.prose(cap, phase))
 
 # %% [markdown]
 # A caution on DRAM figures: ncu replays each kernel several times with `--cache-control` as
-# recorded in the manifest. With `none`, data a kernel touched in the first pass stays in the 60 MiB
+# recorded in the manifest. With `none`, data a kernel touched in the first pass stays in the
 # L2 for the rest, so kernels whose working set fits in L2 (most decode kernels, including the
 # GEMVs' weight slices) show little DRAM traffic here, while in the real decode loop their weights
 # come from DRAM every token.

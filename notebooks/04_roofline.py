@@ -59,7 +59,7 @@ kb.md(R.prose(pts, bw_only, roofs, phase))
 # from the data (it is also outlined red in the plots).
 
 # %%
-R.above_roof_causes(pts, k, N.fidelity(k, r.timeline))
+R.above_roof_causes(pts, k, roofs, N.fidelity(k, r.timeline))
 
 # %% [markdown]
 # ## Every point

@@ -45,7 +45,7 @@ C.class_counts(cp)
 cp[["kernel_id", "friendly_name", "category", "class", "roofline_side", "locality_issue", "reason"]]
 
 # %%
-kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase))
+kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.manifest["ncu"]["cache_control"]))
 
 # %% [markdown]
 # ## Metrics per class

@@ -8,7 +8,6 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
-mem_latency_cycles: float = 800.0  # unused here; shared with chapter 05
 
 # %%
 from kernelbook import notebook as kb
@@ -50,7 +49,7 @@ work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launches
 val
 
 # %%
-kb.md(W.validation_prose(val, host_us))
+kb.md(W.validation_prose(val, host_us, gpu))
 
 # %% [markdown]
 # ## Designs

@@ -77,7 +77,7 @@ def test_roofline_point_arithmetic(k, roofs, dev):
     assert not R.points(k, roofs).above_roof.any()
 
 
-def test_a_point_above_its_roof_is_flagged_with_a_cause(k, roofs):
+def test_a_point_above_its_roof_is_flagged_with_a_cause(run, k, roofs):
     """Halve a kernel's measured duration: its DRAM point goes above the roof and gets a cause."""
     fast = k.copy()
     i = fast.index[fast.kernel_id == "k006"][0]
@@ -86,8 +86,15 @@ def test_a_point_above_its_roof_is_flagged_with_a_cause(k, roofs):
     p = R.points(fast, roofs)
     flagged = p[p.above_roof]
     assert set(flagged.kernel_id) == {"k006"}
-    causes = R.above_roof_causes(p, fast)
+    causes = R.above_roof_causes(p, fast, roofs)
     assert len(causes) == len(flagged) and causes.likely_cause.str.len().gt(20).all()
+    # with chapter 02's fidelity table the cause is the MMA padding of this GEMV's tensor FLOPs
+    from kernelbook.analyze.ncu_report import fidelity
+
+    fid = fidelity(fast, run.timeline)
+    assert fid.set_index("kernel_id").loc["k006", "flops_ratio"] > 1.05
+    padded = R.above_roof_causes(p, fast, roofs, fid)
+    assert padded.likely_cause.str.contains("pads the small dimension").all()
 
 
 def test_histograms_weight_by_time_share(k):

@@ -51,6 +51,8 @@ def test_corrupt_and_truncated_reports_are_clear_errors(tmp_path):
 def test_bundled_run_coverage_is_complete(run):
     k = run.ncu_kernels()
     assert len(k) == 20 and (k.status == "profiled").all()
+    # DRAM rate in GB/s: bytes ÷ ns (ncu's byte/s scaled by 1e-9)
+    assert k.dram_gbps.to_numpy() == pytest.approx((k.dram_bytes / k.duration_ns).to_numpy(), rel=0.05, abs=0.01)
     # every profiled row was matched across demanglers by name_key
     assert (k.ncu_name.map(name_key) == k.name.map(name_key)).all()
 

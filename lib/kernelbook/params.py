@@ -142,7 +142,7 @@ SCHEMA: dict[str, Param] = {
     "low_pct": Param((int, float), 30.0, ("05_classification",), "throughput % counted as low", min=0, max=100),
     "l2_hit_min_pct": Param((int, float), 80.0, ("05_classification",), "L2 hit % below which locality is flagged",
                             min=0, max=100),
-    "mem_latency_cycles": Param((int, float), 800.0, ("05_classification", "06_npu"),
+    "mem_latency_cycles": Param((int, float), 800.0, ("05_classification",),
                                 "global-memory latency assumed by S_min and Little's law (SM cycles)",
                                 min=50, max=10000),
 }

@@ -152,10 +152,12 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             failed = (nb.stem, error)
             break
     if not failed and any(e["stem"] == "05_classification" for e in entries):
+        from dataclasses import fields
+
         from .analyze.classify import Rules, report_for_run
 
-        rules = Rules(*(params.get(k, d) for k, d in (("high_pct", 60.0), ("low_pct", 30.0),
-                                                       ("l2_hit_min_pct", 80.0), ("mem_latency_cycles", 800.0))))
+        # chapter 05's parameters are the Rules fields by name: report.md uses the same thresholds
+        rules = Rules(**{f.name: params[f.name] for f in fields(Rules) if f.name in params})
         text = report_for_run(run_dir, rules)
         if text:
             (stage / "report.md").write_text(text)

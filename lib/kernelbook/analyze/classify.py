@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .histograms import weighted_mean
+
 MAX_WARPS_PER_SM = {"hopper": 64, "ampere": 64, "ada": 48, "blackwell": 64}
 REGISTERS_PER_SM = 65536
 
@@ -69,7 +71,6 @@ def class_counts(c: pd.DataFrame) -> pd.DataFrame:
 def class_table(c: pd.DataFrame, weighted: bool) -> pd.DataFrame:
     """The reference report's per-class table: rows are metrics, columns are classes + overall.
     `weighted`: means weighted by each kernel's share of phase kernel time (else plain means)."""
-    c = c.assign(duration_us=c.duration_ns / 1e3)
     cols = {}
     for name, grp in list(c.groupby("class")) + [("overall", c)]:
         w = grp.share if weighted else pd.Series(1.0, index=grp.index)
@@ -77,18 +78,19 @@ def class_table(c: pd.DataFrame, weighted: bool) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def weighted_mean(x: pd.Series, w: pd.Series) -> float:
-    ok = x.notna() & w.notna()
-    return float((x[ok] * w[ok]).sum() / w[ok].sum()) if w[ok].sum() > 0 else float("nan")
+def dominant_class(cp: pd.DataFrame) -> tuple[str, float]:
+    """The class holding the most profiled time, and its fraction of that time."""
+    t = cp.groupby("class").share.sum()
+    return str(t.idxmax()), float(t.max() / t.sum())
 
 
-HEALTH = {  # label: (column, healthy test, threshold text)
-    "tensor util > 60 %": ("sm_pct", lambda v: v > 60, "tensor kernels only"),
-    "DRAM > 70 %": ("dram_pct", lambda v: v > 70, ""),
-    "achieved occupancy > 25 %": ("achieved_occupancy_pct", lambda v: v > 25, ""),
-    "L2 hit > 80 %": ("l2_hit_pct", lambda v: v > 80, ""),
-    "spilling = 0 B": ("spill_bytes", lambda v: v == 0, ""),
-    "waves per SM > 1": ("waves_per_sm", lambda v: v > 1, ""),
+HEALTH = {  # label: (column, healthy test)
+    "tensor util > 60 %": ("sm_pct", lambda v: v > 60),
+    "DRAM > 70 %": ("dram_pct", lambda v: v > 70),
+    "achieved occupancy > 25 %": ("achieved_occupancy_pct", lambda v: v > 25),
+    "L2 hit > 80 %": ("l2_hit_pct", lambda v: v > 80),
+    "spilling = 0 B": ("spill_bytes", lambda v: v == 0),
+    "waves per SM > 1": ("waves_per_sm", lambda v: v > 1),
 }
 
 
@@ -96,7 +98,7 @@ def health(c: pd.DataFrame) -> pd.DataFrame:
     """Per kernel: each health metric's value and whether it is healthy (the skill seed's table).
     Tensor utilisation applies only to kernels that issue tensor FLOPs."""
     out = c[["kernel_id", "friendly_name"]].copy()
-    for label, (col, ok, _) in HEALTH.items():
+    for label, (col, ok) in HEALTH.items():
         v = c[col].astype(float)
         if label.startswith("tensor"):
             v = v.where(c.flops_tensor > 0)
@@ -294,7 +296,7 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
             tc = weighted_mean(pc.sm_pct.where(pc.flops_tensor > 0), pc.share)
             dram = weighted_mean(pc.dram_pct, pc.share)
             occ = weighted_mean(pc.achieved_occupancy_pct, pc.share)
-            bott = pc.groupby("class").share.sum().idxmax()
+            bott, _ = dominant_class(pc)
             nums = f"{tc:.0f} | {dram:.0f} | {occ:.0f}"
         else:
             bott, nums = "not profiled", "— | — | —"
@@ -305,13 +307,11 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
     for ph, o in opps.items():
         s = summary.set_index("phase").loc[ph]
         pc = c[c.phase == ph]
-        bott = pc.groupby("class").share.sum().idxmax() if len(pc) else "latency-bound"
+        bott, frac = dominant_class(pc)  # opps holds only phases with profiled kernels
         idle = 100 * (1 - s.gpu_busy_ms / s.wall_ms)
         lines += [f"## {ph}", "", f"Bottleneck: {bott.capitalize()}", "",
                   f"Root cause: the GPU is idle {idle:.0f} % of {ph} wall time between kernels (measured under the "
-                  f"profiler), and the kernels "
-                  f"that run are mostly {bott} ({100 * pc.groupby('class').share.sum().max() / max(pc.share.sum(), 1e-9):.0f} % "
-                  "of profiled time)." if len(pc) else f"Root cause: GPU idle {idle:.0f} % of wall time.", "",
+                  f"profiler), and the kernels that run are mostly {bott} ({100 * frac:.0f} % of profiled time).", "",
                   "Top 3 Opportunities (ranked by estimated impact)", ""]
         for _, r in o.head(3).iterrows():
             lines.append(f"- {r.opportunity} — est. {r.gain_pct:.0f}% gain — trigger: {r.trigger}")
@@ -335,15 +335,14 @@ def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dic
 
 
 def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
-    counts = cp.groupby("class").share.sum()
-    top = counts.idxmax()
+    top, frac = dominant_class(cp)
     first = "" if opps is None or not len(opps) else (f"; first to try: {opps.iloc[0].opportunity.split(':')[0].lower()} "
                                                        f"(est. ≤ {opps.iloc[0].gain_pct:.0f} % of {phase} wall time)")
-    return (f"{phase}: {100 * counts.max() / counts.sum():.0f} % of profiled kernel time is {top} "
+    return (f"{phase}: {100 * frac:.0f} % of profiled kernel time is {top} "
             f"({(cp['class'] == top).sum()} of {len(cp)} kernels){first}")
 
 
-def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str) -> str:
+def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str, cache_control: str) -> str:
     t = cp.groupby("class").share.sum() / cp.share.sum()
     parts = [", ".join(f"**{cls}** {100 * v:.0f} % of profiled time ({(cp['class'] == cls).sum()} kernels)"
                        for cls, v in t.sort_values(ascending=False).items()) + "."]
@@ -354,12 +353,12 @@ def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str) -> str
                      f"{lat.grid_size.median():.0f} blocks on {int(lat.waves_per_sm.median() * 100)} % of one wave: "
                      "too little work per launch to load either the SMs or the memory system — fusing them into "
                      "their neighbours, not tuning them, is what removes their time.")
-    gemv_lat = cp[cp.category.isin(["GEMV", "GEMM"]) & (cp["class"] != "memory-bound")]
-    if len(gemv_lat):
-        parts.append(f"{len(gemv_lat)} of the GEMV/GEMM kernels are not memory-bound by these counters even though "
-                     "a batch-1 decode GEMV streams its weights once: under ncu replay with cache control "
-                     f"`{'none'}` their weight slices stay in L2 (DRAM % near 0), so the counters show the L2-resident "
-                     "case. In the decode loop the weights come from DRAM every token.")
+    warm = cp[cp.category.isin(["GEMV", "GEMM"]) & (cp["class"] != "memory-bound") & (cp.dram_pct < 5)]
+    if len(warm) and cache_control == "none":
+        parts.append(f"{len(warm)} of the GEMV/GEMM kernels are not memory-bound by these counters (DRAM "
+                     f"{warm.dram_pct.max():.1f} % at most) even though a batch-1 decode GEMV streams its weights once: "
+                     "under ncu replay with cache control `none` their weight slices stay in L2, so the counters "
+                     "show the L2-resident case. In the decode loop the weights come from DRAM every token.")
     parts.append(f"Roofline check: a kernel with FLOPs is on the memory side when its DRAM intensity is below the "
                  f"bf16 ridge ({ridge:.0f} FLOP/B). "
                  + (f"{len(disagree)} compute-bound kernel(s) sit on the memory side." if len(disagree)
@@ -384,14 +383,19 @@ def tile_prose(t: pd.DataFrame, rules: Rules) -> str:
     if t.empty:
         return "No GEMM/GEMV kernel name carries its tile shape."
     fit = (t.smem_stages_bytes <= t.smem_launch_bytes).mean() * 100
+    short = t[~t.stages_ok]
+    below = t.tile_vs_ridge.max() < 1
     return (f"{len(t)} GEMM/GEMV kernels decode to tiles; their tile intensity is "
             f"{t.tile_intensity.min():.1f}–{t.tile_intensity.max():.1f} FLOP/B, {100 * t.tile_vs_ridge.max():.0f} % of "
-            f"the ridge at most: with one token (or a handful) on one side, no tile shape can make a GEMV compute-bound. "
-            f"The decoded stages' A+B buffers fit in the launch's shared memory for {fit:.0f} % of them "
-            f"(a check that the name was decoded right). Each tile computes for only "
+            f"the ridge at most" + (": below the ridge, so the tile shape alone keeps them memory-side. " if below else ". ")
+            + f"The decoded stages' A+B buffers fit in the launch's shared memory for {fit:.0f} % of them "
+            f"(a check that the name was decoded right). Each tile computes for "
             f"{t.t_tile_cycles.min():.0f}–{t.t_tile_cycles.max():.0f} cycles, so covering {rules.mem_latency_cycles:.0f} "
             f"cycles of latency needs S_min = {t.s_min.min()}–{t.s_min.max()} tiles in flight; the kernels use "
-            f"{t.stages.min()}–{t.stages.max()} stages with one block per SM, so latency, not bandwidth, bounds them.")
+            f"{t.stages.min()}–{t.stages.max()} stages, and registers allow {t.regs_fit_blocks.min()}–"
+            f"{t.regs_fit_blocks.max()} block(s) per SM. "
+            + (f"{len(short)} of {len(t)} have fewer stages than S_min: latency, not bandwidth, bounds them."
+               if len(short) else "All have at least S_min stages."))
 
 
 def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame) -> dict[str, dict]:

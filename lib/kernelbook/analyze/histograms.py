@@ -27,16 +27,21 @@ HISTOGRAMS = [
 ]
 
 
-def histogram_table(kernels: pd.DataFrame, bins: int = 10) -> pd.DataFrame:
-    """Long format: metric, unit, bin_lo, bin_hi, count_pct, time_pct (each sums to 100 per metric)."""
-    k = kernels[kernels.status == "profiled"].assign(duration_us=lambda d: d.duration_ns / 1e3)
-    rows = []
-    for col, title, unit, _ in HISTOGRAMS:
+def samples(kernels: pd.DataFrame):
+    """(column, title, unit, threshold, values, time weights) per histogram metric that has values,
+    over the profiled kernels (rows of `roofline.profiled_kernels`)."""
+    k = kernels[kernels.status == "profiled"]
+    for col, title, unit, thr in HISTOGRAMS:
         v = k[col].astype(float)
         ok = v.notna()
-        if not ok.any():
-            continue
-        v, w = v[ok], k.loc[ok, "share"]
+        if ok.any():
+            yield col, title, unit, thr, v[ok], k.loc[ok, "share"]
+
+
+def histogram_table(kernels: pd.DataFrame, bins: int = 10) -> pd.DataFrame:
+    """Long format: metric, unit, bin_lo, bin_hi, count_pct, time_pct (each sums to 100 per metric)."""
+    rows = []
+    for col, title, unit, _, v, w in samples(kernels):
         if unit.startswith("%"):
             edges = np.linspace(0, 100, bins + 1)
         elif col == "duration_us":
@@ -55,15 +60,9 @@ def histogram_table(kernels: pd.DataFrame, bins: int = 10) -> pd.DataFrame:
 def captions(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per metric: unweighted median, time-weighted median, and the time share at or above the
     threshold (the skill seed's "healthy" level where there is one)."""
-    k = kernels[kernels.status == "profiled"].assign(duration_us=lambda d: d.duration_ns / 1e3)
     rows = []
-    for col, title, unit, thr in HISTOGRAMS:
-        v = k[col].astype(float)
-        ok = v.notna()
-        if not ok.any():
-            continue
-        v, w = v[ok], k.loc[ok, "share"]
-        row = {"metric": title, "unit": unit, "kernels": int(ok.sum()), "median": float(v.median()),
+    for _, title, unit, thr, v, w in samples(kernels):
+        row = {"metric": title, "unit": unit, "kernels": len(v), "median": float(v.median()),
                "time_weighted_median": weighted_median(v, w), "threshold": thr,
                "time_pct_at_or_above": 100 * float(w[v >= thr].sum() / w.sum()) if thr is not None else np.nan}
         row["caption"] = (f"median {row['median']:.1f} {unit} by count, {row['time_weighted_median']:.1f} by time"
@@ -71,6 +70,12 @@ def captions(kernels: pd.DataFrame) -> pd.DataFrame:
                              if thr is not None else ""))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def weighted_mean(x: pd.Series, w: pd.Series) -> float:
+    """Mean of `x` weighted by `w`, over rows where both are present (NaN when no weight)."""
+    ok = x.notna() & w.notna()
+    return float((x[ok] * w[ok]).sum() / w[ok].sum()) if w[ok].sum() > 0 else float("nan")
 
 
 def weighted_median(v: pd.Series, w: pd.Series) -> float:
@@ -81,13 +86,18 @@ def weighted_median(v: pd.Series, w: pd.Series) -> float:
     return float(vs[np.searchsorted(cum, cum[-1] / 2)])
 
 
-def prose(cap: pd.DataFrame, phase: str = "decode") -> str:
-    c = cap.set_index("metric")
-    sm, dram, occ, l2 = (c.loc[m] for m in ("SM throughput", "DRAM throughput", "Achieved occupancy", "L2 hit rate"))
+def headline(cap: pd.DataFrame, phase: str = "decode") -> str:
+    sm = cap.set_index("metric").loc["SM throughput"]
     return (f"Across the {int(sm.kernels)} profiled {phase} kernels, SM throughput has a median of {sm['median']:.1f} % "
             f"({sm.time_weighted_median:.1f} % by time) and only {sm.time_pct_at_or_above:.0f} % of the profiled "
-            f"time runs at ≥ 60 %. DRAM throughput: median {dram['median']:.1f} %, {dram.time_weighted_median:.1f} % "
-            f"by time; {dram.time_pct_at_or_above:.0f} % of the time is at ≥ 70 %. Achieved occupancy has a median of "
+            f"time runs at ≥ {sm.threshold:.0f} %.")
+
+
+def prose(cap: pd.DataFrame, phase: str = "decode") -> str:
+    c = cap.set_index("metric")
+    dram, occ, l2 = (c.loc[m] for m in ("DRAM throughput", "Achieved occupancy", "L2 hit rate"))
+    return (headline(cap, phase) + f" DRAM throughput: median {dram['median']:.1f} %, {dram.time_weighted_median:.1f} % "
+            f"by time; {dram.time_pct_at_or_above:.0f} % of the time is at ≥ {dram.threshold:.0f} %. Achieved occupancy has a median of "
             f"{occ['median']:.1f} % and L2 hit rate {l2['median']:.1f} % ({l2.time_pct_at_or_above:.0f} % of the time "
-            f"at ≥ 80 %). Counts and time disagree wherever a few long kernels dominate: read the time-weighted "
+            f"at ≥ {l2.threshold:.0f} %). Counts and time disagree wherever a few long kernels dominate: read the time-weighted "
             f"bars for where the time goes.")

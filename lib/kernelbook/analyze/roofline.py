@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .histograms import weighted_mean
+
 LEVELS = ("dram", "l2", "l1")
 LEVEL_LABEL = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
 ABOVE_TOLERANCE = 1.05  # a point more than 5 % above its roof is flagged, never silently drawn
@@ -28,6 +30,10 @@ class Roofs:
     bandwidth: dict[str, float]               # level -> B/s (the roof used for points and flags)
     measured: dict[str, float] = field(default_factory=dict)  # label -> FLOP/s or B/s, drawn dashed
     notes: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)    # level -> where its bandwidth comes from
+
+    def estimated(self, level: str) -> bool:
+        return self.sources.get(level, "").startswith("estimated")
 
     def compute_for(self, row) -> tuple[str, float]:
         """(label, FLOP/s) of the compute roof that applies to a kernel row."""
@@ -49,8 +55,6 @@ class Roofs:
                   "unit": "TFLOP/s" if "TFLOP" in k else "GB/s", "source": "manifest (measured)"}
                  for k, v in self.measured.items()]
         return pd.DataFrame(rows)
-
-    sources: dict = field(default_factory=dict)
 
 
 def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame | None = None) -> Roofs:
@@ -84,9 +88,7 @@ def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame |
     if "l1" not in bw:
         notes.append("No L1 roof: this capture lacks ncu's L1 peak counter, and L1 throughput % mixes shared-"
                      "memory and texture traffic, so bytes ÷ % is not a bandwidth. L1 points are drawn without a roof.")
-    r = Roofs(compute, bw, measured, notes)
-    r.sources = sources
-    return r
+    return Roofs(compute, bw, measured, notes, sources)
 
 
 def _ncu_peak(metrics: pd.DataFrame | None, peak_metric: str, clock_metric: str) -> float | None:
@@ -147,11 +149,13 @@ def bandwidth_only(kernels: pd.DataFrame, r: Roofs) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def above_roof_causes(p: pd.DataFrame, kernels: pd.DataFrame, fidelity: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every point above its roof, with the likely cause read from the data."""
+def above_roof_causes(p: pd.DataFrame, kernels: pd.DataFrame, r: Roofs,
+                      fidelity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every point above its roof, with the likely cause read from the data (`fidelity`: chapter 02's
+    table, whose flops_ratio is tensor FLOPs ÷ 2·M·N·K)."""
     if p.empty or not p.above_roof.any():
         return pd.DataFrame(columns=["kernel_id", "friendly_name", "level", "pct_of_roof", "likely_cause"])
-    ratio = {} if fidelity is None else fidelity.set_index("kernel_id").get("tensor_flops_ratio", pd.Series()).to_dict()
+    ratio = {} if fidelity is None else fidelity.set_index("kernel_id")["flops_ratio"].to_dict()
     kk = kernels.set_index("kernel_id")
     rows = []
     for _, q in p[p.above_roof].iterrows():
@@ -163,7 +167,7 @@ def above_roof_causes(p: pd.DataFrame, kernels: pd.DataFrame, fidelity: pd.DataF
         elif q.level == "DRAM" and (k.get("l2_hit_pct") or 0) > 80:
             cause = (f"DRAM bytes undercounted: L2 hit {k.l2_hit_pct:.0f} % under ncu replay with --cache-control "
                      "none keeps the data L2-resident, so DRAM intensity is inflated")
-        elif q.level == "L2" and "estimated" in q.get("compute_roof", ""):
+        elif q.level == "L2" and r.estimated("l2"):
             cause = "the L2 roof is a lower-bound estimate"
         else:
             cause = ("clock above the spec table's assumption, or a roof value too low for this part "
@@ -190,8 +194,7 @@ def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode
     d = p[(p.level == "DRAM") & (p.phase == phase)]
     if d.empty:
         return f"No profiled {phase} kernel has DRAM bytes and FLOPs."
-    w = d.share / d.share.sum()
-    wmean = float((d.pct_of_roof * w).sum())
+    wmean = weighted_mean(d.pct_of_roof, d.share)
     mem = d[d.bound == "memory"]
     worst = d.sort_values("share", ascending=False).iloc[0]
     parts = [f"In {phase}, the {len(d)} profiled kernels with FLOPs reach on average **{wmean:.1f} %** of their "

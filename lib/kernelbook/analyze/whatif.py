@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from .histograms import weighted_mean
 from .ncu_report import expected_gemm_flops
 
 NPUS_YAML = Path(__file__).resolve().parents[3] / "params" / "npus.yaml"
@@ -149,22 +150,21 @@ def host_time_per_launch_us(summary: pd.DataFrame, manifest: dict, phase: str = 
     capture's profiled/plain ratio) over the kernels launched per step."""
     s = summary.set_index("phase").loc[phase]
     ratio = manifest.get("timeline_info", {}).get("overhead_ratio") or 1.0
-    steps = max(1, s.steps)
-    return 1e3 * s.wall_ms / ratio / steps / (s.kernels / steps)
+    return 1e3 * s.wall_ms / ratio / s.kernels  # per step on both sides: steps cancel
 
 
-def predict(work: pd.DataFrame, d: Design, host_us: float, batch: int = 1, weights_on_chip: bool | None = None,
+def predict(work: pd.DataFrame, d: Design, host_us: float, batch: int = 1, active_bytes: float | None = None,
             steps: dict | None = None) -> pd.DataFrame:
     """Per phase: predicted device time, host time and wall time (ms; decode also per token), at `batch`.
-    Batch scales FLOPs and activation bytes, not weight bytes (the GEMV→GEMM transition)."""
+    Batch scales FLOPs and activation bytes, not weight bytes (the GEMV→GEMM transition). With
+    `active_bytes` (one decode step's weights), weights live on chip when the design's SRAM holds them."""
     w = work.copy()
     gemm = w.category.isin(["GEMM", "GEMV"])
     ft = w.flops_tensor * batch
     fc = w.flops_cuda * batch
     dram = np.where(gemm, w.dram_bytes, w.dram_bytes * batch)
     chip = w.onchip_bytes * batch
-    fits = weights_on_chip if weights_on_chip is not None else False
-    if fits:  # weights live on chip: their bytes come from SRAM instead of DRAM
+    if active_bytes is not None and d.sram_mb * 2**20 >= active_bytes:  # weights live on chip: their bytes come from SRAM instead of DRAM
         chip = chip + np.where(gemm, dram, 0)
         dram = np.where(gemm, 0, dram)
     peak_m = d.matrix_tflops.get("bf16") * 1e12 * d.matrix_efficiency
@@ -233,17 +233,14 @@ def sensitivity(work: pd.DataFrame, d: Design, host_us: float, steps: dict, acti
     rows = []
     for label, (field, xs) in SWEEPS.items():
         for x in xs:
-            dd, batch, fits = d, 1, d.sram_mb * 2**20 >= active_bytes
+            dd, batch = d, 1
             if field == "matrix_tflops":
                 dd = d.with_(matrix_tflops={**d.matrix_tflops, "bf16": float(x)})
             elif field == "batch":
                 batch = int(x)
-            elif field == "sram_mb":
-                dd = d.with_(sram_mb=float(x))
-                fits = x * 2**20 >= active_bytes
             else:
                 dd = d.with_(**{field: float(x)})
-            p = predict(work, dd, host_us, batch, fits, steps).set_index("phase")
+            p = predict(work, dd, host_us, batch, active_bytes, steps).set_index("phase")
             for ph, col in (("decode", "per_token_ms"), ("prefill", "wall_ms_per_step")):
                 if ph in p.index:
                     rows.append({"sweep": label, "x": float(x), "phase": ph, "ms": float(p.loc[ph, col])})
@@ -267,9 +264,7 @@ def knees(sens: pd.DataFrame, within_pct: float = 5.0) -> pd.DataFrame:
 
 def at(work, d: Design, host_us, steps, active_bytes, phase="decode", batch=1, **change) -> float:
     """One what-if number: decode ms per token (or the phase's ms per step) with fields of `d` changed."""
-    dd = d.with_(**change) if change else d
-    fits = dd.sram_mb * 2**20 >= active_bytes
-    p = predict(work, dd, host_us, batch, fits, steps).set_index("phase")
+    p = predict(work, d.with_(**change), host_us, batch, active_bytes, steps).set_index("phase")
     return float(p.loc[phase, "per_token_ms" if phase == "decode" else "wall_ms_per_step"])
 
 
@@ -302,12 +297,13 @@ def recommendations(work, d: Design, host_us: float, steps: dict, active_bytes: 
 
     sh = shares[shares.phase == "decode"].set_index("category").pct
     dk = kernels[(kernels.phase == "decode") & (kernels.status == "profiled")]
-    tens = dk[dk.flops_tensor > 0]
-    w_sm = float((tens.sm_pct * tens.share).sum() / tens.share.sum()) if len(tens) else float("nan")
-    l2hit = float((dk.l2_hit_pct * dk.share).sum() / dk.share.sum()) if len(dk) else float("nan")
-    occ = float((dk.achieved_occupancy_pct * dk.share).sum() / dk.share.sum()) if len(dk) else float("nan")
-    under_wave = float(dk.loc[dk.waves_per_sm < 1, "share"].sum() / dk.share.sum()) if len(dk) else float("nan")
+    w_sm = weighted_mean(dk.sm_pct.where(dk.flops_tensor > 0), dk.share)
+    l2hit = weighted_mean(dk.l2_hit_pct, dk.share)
+    occ = weighted_mean(dk.achieved_occupancy_pct, dk.share)
+    under_wave = weighted_mean((dk.waves_per_sm < 1).astype(float), dk.share)
     fus = sum(sh.get(c, 0) for c in FUSIBLE)
+    gv = work[(work.phase == "decode") & (work.source == "ncu FLOPs + weight bytes from shapes")]
+    pad = gv.flops_tensor / gv.op_shapes.map(expected_gemm_flops)
     half_m = {**d.matrix_tflops, "bf16": d.matrix_tflops["bf16"] / 2}
     b8 = at(work, g, host_us, steps, active_bytes, batch=8)
     rows = [
@@ -322,10 +318,11 @@ def recommendations(work, d: Design, host_us: float, steps: dict, active_bytes: 
         ("L1/L2 sizing",
          f"decode L2 hit {l2hit:.0f} % (time-weighted, ncu replay); one token's weights are {active_bytes / 2**20:,.0f} MiB",
          f"SRAM ≥ {active_bytes / 2**20:,.0f} MiB holds them: decode/token "
-         f"{pct(at(work, g, host_us, steps, active_bytes, sram_mb=2 ** 30 / 2 ** 20 * max(1, active_bytes / 2 ** 30 * 1.1)), base):+.0f} %",
+         f"{pct(at(work, g, host_us, steps, active_bytes, sram_mb=max(1024, 1.1 * active_bytes / 2**20)), base):+.0f} %",
          "low (model assumes SRAM bandwidth is sustained)"),
         ("dedicated decode (GEMV) units",
-         f"GEMV is {sh.get('GEMV', 0):.0f} % of decode kernel time; MMA tiles pad the token dimension 8-64× (chapter 02)",
+         f"GEMV is {sh.get('GEMV', 0):.0f} % of decode kernel time; counted tensor FLOPs are "
+         f"{pad.min():.0f}–{pad.max():.0f}× 2·M·N·K (MMA tiles pad the token dimension)",
          f"batch 8 instead of 1: decode per token {pct(b8, base):+.0f} % (weights read once for 8 tokens)", "medium"),
         ("operator fusion hardware",
          f"elementwise + copy/cast + reduction = {fus:.0f} % of decode kernel time, in ~{int(work[work.phase == 'decode'].launches.sum() / max(1, steps.get('decode', 1)))} launches per token",
@@ -339,7 +336,9 @@ def recommendations(work, d: Design, host_us: float, steps: dict, active_bytes: 
          f"achieved occupancy {occ:.0f} % (time-weighted); {100 * under_wave:.0f} % of profiled decode time in kernels under one wave",
          "not a what-if: fewer SMs would not slow kernels that fill less than one wave, but the model has no SM count",
          "low"),
-        ("interconnect", "single-GPU run: no communication kernels", "the data cannot support a claim", "none (no data)"),
+        ("interconnect", f"communication kernels: {sh.get('communication', 0):.1f} % of decode kernel time "
+                         f"(a {'multi' if sh.get('communication', 0) else 'single'}-GPU run)",
+         "the data cannot support a claim", "none (no data)"),
         ("power", "no power or energy counters were captured", "the data cannot support a claim", "none (no data)"),
     ]
     out = pd.DataFrame(rows, columns=["area", "evidence (this run)", "what-if", "confidence"])
@@ -353,7 +352,7 @@ def headline(val: pd.DataFrame, host_us: float) -> str:
             "no hardware knob moves it until launches are batched")
 
 
-def validation_prose(val: pd.DataFrame, host_us: float) -> str:
+def validation_prose(val: pd.DataFrame, host_us: float, d: Design) -> str:
     v = val.set_index("phase")
     out = [f"Host time per launch from the run: **{host_us:.1f} µs** (PyTorch eager, plain run)."]
     for ph, r in v.iterrows():
@@ -363,12 +362,16 @@ def validation_prose(val: pd.DataFrame, host_us: float) -> str:
                    f"{r.device_ms_per_step:.2f} vs GPU-busy {r.busy_ms_per_step:.2f} ms ({r.device_error_pct:+.0f} %).")
     bad = v[v.device_error_pct.abs() > 25]
     if len(bad):
-        out.append("Where the error comes from: device time is under-predicted in "
-                   + ", ".join(bad.index) + ". Those phases run large GEMMs and attention that the model "
-                   "assumes reach 75 % of the matrix peak and 85 % of DRAM bandwidth, and their elementwise "
-                   "work is sized from aten input shapes only; measured kernels reach less. The wall error is "
-                   "smaller because the host term dominates (wall = max(host, device) assumes perfect overlap, "
-                   "which a phase with host synchronisations does not have).")
+        side = "under" if (bad.device_error_pct < 0).all() else "mis"
+        out.append(f"Where the error comes from: device time is {side}-predicted in " + ", ".join(bad.index)
+                   + f". The model assumes kernels reach {100 * d.matrix_efficiency:.0f} % of the matrix peak and "
+                   f"{100 * d.mem_efficiency:.0f} % of DRAM bandwidth, and sizes unprofiled elementwise work from aten "
+                   "input shapes only.")
+        host_bound = bad[bad.bound == "host/launch"]
+        if len(host_bound):
+            out.append("In " + ", ".join(host_bound.index) + " the predicted wall is the host term, so the wall "
+                       "error is smaller than the device error; wall = max(host, device) assumes perfect overlap, "
+                       "which a phase with host synchronisations does not have.")
     return "\n".join(out)
 
 
@@ -376,7 +379,7 @@ def design_table(designs: dict, work, host_us: float, steps: dict, active_bytes:
     rows = []
     for key, d in designs.items():
         fits = d.sram_mb * 2**20 >= active_bytes
-        p = predict(work, d, host_us, 1, fits, steps).set_index("phase")
+        p = predict(work, d, host_us, 1, active_bytes, steps).set_index("phase")
         rows.append({"design": key, "bf16 TFLOP/s": d.matrix_tflops.get("bf16"), "DRAM GB/s": d.dram_gbps,
                      "SRAM MiB": d.sram_mb, "host µs/launch": d.launch_overhead_us if d.launch_overhead_us is not None
                      else round(host_us, 1), "fuses elementwise": d.fuse_elementwise, "weights on chip": fits,

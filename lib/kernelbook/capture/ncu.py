@@ -104,6 +104,7 @@ def ncu_command(report_base: Path, names: list[str], worker: list[str], clock_co
     return cmd + worker
 
 
+TIMEOUT_GRACE_S = 60  # after SIGINT, how long ncu gets to close the report before SIGKILL
 PERMISSION_HELP = ("ncu may not read GPU performance counters here (ERR_NVGPUCTRPERM). Fix: run as root, or "
                    "allow non-admin profiling: `echo 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' | "
                    "sudo tee /etc/modprobe.d/ncu.conf` and reboot (see NVIDIA's ERR_NVGPUCTRPERM page).")
@@ -143,9 +144,6 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: int) -> subprocess.Comple
         last = text.strip().splitlines()[-1] if text.strip() else "no output"
         raise NcuError(f"ncu failed (exit {proc.returncode}): {last}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-TIMEOUT_GRACE_S = 60
 
 
 def worker_command(params_file: Path, phase: str, step: int) -> list[str]:

@@ -32,12 +32,7 @@ class Run:
 
     def ncu_kernels(self) -> pd.DataFrame | None:
         p = self.path / "ncu" / "kernels.parquet"
-        if not p.exists():
-            return None
-        k = pd.read_parquet(p)
-        if "dram_bytes_per_s" in k:  # captures before the byte/s unit fix stored dram_gbps in B/s
-            k["dram_gbps"] = k["dram_bytes_per_s"] / 1e9
-        return k
+        return pd.read_parquet(p) if p.exists() else None
 
     def ncu_metrics(self) -> pd.DataFrame | None:
         p = self.path / "ncu" / "metrics.parquet"

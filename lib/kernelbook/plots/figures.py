@@ -93,9 +93,10 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
     p = points[points.phase == phase]
     fig = go.Figure()
     xs = np.logspace(-3, 6, 200)
+    used = set(p.compute_roof)
     for label, peak in roofs.compute.items():
-        if label.startswith("tensor") and label not in ("tensor bf16",) and label not in set(p.compute_roof):
-            continue
+        if label.startswith("tensor") and label != "tensor bf16" and label not in used:
+            continue  # tensor roofs of dtypes no kernel here uses
         fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, peak), mode="lines", name=f"{label} roof",
                                  line=dict(width=1.5, color="#444" if "tensor" in label else "#999")))
     dashes = {"dram": "solid", "l2": "dash", "l1": "dot"}

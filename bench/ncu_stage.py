@@ -43,9 +43,11 @@ def main(run: str, *ns: str) -> None:
                 print(f"top {n}: {e}", flush=True)
             wall = time.perf_counter() - t
             ph = manifest["ncu"]["phases"]["decode"]
+            log = (d / "ncu" / "decode.log").read_text() if (d / "ncu" / "decode.log").exists() else ""
+            worker = [ln for ln in log.splitlines() if "kernelbook worker done" in ln]
             rows.append({"top_n": n, "wall_s": wall, "results": ph["results"], "profiled": ph["profiled"],
                          "ncu_wall_s": ph["wall_s"], "error": ph["error"],
-                         "timeout_s": params["ncu_timeout_s"]})
+                         "timeout_s": params["ncu_timeout_s"], "worker": worker[-1] if worker else None})
             k = pd.read_parquet(d / "ncu" / "kernels.parquet")
             statuses.append(k[["kernel_id", "name", "status"]].assign(top_n=n))
             print(rows[-1], flush=True)

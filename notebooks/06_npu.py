@@ -1,10 +1,11 @@
 # %% [markdown]
 # # 06 · NPU what-if: the measured kernel mix on other hardware
 #
-# A model replays this run's kernels (work per launch: FLOPs by unit, bytes off and on chip, launch
-# count, phase) on accelerators described in `params/npus.yaml` and predicts vision-encode time,
-# prefill time and decode time per token. It is validated first on the GPU that produced the run;
-# every recommendation below carries its what-if number.
+# A model replays this run's launch sequence (per launch: FLOPs by unit, bytes off and on chip, the
+# host gap before it, the copies that block the host) on accelerators described in `params/npus.yaml`
+# and predicts vision-encode time, prefill time and decode time per token. It is validated first on
+# the GPU that produced the run, each phase predicted from a fit on the other two; every
+# recommendation below carries its what-if number.
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
@@ -14,57 +15,73 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
+from kernelbook.devices import lookup
 from kernelbook.load.run import load_run
 from kernelbook.plots import figures as F
 
 kb.setup()
 r = load_run(run_dir)
 k = R.profiled_kernels(r)
-work = W.work_table(r.timeline, k if len(k) else None)
-summary = T.phase_summary(r.timeline, r.phases)
-m = W.measured(summary, r.manifest)
-steps = dict(zip(m.phase, m.steps))
-host_us = W.host_time_per_launch_us(summary, r.manifest)
-designs = W.load_designs()
-gpu = designs["h200-as-measured"]
-active = W.active_weight_bytes(work, steps.get("decode", 1))
-val = W.validation(work, gpu, summary, r.manifest)
-kb.summary(W.headline(val, host_us))
+gpu = W.run_gpu_design(lookup(r.manifest["device"]), R.roofs(lookup(r.manifest["device"]), r.manifest, k, r.ncu_metrics()))
+designs = {gpu.key: gpu, **W.load_designs()}
+tr = W.build(r.timeline, r.phases, r.manifest, k if len(k) else None, gpu)
+val = W.validation(tr)
+kb.summary(W.headline(val, tr))
 
 # %% [markdown]
 # ## Where the work numbers come from
-# Rows of the work table (kernel identity × shapes × phase) by source.
+# Rows of the work table (phase × kernel × op shapes × grid) by source, with their launches and kernel
+# time. Rows "scaled from category" have no work of their own; their measured time is carried over.
 
 # %%
-work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launches", "sum"),
-                                      kernel_ms=("total_ns", lambda s: s.sum() / 1e6)).reset_index()
+tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launches", "sum"),
+                                         kernel_ms=("total_ns", lambda s: s.sum() / 1e6)).reset_index()
+
+# %% [markdown]
+# ## Kernel latency and slowdown, fitted on the run
+# Device time of a launch = L + b × ideal, ideal being the slowest unit at the design's peak (tensor
+# FLOPs, CUDA-core FLOPs, DRAM bytes, on-chip bytes). Per kernel class, L is the median time of the
+# launches that do almost no work and b the median ratio of the rest to their ideal; PyTorch's
+# vectorised elementwise path is fitted apart from its strided/broadcast path.
+
+# %%
+tr.calib.round(2)
 
 # %% [markdown]
 # ## Validation on the run's own GPU
-# Wall time per step vs the plain-run estimate (profiled wall ÷ the capture's profiled/plain ratio),
-# and modelled device time vs measured GPU-busy time. Host time per launch is the run's own (decode),
-# so decode wall agrees by construction; the device column is the independent test.
+# Each phase is predicted with L and b fitted on the other two phases only, so no phase is predicted
+# from its own kernel times. The replay issues each launch after the host gap the run recorded and
+# blocks the host at device-to-host copies; device time is compared with the measured GPU-busy time.
 
 # %%
-val
+val.round(2).set_index("phase").T
 
 # %%
-kb.md(W.validation_prose(val, host_us, gpu))
+kb.md(W.validation_prose(val, tr))
+
+# %% [markdown]
+# Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.
+
+# %%
+W.error_by_class(tr).round(3)
 
 # %% [markdown]
 # ## Designs
+# Predicted times for a plain run (host gaps ÷ the capture's profiled/plain ratio) on each design in
+# `params/npus.yaml`; designs that leave latency or efficiency null carry the run's fitted values.
 
 # %%
-W.design_table(designs, work, host_us, steps, active)
+kb.full(W.design_table(designs, tr))
 
 # %% [markdown]
 # ## Sensitivity
-# Each panel moves one resource with the rest of the measured GPU fixed, at the run's eager host time
-# per launch and at a graph-style 2 µs; dots mark the knee where the resource stops mattering (within
-# 5 % of the best time in the sweep).
+# Each panel moves one resource with the rest of the measured GPU fixed, at the run's eager host gaps
+# and at a graph-style 2 µs per launch; dots mark the knee where the resource stops mattering (within
+# 5 % of the best time in the sweep). The host-time panels set the host time directly, so their two
+# lines coincide.
 
 # %%
-sens = W.sensitivity_both(work, gpu, host_us, steps, active)
+sens = W.sensitivity_both(tr, gpu)
 F.sensitivity_grid(sens, W.knees_both(sens))
 
 # %% [markdown]
@@ -72,4 +89,4 @@ F.sensitivity_grid(sens, W.knees_both(sens))
 # Evidence from this run, the what-if number, a confidence, and the reference report's claim beside.
 
 # %%
-W.recommendations(work, gpu, host_us, steps, active, k, T.category_shares(r.timeline))
+kb.full(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)))

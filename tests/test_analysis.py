@@ -136,34 +136,83 @@ def test_opportunities_rank_and_rescale_idle_by_overhead(run, k, dev, roofs):
     assert opps.iloc[0].gain_pct == pytest.approx(100 * (1 - d.gpu_busy_ms / (d.wall_ms / ratio)))
 
 
-def test_whatif_arithmetic_on_real_rows(run, k):
-    work = W.work_table(run.timeline, k)
-    d = W.load_designs()["h200-as-measured"]
-    # a decode GEMV row: FLOPs from ncu (padded), DRAM bytes = its weight operand K·N·2 B
-    g = work[(work.phase == "decode") & (work.source == "ncu FLOPs + weight bytes from shapes")].iloc[0]
-    k_, n_ = map(int, g.op_shapes.split(";")[1].split("x"))
-    assert g.dram_bytes == k_ * n_ * 2
-    one = work.loc[[g.name]]
-    p = W.predict(one, d, host_us=10.0, steps={"decode": 1}).iloc[0]
-    t = max(2e-6, g.flops_tensor / (989.4e12 * 0.75), g.dram_bytes / (4800e9 * 0.85), g.onchip_bytes / (7100e9 * 0.85))
-    assert p.device_ms_per_step == pytest.approx(1e3 * t * g.launches)
-    assert p.host_ms_per_step == pytest.approx(1e-3 * 10.0 * g.launches)
-    # batch 8: FLOPs × 8, weight bytes unchanged
-    p8 = W.predict(one, d, 10.0, batch=8, steps={"decode": 1}).iloc[0]
-    t8 = max(2e-6, 8 * g.flops_tensor / (989.4e12 * 0.75), g.dram_bytes / (4800e9 * 0.85),
-             8 * g.onchip_bytes / (7100e9 * 0.85))
-    assert p8.device_ms_per_step == pytest.approx(1e3 * t8 * g.launches)
+@pytest.fixture(scope="module")
+def tr(run, k, dev, roofs):
+    return W.build(run.timeline, run.phases, run.manifest, k, W.run_gpu_design(dev, roofs))
 
 
-def test_whatif_validation_on_the_runs_gpu(run, k):
-    work = W.work_table(run.timeline, k)
-    s = T.phase_summary(run.timeline, run.phases)
-    v = W.validation(work, W.load_designs()["h200-as-measured"], s, run.manifest).set_index("phase")
-    # decode is host-bound: wall = launches per step × the run's host time per launch (its own number)
-    assert v.loc["decode", "bound"] == "host/launch"
-    assert abs(v.loc["decode", "wall_error_pct"]) < 1
-    assert abs(v.loc["decode", "device_error_pct"]) <= 25 and abs(v.loc["prefill", "wall_error_pct"]) <= 25
+def test_whatif_work_from_real_shapes(tr):
+    w = tr.work
+    # a profiled decode GEMV (nvjet 16x64, aten::mm 1x1280 · 1280x1280): ncu's tensor FLOPs, bytes = each
+    # operand once + the output, weights = the larger operand
+    g = w[(w.phase == "decode") & (w.op_shapes == "1x1280;1280x1280") & (w.category == "GEMV")].iloc[0]
+    assert g.source == "ncu FLOPs + bytes from shapes"
+    assert g.dram_bytes == 2 * (1 * 1280 + 1280 * 1280 + 1 * 1280) and g.weight_bytes == 2 * 1280 * 1280
+    # vision's broadcast add 72x48x48x48x1 + 72x48x48x1x48 writes the broadcast 72x48x48x48x48 output
+    a = w[(w.phase == "vision_encode") & (w.op_shapes == "72x48x48x48x1;72x48x48x1x48;")].iloc[0]
+    n_in, n_out = 2 * 72 * 48 * 48 * 48, 72 * 48**4
+    assert a.dram_bytes == 2 * (n_in + n_out)
+    # a KV-cache cat reads and writes its tensor list; copy_ reads src and writes self
+    assert W.elementwise_work("aten::cat", "[1, 10, 1, 64]x[1, 10, 1, 64];", 2) == (2 * 2 * 640 * 2, 0.0)
+    assert W.elementwise_work("aten::copy_", "1x1x1280;1x1x1280;", 4)[0] == 2 * 1280 * 4
+    # prefill SDPA on 1x10x1129x128: 4·B·H·Sq·Sk·D tensor FLOPs
+    s = w[(w.phase == "prefill") & (w.source == "attention FLOPs and bytes from shapes")].iloc[0]
+    assert s.flops_tensor == 4 * 10 * 1129 * 1129 * 128
+    # the grouped MoE GEMM's setup kernel carries no work; the CUTLASS kernel carries 2·T·K·N
+    gm = w[(w.phase == "prefill") & (w.op == "aten::_grouped_mm") & (w.op_shapes.str.startswith("6774x1280;"))]
+    assert len(gm) == 2 and (gm.source == "helper of a matrix op (its work is on the op's main kernel)").sum() == 1
+    assert gm.flops_tensor.max() == 2 * 6774 * 1280 * 1792
+
+
+def test_whatif_launch_time_arithmetic(tr):
+    w, cal = tr.work, tr.calib.set_index("class")
+    one = w[(w.phase == "decode") & (w.op_shapes == "1x1280;1280x1280") & (w.category == "GEMV")].head(1)
+    d = tr.gpu
+    ideal = max(one.flops_tensor.iloc[0] / (d.matrix_tflops["bf16"] * 1e12), one.dram_bytes.iloc[0] / (d.dram_gbps * 1e9),
+                one.onchip_bytes.iloc[0] / (d.sram_gbps * 1e9))
+    t, _ = W.launch_time_s(one, d, tr.calib, d)
+    assert t[0] == pytest.approx(cal.loc["GEMV", "latency_us"] * 1e-6 + cal.loc["GEMV", "slowdown"] * ideal)
+    # batch 8: FLOPs and activation bytes × 8, the weight operand read once
+    t8 = W.ideal_s(one, d, batch=8)[0]
+    act = one.dram_bytes.iloc[0] - one.weight_bytes.iloc[0]
+    assert t8 == pytest.approx(max(8 * one.flops_tensor.iloc[0] / (d.matrix_tflops["bf16"] * 1e12),
+                                   (one.weight_bytes.iloc[0] + 8 * act) / (d.dram_gbps * 1e9),
+                                   (one.weight_bytes.iloc[0] + 8 * act) / (d.sram_gbps * 1e9)))
+    # a design that sets latency and efficiency overrides the fitted ones
+    fixed = d.with_(kernel_floor_us=3.0, matrix_efficiency=0.5, mem_efficiency=0.8)
+    assert W.launch_time_s(one, fixed, tr.calib, d)[0][0] == pytest.approx(3e-6 + ideal / 0.5)
+
+
+def test_replay_overlaps_host_and_device():
+    # one segment of three launches: host gaps 10 µs, kernels 1 µs → host-bound, span = 20 µs + 1 µs
+    seq = pd.DataFrame({"phase": ["p"] * 3, "seg": [0, 0, 0]})
+    us = 1e-6
+    assert W._segment_spans(seq, np.array([1, 1, 1]) * us, np.array([0, 10, 10]) * us)["p"] == pytest.approx(21 * us)
+    # kernels 20 µs, gaps 1 µs → device-bound: span = 60 µs
+    assert W._segment_spans(seq, np.array([20, 20, 20]) * us, np.array([0, 1, 1]) * us)["p"] == pytest.approx(60 * us)
+    # a blocking copy ends segment 0; segment 1 starts after 5 µs of host work with the device idle
+    seq2 = pd.DataFrame({"phase": ["p"] * 4, "seg": [0, 0, 1, 1]})
+    span = W._segment_spans(seq2, np.array([20, 2, 3, 3]) * us, np.array([0, 1, 5, 1]) * us)["p"]
+    assert span == pytest.approx((20 + 2) * us + (5 + 3 + 3) * us)
+
+
+def test_replay_reproduces_the_run_with_its_own_times(tr):
+    # measured durations and recorded host gaps: the replay's span plus the remainder is the run's wall
+    spans = W._segment_spans(tr.seq, tr.seq.dur_s.to_numpy(), tr.seq.gap_s.to_numpy())
+    for ph, r in tr.measured.set_index("phase").iterrows():
+        assert spans[ph] + tr.remainder_s[ph] == pytest.approx(r.wall_ms_per_step * r.steps * 1e-3)
+        # the replay cannot make the device busier than the phase is long
+        assert spans[ph] <= r.wall_ms_per_step * r.steps * 1e-3 * 1.001
+
+
+def test_whatif_validation_held_out(tr):
+    v = W.validation(tr).set_index("phase")
     assert set(v.index) == {"vision_encode", "prefill", "decode"}
+    # each phase is fitted on the other two only
+    assert all(ph not in v.loc[ph, "calibrated_on"] for ph in v.index)
+    # device time within the 25 % on every phase of the bundled run (held out)
+    assert (v.device_error_pct.abs() <= 25).all(), v.device_error_pct
+    assert (v.scaled_time_pct < 10).all()
 
 
 def test_a_design_added_by_yaml_alone(tmp_path):
@@ -172,7 +221,19 @@ def test_a_design_added_by_yaml_alone(tmp_path):
                                         "  dram_gbps: 1000\n  sram_mb: 32\n  sram_gbps: 2000\n  kernel_floor_us: 1\n"
                                         "  launch_overhead_us: 2\n  mem_efficiency: 0.8\n  matrix_efficiency: 0.7\n"
                                         "  fuse_elementwise: false\n  source: test\n")
-    assert "mine" in W.load_designs(tmp_path / "npus.yaml") and len(W.load_designs(tmp_path / "npus.yaml")) >= 4
-    (tmp_path / "bad.yaml").write_text("x:\n  dram_gbps: 1\n")
-    with pytest.raises(ValueError, match="x: missing"):
+    designs = W.load_designs(tmp_path / "npus.yaml")
+    assert "mine" in designs and len(designs) >= 4 and designs["mine"].dram_gbps == 1000
+    (tmp_path / "bad.yaml").write_text("x:\n  dram_gbps: 1\n  dram_gbs: 2\n")
+    with pytest.raises(ValueError, match=r"x: missing .*unknown \['dram_gbs'\]"):
         W.load_designs(tmp_path / "bad.yaml")
+
+
+def test_designs_predict_from_the_yaml(tr):
+    designs = {tr.gpu.key: tr.gpu, **W.load_designs()}
+    t = W.design_table(designs, tr).set_index("design")
+    # the run's GPU with graph dispatch and fusion is faster per token than the same GPU eager
+    assert t.loc["h200-graph-fused", "decode ms/token"] < t.loc[tr.gpu.key, "decode ms/token"]
+    # eager decode on the run's GPU is host-bound: the plain-run estimate of its wall per step
+    m = tr.measured.set_index("phase").loc["decode"]
+    assert t.loc[tr.gpu.key, "decode bound"] == "host/launch"
+    assert t.loc[tr.gpu.key, "decode ms/token"] == pytest.approx(m.plain_wall_ms_per_step, rel=0.05)

@@ -85,3 +85,31 @@ def test_nocast_elementwise_kernels_are_not_casts(run):
     for n in names:
         assert category_of(n).value == "elementwise"
         assert friendly_name(n).startswith("Elementwise Multiply")
+
+
+def test_two_pass_join_recovers_shapes_on_the_real_timeline(run):
+    """The timed pass has no shapes and other start times; the shapes pass is the bundled timeline."""
+    from kernelbook.load.trace import join_shapes
+
+    shaped = run.timeline
+    rng = np.random.default_rng(0)
+    timing = shaped.assign(op_shapes=None, start_ns=shaped.start_ns + rng.integers(0, 50, len(shaped)).cumsum())
+    joined, stats = join_shapes(timing, shaped)
+    assert len(joined) == len(timing) and list(joined.columns) == list(timing.columns)
+    k = shaped.kind == "kernel"
+    assert stats["kernels_matched"] == stats["kernels"] == int(k.sum()) and stats["matched_pct"] == 100
+    assert stats["instances_identical"] == stats["instances"]
+    back = joined.set_index("start_ns").op_shapes
+    want = timing.assign(s=shaped.op_shapes).set_index("start_ns").s
+    assert (back.reindex(want.index).fillna("") == want.fillna("")).all()
+    # a pass that diverged: decode step 5 lost its first kernel in the shapes pass, and one launch of
+    # step 6 names another op — the rest still match, those launches get no shapes
+    d5 = shaped[(shaped.phase == "decode") & (shaped.step == 5) & k].sort_values("start_ns")
+    d6 = shaped[(shaped.phase == "decode") & (shaped.step == 6) & k].sort_values("start_ns")
+    bad = shaped.drop(index=d5.index[0]).copy()
+    bad.loc[d6.index[3], "op"] = "aten::something_else"
+    joined, stats = join_shapes(timing, bad)
+    assert stats["instances_identical"] == stats["instances"] - 1
+    # launches of step 5 named like the dropped one shift by one occurrence, so only the last has no
+    # partner; plus the renamed op of step 6
+    assert stats["kernels"] - stats["kernels_matched"] == 2

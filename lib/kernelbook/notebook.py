@@ -24,6 +24,20 @@ def setup() -> None:
     pio.renderers.default = "kernelbook"
     pd.set_option("display.max_colwidth", 80)
     pd.set_option("display.precision", 2)
+    pd.set_option("display.float_format", number)
+
+
+def number(v: float) -> str:
+    """How tables print a float: thousands grouped, two decimals from 1 up, three significant digits
+    below, scientific notation only under 0.001."""
+    a = abs(v)
+    if v != v or a == 0:
+        return str(v) if v != v else "0"
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 1:
+        return f"{v:,.2f}"
+    return f"{v:.3g}" if a >= 1e-3 else f"{v:.2e}"
 
 
 def summary(text: str):
@@ -31,6 +45,16 @@ def summary(text: str):
     from IPython.display import Markdown, display
 
     display(Markdown(f"**{text}**"), metadata={"kb-summary": True})
+
+
+def full(df):
+    """A table whose text columns are shown whole (no truncation), without the row index: for tables
+    of sentences such as recommendations."""
+    import pandas as pd
+    from IPython.display import HTML
+
+    with pd.option_context("display.max_colwidth", None):
+        return HTML(df.to_html(index=False, escape=True, float_format=lambda v: f"{v:,.2f}"))
 
 
 def md(text: str):

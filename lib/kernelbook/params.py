@@ -119,6 +119,8 @@ SCHEMA: dict[str, Param] = {
     "seed": Param(int, 0, (CAPTURE,), "seed for synthetic pages and random weights", min=0),
     "warmup": Param(int, 1, (CAPTURE,), "warmup generate calls excluded from capture", min=0, max=20),
     "timing_trials": Param(int, 3, (CAPTURE,), "plain generate calls timed for the overhead ratio", min=1, max=50),
+    "shapes_pass": Param(bool, True, (CAPTURE,), "torch backend: time the timeline without record_shapes and "
+                         "take aten shapes from a second pass (less host overhead in the timed pass)"),
     "timeline_backend": Param(str, "auto", (CAPTURE,), "auto | torch | nsys", choices=("auto", "torch", "nsys")),
     "ncu_phases": Param(list, ["decode"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),

@@ -151,7 +151,9 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         if error is not None:
             failed = (nb.stem, error)
             break
-    if not failed and any(e["stem"] == "05_classification" for e in entries):
+    if only and not failed:
+        entries = _keep_other_chapters(out, stage, entries)
+    if not failed and any(e["stem"] == "05_classification" and "kept" not in e for e in entries):
         from dataclasses import fields
 
         from .analyze.classify import Rules, report_for_run
@@ -183,6 +185,25 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     return out
 
 
+def _keep_other_chapters(out: Path, stage: Path, entries: list[dict]) -> list[dict]:
+    """Rendering some chapters keeps the others the existing report has (HTML, notebook, report.md),
+    so a partial render never drops finished chapters; the index lists all of them in book order."""
+    done = {e["stem"] for e in entries}
+    prev = json.loads((out / "timings.json").read_text()) if (out / "timings.json").exists() else []
+    kept = []
+    for e in prev:
+        if e["stem"] in done or not (out / f"{e['stem']}.html").exists():
+            continue
+        for ext in (".html", ".ipynb"):
+            if (out / f"{e['stem']}{ext}").exists():
+                shutil.copy2(out / f"{e['stem']}{ext}", stage / f"{e['stem']}{ext}")
+        kept.append({**e, "kept": True})
+        if e["stem"] == "05_classification" and (out / "report.md").exists():
+            shutil.copy2(out / "report.md", stage / "report.md")
+    order = [nb.stem for nb in list_chapters(None)]
+    return sorted(entries + kept, key=lambda e: order.index(e["stem"]) if e["stem"] in order else len(order))
+
+
 def _to_nb(v):
     return v if not isinstance(v, Path) else str(v)
 
@@ -194,7 +215,8 @@ def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s:
     rows = "\n".join(
         f'<tr><td><a href="{e["stem"]}.html">{html.escape(e["title"])}</a></td>'
         f'<td>{html.escape(e["summary"]) or ("" if e["ok"] else "<b>failed</b>")}</td>'
-        f'<td class="num">{e["seconds"]:.1f} s</td></tr>' for e in entries)
+        f'<td class="num">{e["seconds"]:.1f} s{" (earlier render)" if e.get("kept") else ""}</td></tr>'
+        for e in entries)
     status = manifest.get("status", "?")
     warn = "" if status == "complete" else (f'<p class="warn">This run is <b>{html.escape(status)}</b>: '
                                             f'{html.escape(str(manifest.get("reason", "")))}</p>')

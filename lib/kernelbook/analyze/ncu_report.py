@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from .ncu_metrics import _dim3
-from .timeline import is_matvec
+from .timeline import gemm_dims, is_matvec
 
 TABLE_COLUMNS = ["kernel_id", "friendly_name", "category", "share_pct", "duration_us", "sm_pct", "dram_pct",
                  "memory_pct", "l1_hit_pct", "l2_hit_pct", "achieved_occupancy_pct",
@@ -34,20 +34,9 @@ def metric_table(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
 
 
 def expected_gemm_flops(op_shapes: str | None) -> float:
-    """2·M·N·K (× batch) from an aten mm/bmm/linear input-shape pair 'MxK;KxN' or 'BxMxK;BxKxN'."""
-    if not op_shapes or ";" not in op_shapes:
-        return np.nan
-    try:
-        a, b = [[int(x) for x in s.split("x")] for s in op_shapes.split(";")[:2]]
-    except ValueError:
-        return np.nan
-    if len(a) == 2 and len(b) == 2:
-        return 2.0 * a[0] * a[1] * b[1]
-    if len(a) == 3 and len(b) == 3:
-        return 2.0 * a[0] * a[1] * a[2] * b[2]
-    if len(a) >= 2 and len(b) == 2:  # linear: activations [..., K] x weight^T [K, N]
-        return 2.0 * float(np.prod(a[:-1])) * a[-1] * b[-1]
-    return np.nan
+    """2·M·N·K (× batch) from an aten matrix product's recorded input shapes (see timeline.gemm_dims)."""
+    g = gemm_dims(op_shapes)
+    return np.nan if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
 
 
 def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, phase_col: str = "phase") -> pd.DataFrame:

@@ -177,21 +177,25 @@ def torch_timeline(params: dict, run_dir: Path):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from ..load.trace import ingest_torch_trace
+    from ..load.trace import join_shapes
     from ..measure import summarize
 
     wl, tracker, load_s = prepare(params)
     plain = [_timed_generate(wl) for _ in range(params["timing_trials"])]
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+    two_pass = params.get("shapes_pass", True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=not two_pass) as prof:
         profiled_s = _timed_generate(wl, tracker)
-    trace = run_dir / "raw" / "trace.json"
-    t = time.perf_counter()
-    prof.export_chrome_trace(str(trace))
-    export_s = time.perf_counter() - t
-    t = time.perf_counter()
-    timeline, phases = ingest_torch_trace(trace)
-    ingest_s = time.perf_counter() - t
-    subprocess.run(["gzip", "-f", str(trace)], check=False)
+    timeline, phases, export_s, ingest_s = _export_ingest(prof, run_dir / "raw" / "trace.json")
+    del prof
+    shapes = None
+    if two_pass:  # aten shapes from a second generate with record_shapes, joined launch by launch
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+            shapes_s = _timed_generate(wl, tracker)
+        shaped, _, _, _ = _export_ingest(prof, run_dir / "raw" / "trace-shapes.json")
+        del prof
+        t = time.perf_counter()
+        timeline, shapes = join_shapes(timeline, shaped)
+        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t)
     tracker.remove()
     info = {
         "model_load_s": load_s, "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
@@ -200,13 +204,29 @@ def torch_timeline(params: dict, run_dir: Path):
         "plain_generate": summarize(plain).as_dict(), "profiled_generate_s": profiled_s,
         "overhead_ratio": profiled_s / summarize(plain).median_s,
         "trace_export_s": export_s, "ingest_s": ingest_s, "kernels": int((timeline.kind == "kernel").sum()),
+        "shapes": ({"method": "second pass with record_shapes, joined by (phase, step, kernel, n-th launch)", **shapes}
+                   if shapes is not None else {"method": "same pass (record_shapes on the timed generate)"}),
         "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
                          "counts and dense-layer times do not" if wl.loaded.weights == "random" else None),
     }
-    del wl, tracker, prof
+    del wl, tracker
     gc.collect()
     torch.cuda.empty_cache()
     return timeline, phases, info
+
+
+def _export_ingest(prof, trace: Path) -> tuple[pd.DataFrame, pd.DataFrame, float, float]:
+    """Export the profiler's trace, read it, gzip the raw file: (timeline, phases, export s, ingest s)."""
+    from ..load.trace import ingest_torch_trace
+
+    t = time.perf_counter()
+    prof.export_chrome_trace(str(trace))
+    export_s = time.perf_counter() - t
+    t = time.perf_counter()
+    timeline, phases = ingest_torch_trace(trace)
+    ingest_s = time.perf_counter() - t
+    subprocess.run(["gzip", "-f", str(trace)], check=False)
+    return timeline, phases, export_s, ingest_s
 
 
 def worker(params: dict, mode: str, target: str | None) -> None:
@@ -218,14 +238,19 @@ def worker(params: dict, mode: str, target: str | None) -> None:
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
         if phase == "decode":  # stop right after the profiled step: its KV length is unchanged
-            params = {**params, "max_new_tokens": int(step) + 1}
-    wl, tracker, _ = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target)
+            # and no warmup: under ncu every launch is intercepted, so a warmup generate costs seconds,
+            # and a decode step comes after prefill's lazy initialisation in the same generate
+            params = {**params, "max_new_tokens": int(step) + 1, "warmup": 0}
+    t = time.perf_counter()
+    wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target)
+    ready = time.perf_counter() - t
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStart()
-    _timed_generate(wl, tracker)
+    gen_s = _timed_generate(wl, tracker)
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStop()
-    print(f"kernelbook worker done ({mode})", file=sys.stderr)
+    print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
+          f"generate {gen_s:.1f} s", file=sys.stderr)
 
 
 def load_timeline(run_dir: Path) -> pd.DataFrame:

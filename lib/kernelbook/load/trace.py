@@ -154,3 +154,37 @@ def _assign_phase(launch_ns: np.ndarray, start_ns: np.ndarray, phases: pd.DataFr
         phase[ok] = outer["phase"].to_numpy()[idx[ok]]
         step[ok] = outer["step"].to_numpy()[idx[ok]]
     return phase, step
+
+
+def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Two-pass capture: the timeline of a pass without `record_shapes` (less host overhead, so less
+    perturbed times) takes aten op shapes from a second pass with them. Launches are matched by
+    (phase, step, kernel name, n-th launch of that name in the instance), and only where both passes
+    name the same aten op; greedy decode repeats the same launch sequence, so every launch matches
+    unless the passes diverged. Returns the joined timeline and the match statistics for the manifest."""
+    def keyed(t):
+        t = t.sort_values("start_ns", kind="stable").copy()
+        t["_occ"] = t.groupby(["phase", "step", "name"], sort=False).cumcount()
+        return t
+
+    a, b = keyed(timing), keyed(shaped)
+    keys = ["phase", "step", "name", "_occ"]
+    m = a.drop(columns=["op_shapes"]).merge(b[keys + ["op", "op_shapes"]].rename(columns={"op": "_op_b"}),
+                                            on=keys, how="left")
+    same_op = m["_op_b"].notna() & ((m["op"] == m["_op_b"]) | m["op"].isna())
+    m.loc[~same_op, "op_shapes"] = None
+    m["op"] = m["op"].where(m["op"].notna(), m["_op_b"].where(same_op))
+    kern = m.kind == "kernel"
+
+    def seq(t):
+        k = t[t.kind == "kernel"]
+        return k.groupby(["phase", "step"], sort=False)["name"].agg(tuple)
+
+    sa, sb = seq(a), seq(b)
+    common = sa.index.intersection(sb.index)
+    stats = {"kernels": int(kern.sum()), "kernels_matched": int((kern & same_op).sum()),
+             "matched_pct": 100 * float((kern & same_op).sum()) / max(1, int(kern.sum())),
+             "instances": int(len(sa)), "instances_identical": int((sa.loc[common] == sb.loc[common]).sum()),
+             "kernels_in_shapes_pass": int((b.kind == "kernel").sum())}
+    out = m.drop(columns=["_occ", "_op_b"])[list(timing.columns)]
+    return out.sort_values("start_ns", kind="stable").reset_index(drop=True), stats

@@ -130,26 +130,3 @@ def test_a_kernel_absent_from_the_profiled_step_is_named_as_such(run, report):
     t = kernel_table(sel, *report, run.timeline, None)
     assert t.loc[2, "status"] == f"not launched inside the profiled range (decode step {sel.step})"
 
-
-def test_ncu_name_filter_picks_each_selected_instantiation_and_no_sibling(run):
-    """Kineto's names of the bundled run's top-20 decode kernels against the names ncu gave the
-    launches it profiled in that run (results.parquet): each pattern finds its own instantiation
-    (same name_key), and no pattern finds a result of another instantiation of the same function."""
-    import re
-
-    from kernelbook.analyze.kernels import name_key
-    from kernelbook.capture.ncu import name_pattern, name_regex, select_kernels
-
-    import pandas as pd
-
-    results = pd.read_parquet(run.path / "ncu" / "results.parquet")
-    sel = select_kernels(run.timeline, "decode", 20)
-    matched = set()
-    for name in sel.kernels.name:
-        hits = [n for n in results.name if re.search(name_pattern(name), n)]
-        assert hits, name
-        assert {name_key(n) for n in hits} == {name_key(name)}, name
-        matched |= set(hits)
-    # results of instantiations nobody selected (the old short-name filter profiled them) stay out
-    others = set(results.name) - matched
-    assert others and not any(re.search(name_regex(list(sel.kernels.name))[len("regex:"):], n) for n in others)

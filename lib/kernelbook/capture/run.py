@@ -238,9 +238,9 @@ def worker(params: dict, mode: str, target: str | None) -> None:
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
         if phase == "decode":  # stop right after the profiled step: its KV length is unchanged
-            # and no warmup: under ncu every launch is intercepted, so a warmup generate costs seconds,
-            # and a decode step comes after prefill's lazy initialisation in the same generate
-            params = {**params, "max_new_tokens": int(step) + 1, "warmup": 0}
+            # (the warmup generates stay: measured on an H100, without them cuBLASLt and cuDNN chose
+            # other GEMV and attention kernels than the timeline's, so ncu missed three of the top 20)
+            params = {**params, "max_new_tokens": int(step) + 1}
     t = time.perf_counter()
     wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target)
     ready = time.perf_counter() - t

@@ -69,6 +69,18 @@ def test_failed_chapter_keeps_earlier_chapters_and_previous_report(report, tmp_p
     assert "ArrowInvalid" in (failed / "02_ncu.html").read_text() or "Error" in (failed / "02_ncu.html").read_text()
 
 
+def test_rendering_one_chapter_keeps_the_others(report, tmp_path):
+    out = tmp_path / "rep"
+    shutil.copytree(report, out)
+    before = (out / "05_classification.html").read_text()
+    render_book(P.validate({}, consumer="book"), out, chapters=["03_histograms"], log=lambda *_: None)
+    stems = {p.stem for p in out.glob("*.html")} - {"index"}
+    assert stems == {nb.stem for nb in list_chapters(None)}  # nothing dropped
+    assert (out / "05_classification.html").read_text() == before and (out / "report.md").exists()
+    index = (out / "index.html").read_text()
+    assert index.count("(earlier render)") == len(stems) - 1 and all(f'href="{s}.html"' in index for s in stems)
+
+
 def test_cli_book_exit_code_for_failed_chapter(tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(RUN, broken, ignore=shutil.ignore_patterns("raw"))

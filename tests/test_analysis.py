@@ -197,12 +197,13 @@ def test_replay_overlaps_host_and_device():
 
 
 def test_replay_reproduces_the_run_with_its_own_times(tr):
-    # measured durations and recorded host gaps: the replay's span plus the remainder is the run's wall
+    # measured durations and recorded host gaps: the replayed segments hold every kernel's time and
+    # fit inside the phase's wall (the remainder, host work outside them, is not negative)
     spans = W._segment_spans(tr.seq, tr.seq.dur_s.to_numpy(), tr.seq.gap_s.to_numpy())
+    busy = tr.seq.groupby("phase").dur_s.sum()
     for ph, r in tr.measured.set_index("phase").iterrows():
-        assert spans[ph] + tr.remainder_s[ph] == pytest.approx(r.wall_ms_per_step * r.steps * 1e-3)
-        # the replay cannot make the device busier than the phase is long
-        assert spans[ph] <= r.wall_ms_per_step * r.steps * 1e-3 * 1.001
+        assert busy[ph] <= spans[ph] <= r.wall_ms_per_step * r.steps * 1e-3 * 1.001
+        assert tr.remainder_s[ph] >= -1e-3 * spans[ph]
 
 
 def test_whatif_validation_held_out(tr):

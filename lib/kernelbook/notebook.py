@@ -30,9 +30,11 @@ def setup() -> None:
 def number(v: float) -> str:
     """How tables print a float: thousands grouped, two decimals from 1 up, three significant digits
     below, scientific notation only under 0.001."""
+    if v != v:
+        return "NaN"
     a = abs(v)
-    if v != v or a == 0:
-        return str(v) if v != v else "0"
+    if a == 0:
+        return "0"
     if a >= 1000:
         return f"{v:,.0f}"
     if a >= 1:

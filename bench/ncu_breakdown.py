@@ -36,6 +36,8 @@ def main(run: str, top_n: str = "20") -> None:
             rep = Path(tmp) / label
             kw = {"sections": sections, "extra_metrics": ()} if sections else {}
             cmd = ncu_command(rep, names, worker_command(pf, "decode", sel.step), **kw)
+            if label == "base":  # kernelbook's filter also takes every bare name: match nothing at all
+                cmd[cmd.index("--kernel-name") + 1] = "regex:^kernelbook_matches_no_kernel$"
             t = time.perf_counter()
             proc = run_ncu(cmd, Path(tmp) / f"{label}.log", 900)
             wall = time.perf_counter() - t

@@ -130,3 +130,35 @@ def test_a_kernel_absent_from_the_profiled_step_is_named_as_such(run, report):
     t = kernel_table(sel, *report, run.timeline, None)
     assert t.loc[2, "status"] == f"not launched inside the profiled range (decode step {sel.step})"
 
+
+
+def test_name_filter_takes_the_selected_instantiations_and_no_siblings():
+    """kernelbook's ncu filter, checked with Python's `re` on the bundled run's real names: the selected
+    kernels as Kineto named them (kernels.parquet) against every launch ncu profiled and named with
+    its own demangler (results.parquet, taken with the earlier short-name filter, so it holds sibling
+    instantiations: `cos` vs `sin` functors, `<(int)4>` vs `<(int)8>`, `long` vs `float` reductions)."""
+    import re
+
+    from conftest import RUN
+    from kernelbook.capture.ncu import BARE_NAME, name_pattern, name_regex
+
+    selected = pd.read_parquet(RUN / "ncu" / "kernels.parquet").name.tolist()
+    profiled = pd.read_parquet(RUN / "ncu" / "results.parquet").name.unique()
+    rx = name_regex(selected)
+    assert rx.startswith("regex:")
+    rx = re.compile(rx[len("regex:"):])
+    keys = {name_key(n) for n in selected}
+    siblings = [n for n in profiled if name_key(n) not in keys]
+    assert len(siblings) >= 10 and all("<" in n for n in siblings)
+    assert not [n for n in siblings if rx.search(n)]
+    assert all(rx.search(n) for n in profiled if name_key(n) in keys)
+    # each selected kernel's own pattern finds its ncu name, and only that
+    for n in selected:
+        own = re.compile(name_pattern(n))
+        assert [m for m in profiled if own.search(m)] == [m for m in profiled if name_key(m) == name_key(n)]
+    # the bare-name alternative: C-linkage names and the stale bare names ncu's filter shows
+    # for library launches, never a templated ATen name
+    bare = re.compile(BARE_NAME)
+    assert bare.search("nvjet_sm90_tst_384x8_64x4_2x1_v_bz_TNT")
+    assert bare.search("CatArrayBatchedCopy_vectorized") and rx.search("vectorized_elementwise_kernel")
+    assert not [n for n in profiled if "<" in n and bare.search(n)]

@@ -2,8 +2,8 @@
 
 Selection comes from the run's timeline: the top-N kernel identities (demangled name) by total time
 in a phase. The workload runs once under ncu; only one NVTX range is pushed (`kb_ncu_target`, around
-one representative step of the phase), the kernel-name filter is the alternation of the selected
-names, and `--filter-mode per-launch-config --launch-count 1` profiles the first launch of each launch
+one representative step of the phase), the kernel-name filter matches the selected instantiations
+(`name_regex`), and `--filter-mode per-launch-config --launch-count 1` profiles the first launch of each launch
 configuration of those kernels inside that step. Cost therefore grows with distinct kernels and
 configurations, never with launches.
 """
@@ -70,22 +70,51 @@ def select_kernels(timeline: pd.DataFrame, phase: str = "decode", top_n: int = 2
     return Selection(phase, step, top)
 
 
-def name_regex(names: list[str]) -> str:
-    """ncu `--kernel-name` filter over function base names (no templates or parameters).
+# Namespace tokens that repeat in every ATen name: left out of a pattern (they add nothing but backtracking).
+_COMMON_TOKENS = {"at", "native", "c10", "std", "detail", "cuda", "binary_internal", "unnamed", "void",
+                  "operator", "const"}
+_NW = "[^A-Za-z0-9_]"
+# ncu's filter sees some launches under a stale name (see `name_regex`); such names carry no template or
+# parameter list, so this alternative lets ncu profile every launch it names so, once per launch config.
+BARE_NAME = "^[^<(]*$"
 
-    Matched on ncu's demangled names (search semantics), so per-launch-config filtering can tell
-    template instantiations of one function apart. Full demangled names cannot be matched across tools: Kineto prints `{lambda()#1}`, `(anonymous
-    namespace)` and `2ul` where NVIDIA's demangler prints `[lambda() (instance 1)]`, `<unnamed>` and
-    `(unsigned long)2`. Function names agree; the reader then matches results to the selected kernels
-    by `kernels.name_key`, and per-launch-config filtering bounds the extra instantiations profiled.
-    A tighter filter, one pattern per instantiation (bench/ncu_filter_check.py), profiled 26 instead of
-    45 launches on an H100 (stage 146 s -> 92 s) but ncu then skipped three C-linkage kernels (two nvjet
-    GEMVs, cuDNN attention) that the same names matched on their own: not used until that is understood.
+
+def name_pattern(name: str) -> str:
+    """A regex that finds one kernel instantiation, named as Kineto prints it, in the name NVIDIA's
+    demangler gives the same instantiation.
+
+    The two disagree on spelling (`{lambda()#1}` vs `[lambda() (instance 1)]`, `(anonymous namespace)`
+    vs `<unnamed>`, `2ul` vs `(unsigned long)2`, parameter types vs `const T1 &`), but the tokens of
+    `kernels.name_key` (function, template arguments, lambda numbers) appear in both, in order. The
+    pattern asks for those tokens in order, each standing alone, anything between, so it matches this
+    instantiation and not its siblings (`MulFunctor` vs `AddFunctor`, `<8>` vs `<4>`). Only `.`, `*`,
+    `?`, groups and bracket classes are used (no look-around or `\\b`). A C-linkage name (nvjet, cuDNN,
+    Triton) is the same in both tools and is matched whole.
     """
-    from ..analyze.kernels import short_name
+    from ..analyze.kernels import name_key
 
-    alts = [_REGEX_SPECIAL.sub(r"\\\1", short_name(n)) for n in names]
-    return "regex:(^|[ :])(" + "|".join(dict.fromkeys(alts)) + ")([<(]|$)"
+    if "<" not in name and "(" not in name:
+        return "^" + _REGEX_SPECIAL.sub(r"\\\1", name) + "$"
+    toks = [_REGEX_SPECIAL.sub(r"\\\1", t) for t in name_key(name).split() if t not in _COMMON_TOKENS]
+    return f"(^|{_NW})" + f"{_NW}(.*{_NW})?".join(toks) + f"({_NW}|$)"
+
+
+def name_regex(names: list[str]) -> str:
+    """ncu `--kernel-name` filter (matched on ncu's demangled names): one `name_pattern` per selected
+    instantiation, plus `BARE_NAME`.
+
+    Why `BARE_NAME`: measured on an H100 (bench/ncu_filter_check.py), ncu's filter sees kernels that
+    cuBLASLt and cuDNN launch (nvjet GEMVs, cuDNN's generated attention) under a stale name, the bare
+    function name of an earlier launch (`CatArrayBatchedCopy_vectorized` for the cuDNN SDPA kernel),
+    while the report names them correctly. A filter of exact names therefore skipped them; a filter of
+    function short names caught them only when the stale name happened to be in its list, and profiled
+    every sibling instantiation besides (45 launches for 20 kernels instead of 26 + the library ones).
+    Real ATen names always carry a template list, so `BARE_NAME` adds only C-linkage and stale-named
+    launches, each once per launch configuration; the reader then identifies each result by the name
+    in the report (`kernels.name_key`).
+    """
+    alts = [name_pattern(n) for n in dict.fromkeys(names)]
+    return "regex:" + "|".join(f"({a})" for a in [*alts, BARE_NAME])
 
 
 def ncu_command(report_base: Path, names: list[str], worker: list[str], clock_control: str = "none",

@@ -237,10 +237,10 @@ def worker(params: dict, mode: str, target: str | None) -> None:
     if target:
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
-        if phase == "decode":  # stop right after the profiled step: its KV length is unchanged
-            # (the warmup generates stay: measured on an H100, without them cuBLASLt and cuDNN chose
-            # other GEMV and attention kernels than the timeline's, so ncu missed three of the top 20)
-            params = {**params, "max_new_tokens": int(step) + 1}
+        if phase == "decode":  # stop right after the profiled step (its KV length is unchanged), and
+            # no warmup generate: the steps before the profiled one warm it up. Measured on an H100
+            # (bench/kernel_choice.py), the step launches the timeline's kernels in the timeline's order.
+            params = {**params, "max_new_tokens": int(step) + 1, "warmup": 0}
     t = time.perf_counter()
     wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target)
     ready = time.perf_counter() - t

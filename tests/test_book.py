@@ -102,3 +102,13 @@ def test_report_md_holds_the_profiler_output_contract(report):
 def test_kernel_explorer_degrades_to_static_cards_in_html(report):
     html = (report / "05_classification.html").read_text()
     assert html.count("<details><summary><b>k0") == 20  # one card per profiled decode kernel
+
+
+def test_cli_book_prints_only_its_progress(tmp_path):
+    """The CLI's output is one line per chapter and the report path: kernels run over IPC sockets, so
+    ipykernel has no unencrypted-TCP warning to cut into the progress lines."""
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--out", str(tmp_path / "out"),
+                           "--chapters", "00_setup"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert lines[0].startswith("[1/1] 00_setup ... ok (") and lines[1].startswith("report: ") and len(lines) == 2

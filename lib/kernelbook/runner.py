@@ -20,6 +20,26 @@ NOTEBOOKS = P.REPO / "notebooks"
 PLOTLY_JS = "plotly.min.js"
 
 
+def _ipc_kernel_manager():
+    """A kernel manager that talks to the chapter's kernel over local IPC sockets in a private temp
+    folder instead of TCP on localhost: no port another user could connect to, and no ipykernel
+    warning about unencrypted TCP cutting into the progress lines."""
+    import tempfile
+
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import CaselessStrEnum
+
+    folder = tempfile.mkdtemp(prefix="kernelbook-ipc-")
+
+    class IPCKernelManager(AsyncKernelManager):
+        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+        def _ip_default(self):
+            return os.path.join(folder, "kernel")
+
+    return IPCKernelManager, folder
+
+
 class BookError(RuntimeError):
     def __init__(self, msg: str, exit_code: int = 1):
         super().__init__(msg)
@@ -125,32 +145,37 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
     entries, failed = [], None
     books = list_chapters(only)
+    km_class, ipc_folder = _ipc_kernel_manager()
     t_all = time.perf_counter()
-    for i, nb in enumerate(books, 1):
-        t = time.perf_counter()
-        if log is print:
-            print(f"[{i}/{len(books)}] {nb.stem} ...", end="", flush=True)
-        src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb")
-        executed = stage / f"{nb.stem}.ipynb"
-        declared = notebook_parameters(nb)
-        nb_params = {k: _to_nb(v) for k, v in params.items() if k in declared}
-        error = None
-        try:
-            papermill.execute_notebook(str(src), str(executed), parameters=nb_params, cwd=str(P.REPO),
-                                       kernel_name="python3", progress_bar=False, log_output=False)
-        except Exception as e:  # papermill keeps the executed notebook with the error in it
-            error = e
-        src.unlink()
-        if executed.exists():
-            _html(executed, stage / f"{nb.stem}.html")
-        dt = time.perf_counter() - t
-        entries.append({"stem": nb.stem, "title": _title(nb), "seconds": dt, "ok": error is None,
-                        "summary": _summary(executed) if executed.exists() else ""})
-        if log is print:
-            print(f" {'ok' if error is None else 'FAILED'} ({dt:.1f} s)", flush=True)
-        if error is not None:
-            failed = (nb.stem, error)
-            break
+    try:
+        for i, nb in enumerate(books, 1):
+            t = time.perf_counter()
+            if log is print:
+                print(f"[{i}/{len(books)}] {nb.stem} ...", end="", flush=True)
+            src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb")
+            executed = stage / f"{nb.stem}.ipynb"
+            declared = notebook_parameters(nb)
+            nb_params = {k: _to_nb(v) for k, v in params.items() if k in declared}
+            error = None
+            try:
+                papermill.execute_notebook(str(src), str(executed), parameters=nb_params, cwd=str(P.REPO),
+                                           kernel_name="python3", progress_bar=False, log_output=False,
+                                           kernel_manager_class=km_class)
+            except Exception as e:  # papermill keeps the executed notebook with the error in it
+                error = e
+            src.unlink()
+            if executed.exists():
+                _html(executed, stage / f"{nb.stem}.html")
+            dt = time.perf_counter() - t
+            entries.append({"stem": nb.stem, "title": _title(nb), "seconds": dt, "ok": error is None,
+                            "summary": _summary(executed) if executed.exists() else ""})
+            if log is print:
+                print(f" {'ok' if error is None else 'FAILED'} ({dt:.1f} s)", flush=True)
+            if error is not None:
+                failed = (nb.stem, error)
+                break
+    finally:
+        shutil.rmtree(ipc_folder, ignore_errors=True)
     if only and not failed:
         entries = _keep_other_chapters(out, stage, entries)
     if not failed and any(e["stem"] == "05_classification" and "kept" not in e for e in entries):

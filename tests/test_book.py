@@ -41,6 +41,7 @@ def test_index_links_every_chapter_with_a_summary(report):
         assert f'href="{nb.stem}.html"' in html
     timings = json.loads((report / "timings.json").read_text())
     assert all(t["ok"] and t["summary"] for t in timings)
+    assert not [t["stem"] for t in timings if "*" in t["summary"]]  # plain text, no markdown left over
 
 
 @pytest.mark.parametrize("stem", list(TITLES))
@@ -48,6 +49,7 @@ def test_chapter_html_has_title_and_rendered_figures(report, stem):
     html = (report / f"{stem}.html").read_text()
     assert TITLES[stem] in html
     assert "cdn.plot.ly" not in html and "plotly.min.js" in html  # offline: the local copy only
+    assert "<th>...</th>" not in html and "<td>...</td>" not in html  # no table cut by pandas
     dom = _dom(report / f"{stem}.html")
     assert TITLES[stem] in dom
     assert dom.count('class="main-svg"') >= FIGURES[stem] * 1, "figures did not render in the browser"

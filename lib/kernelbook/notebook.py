@@ -23,6 +23,7 @@ def setup() -> None:
     pio.renderers["kernelbook"] = OfflineRenderer()
     pio.renderers.default = "kernelbook"
     pd.set_option("display.max_colwidth", 80)
+    pd.set_option("display.max_columns", None)  # the HTML scrolls sideways; a "..." column hides data
     pd.set_option("display.precision", 2)
     pd.set_option("display.float_format", number)
 
@@ -43,10 +44,11 @@ def number(v: float) -> str:
 
 
 def summary(text: str):
-    """Display `text` as the chapter's one-line summary (the index page lists it)."""
+    """Display `text` as the chapter's one-line summary (the index page lists it), in bold: emphasis
+    inside `text` is dropped, since nested `**` would end the bold half-way and show in the index."""
     from IPython.display import Markdown, display
 
-    display(Markdown(f"**{text}**"), metadata={"kb-summary": True})
+    display(Markdown(f"**{text.replace('**', '').strip()}**"), metadata={"kb-summary": True})
 
 
 def full(df):

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Capture a run on a GPU machine and pack what comes back: bash bench/gpu_capture.sh <run-id> [params]
-# Writes the run under data/runs/<run-id>, then $OUT/run.tar (run without .ncu-rep files) and the logs.
+# Writes the run under data/runs/<run-id>, then $OUT/run.tar (run without .ncu-rep files and raw traces),
+# the raw traces (*.json.gz) and the logs.
 set -uo pipefail
 id=${1:?run id}; params=${2:-params/default.yaml}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/lib PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 ncu --version | tail -1 | tee -a "$OUT/gpu.txt"
 /usr/bin/time -v python -m kernelbook capture --params "$params" --out "data/runs/$id" 2>&1 | tee "$OUT/capture.log"
-tar --exclude='*.ncu-rep' -cf "$OUT/run.tar" -C data/runs "$id"
+# the raw traces travel beside the tar (each file that comes back must stay under 16 MiB)
+tar --exclude='*.ncu-rep' --exclude='raw' -cf "$OUT/run.tar" -C data/runs "$id"
+cp "data/runs/$id"/raw/*.gz "$OUT/" 2>/dev/null
 ls -la "data/runs/$id" "data/runs/$id"/* | tee -a "$OUT/capture.log" >/dev/null

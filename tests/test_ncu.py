@@ -162,3 +162,21 @@ def test_name_filter_takes_the_selected_instantiations_and_no_siblings():
     assert bare.search("nvjet_sm90_tst_384x8_64x4_2x1_v_bz_TNT")
     assert bare.search("CatArrayBatchedCopy_vectorized") and rx.search("vectorized_elementwise_kernel")
     assert not [n for n in profiled if "<" in n and bare.search(n)]
+
+
+def test_h100_capture_profiled_every_selected_kernel_and_no_sibling():
+    """The H100 run was captured with the current filter. Every selected kernel is profiled, including
+    the cuBLASLt and cuDNN kernels that ncu's filter sees under a stale name; every templated result
+    is one of the selected instantiations (no siblings), the rest are bare-named library launches."""
+    from conftest import REPO
+
+    run = REPO / "data" / "runs" / "h100-deepseek-ocr-2"
+    kernels = pd.read_parquet(run / "ncu" / "kernels.parquet")
+    results = pd.read_parquet(run / "ncu" / "results.parquet")
+    assert (kernels.status == "profiled").all() and len(kernels) == 20
+    library = kernels.name[kernels.name.str.startswith(("nvjet", "cudnn_generated"))]
+    assert len(library) >= 4
+    keys = set(kernels.name.map(name_key))
+    templated = results.name[results.name.str.contains("<")]
+    assert templated.map(name_key).isin(keys).all()
+    assert results.name[~results.name.str.contains("<")].str.match("nvjet_|cudnn_generated").all()

@@ -29,6 +29,8 @@ def _ipc_kernel_manager():
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import CaselessStrEnum
 
+    if os.name != "posix":  # ZeroMQ has no IPC transport on Windows: the default manager (TCP)
+        return AsyncKernelManager, tempfile.mkdtemp(prefix="kernelbook-")
     folder = tempfile.mkdtemp(prefix="kernelbook-ipc-")
 
     class IPCKernelManager(AsyncKernelManager):

@@ -43,7 +43,7 @@ def instantiation_regex(names: list[str]) -> str:
     return "regex:" + "|".join(f"({name_pattern(n)})" for n in dict.fromkeys(names))
 
 
-def run_timed(cmd: list[str], log: Path, timeout_s: int = 600) -> tuple[float, list[dict], str]:
+def run_timed(cmd: list[str], timeout_s: int = 600) -> tuple[float, list[dict], str]:
     """Run ncu, stamping each output line; returns wall seconds, the profiled results and the text."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -57,7 +57,6 @@ def run_timed(cmd: list[str], log: Path, timeout_s: int = 600) -> tuple[float, l
         if t > timeout_s:
             proc.kill()
     proc.wait()
-    log.write_text("\n".join(lines))
     return time.perf_counter() - t0, results, "\n".join(lines)
 
 
@@ -86,7 +85,7 @@ def main(run: str, top_n: str, *variants: str) -> None:
             cmd[cmd.index("--kernel-name") + 1] = filters[filt]
             if "norules" in opt:
                 cmd[1:1] = ["--apply-rules", "no"]
-            wall, got, text = run_timed(cmd, Path(tmp) / "log")
+            wall, got, text = run_timed(cmd)
             worker = [ln for ln in text.splitlines() if "kernelbook worker done" in ln]
             report = []
             if rep.with_suffix(".ncu-rep").exists():  # the report names each result correctly

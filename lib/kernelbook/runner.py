@@ -11,6 +11,7 @@ import html
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,18 +21,16 @@ NOTEBOOKS = P.REPO / "notebooks"
 PLOTLY_JS = "plotly.min.js"
 
 
-def _ipc_kernel_manager():
-    """A kernel manager that talks to the chapter's kernel over local IPC sockets in a private temp
-    folder instead of TCP on localhost: no port another user could connect to, and no ipykernel
-    warning about unencrypted TCP cutting into the progress lines."""
-    import tempfile
-
+def _kernel_manager(folder: str):
+    """The kernel manager for chapters: on POSIX it talks to the kernel over IPC sockets in `folder`
+    (private, temporary) instead of TCP on localhost, so there is no port another user could connect
+    to and no ipykernel warning about unencrypted TCP cutting into the progress lines. ZeroMQ has no
+    IPC transport on Windows, where the default (TCP) manager stays."""
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import CaselessStrEnum
 
-    if os.name != "posix":  # ZeroMQ has no IPC transport on Windows: the default manager (TCP)
-        return AsyncKernelManager, tempfile.mkdtemp(prefix="kernelbook-")
-    folder = tempfile.mkdtemp(prefix="kernelbook-ipc-")
+    if os.name != "posix":
+        return AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
         transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
@@ -39,7 +38,7 @@ def _ipc_kernel_manager():
         def _ip_default(self):
             return os.path.join(folder, "kernel")
 
-    return IPCKernelManager, folder
+    return IPCKernelManager
 
 
 class BookError(RuntimeError):
@@ -147,9 +146,9 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
     entries, failed = [], None
     books = list_chapters(only)
-    km_class, ipc_folder = _ipc_kernel_manager()
     t_all = time.perf_counter()
-    try:
+    with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder:
+        km_class = _kernel_manager(ipc_folder)
         for i, nb in enumerate(books, 1):
             t = time.perf_counter()
             if log is print:
@@ -176,8 +175,6 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             if error is not None:
                 failed = (nb.stem, error)
                 break
-    finally:
-        shutil.rmtree(ipc_folder, ignore_errors=True)
     if only and not failed:
         entries = _keep_other_chapters(out, stage, entries)
     if not failed and any(e["stem"] == "05_classification" and "kept" not in e for e in entries):

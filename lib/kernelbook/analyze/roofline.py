@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .histograms import weighted_mean
+from .ncu_report import FLOPS_TOLERANCE
 
 LEVELS = ("dram", "l2", "l1")
 LEVEL_LABEL = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
@@ -161,7 +162,7 @@ def above_roof_causes(p: pd.DataFrame, kernels: pd.DataFrame, r: Roofs,
     for _, q in p[p.above_roof].iterrows():
         k = kk.loc[q.kernel_id]
         rr = ratio.get(q.kernel_id, np.nan)
-        if rr == rr and rr > 1.05:
+        if rr == rr and rr > 1 + FLOPS_TOLERANCE:
             cause = (f"tensor FLOPs are {rr:.0f}× 2·M·N·K: the MMA tile pads the small dimension, so counted "
                      "FLOP/s include padding work")
         elif q.level == "DRAM" and (k.get("l2_hit_pct") or 0) > 80:

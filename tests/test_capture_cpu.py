@@ -33,18 +33,37 @@ def tiny_ocr2(tmp_path_factory):
     return path
 
 
-def phases_of(workload, model):
-    """Phase ranges recorded by the hooks during one generate (torch.profiler, CPU activity)."""
+def profiled(fn, model):
+    """Run `fn` with the phase hooks on, under torch.profiler (CPU activity): (result, events, tracker)."""
     tracker = PhaseTracker(model, nvtx=False).install()
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         tracker.start()
-        out = workload.generate()
+        out = fn()
         tracker.stop()
     tracker.remove()
-    names = [parse_record_name(e.name) for e in prof.events() if e.name.startswith("kb::")]
+    return out, prof.events(), tracker
+
+
+def phases_of(workload, model):
+    """Phase ranges recorded by the hooks during one generate."""
+    out, events, _ = profiled(workload.generate, model)
+    names = [parse_record_name(e.name) for e in events if e.name.startswith("kb::")]
     return out, sorted(set(names), key=lambda p: (p[1], p[0]))
+
+
+def innermost_phase_of_ops(events, op: str) -> set[str]:
+    """The innermost phase range (by CPU time) around every call of aten `op`: where the timeline's
+    ingest would put the kernels that op launches."""
+    ranges = [(e.time_range.start, e.time_range.end, parse_record_name(e.name)[0])
+              for e in events if e.name.startswith("kb::")]
+    found = set()
+    for e in events:
+        if e.name == op:
+            inside = [r for r in ranges if r[0] <= e.time_range.start and e.time_range.end <= r[1]]
+            found.add(min(inside, key=lambda r: r[1] - r[0])[2] if inside else "other")
+    return found
 
 
 def test_a_saved_deepseek_ocr2_checkpoint_loads_with_its_generation_head(tiny_ocr2):
@@ -69,6 +88,59 @@ def test_generate_on_the_tiny_checkpoint_marks_every_phase(tiny_ocr2, crop):
     out, phases = phases_of(wl, lm.model)
     assert out.shape[1] == wl.inputs["input_ids"].shape[1] + PARAMS["max_new_tokens"]  # min_new_tokens forced
     assert phases == [("prefill", 0), ("vision_encode", 0), ("decode", 1), ("decode", 2), ("decode", 3)]
+
+
+@pytest.mark.parametrize("crop", [False, True])
+def test_vision_work_lands_in_vision_encode_whichever_way_generate_calls_it(tiny_ocr2, crop):
+    """transformers 5.17 runs the vision tower inside the first forward, 5.18+ in generate's input
+    preparation before it: either way every convolution (SAM's patch embedding and neck, used only by
+    the vision tower) is inside a vision_encode range, and the language model's matmuls are not."""
+    import transformers
+
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": crop}, "cpu")
+    _, events, tracker = profiled(wl.generate, lm.model)
+    assert tracker.vision_calls >= 1, transformers.__version__
+    assert innermost_phase_of_ops(events, "aten::convolution") == {"vision_encode"}
+    assert {"prefill", "decode"} <= innermost_phase_of_ops(events, "aten::mm") | innermost_phase_of_ops(
+        events, "aten::linear")
+
+
+def test_a_vision_tower_called_outside_any_forward_is_marked(tiny_ocr2):
+    """The vision tower run on its own (as `generate` does before the first forward in newer
+    transformers, or a user's `get_image_features`), then a forward on the text: two phases, each
+    holding its own work."""
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    model = lm.model
+
+    def encode_then_forward():
+        with torch.inference_mode():
+            model.get_image_features(wl.inputs["pixel_values"], num_local_patches=wl.inputs["num_local_patches"])
+            model(input_ids=wl.inputs["input_ids"][:, -4:])
+
+    _, events, tracker = profiled(encode_then_forward, model)
+    names = [parse_record_name(e.name) for e in events if e.name.startswith("kb::")]
+    # the tower and then the projector: one range each, none inside the prefill step
+    assert tracker.vision_calls == names.count(("vision_encode", 0)) == 2
+    assert names.count(("prefill", 0)) == 1
+    assert innermost_phase_of_ops(events, "aten::convolution") == {"vision_encode"}
+
+
+def test_an_image_model_with_no_vision_work_stops_the_capture(tiny_ocr2):
+    """A text-only forward of an image model: the capture must not pass it off as a VLM run."""
+    from kernelbook.capture.phases import NoVisionWork, require_vision_work
+
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+
+    def text_only():
+        with torch.inference_mode():
+            lm.model(input_ids=wl.inputs["input_ids"][:, -4:])
+
+    _, _, tracker = profiled(text_only, lm.model)
+    with pytest.raises(NoVisionWork, match="DeepseekOcr2ForConditionalGeneration .* no vision module forward"):
+        require_vision_work(lm.kind, tracker, type(lm.model).__name__)
 
 
 def test_a_tiny_causal_lm_checkpoint_loads_and_generates(tmp_path):

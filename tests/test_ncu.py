@@ -180,3 +180,20 @@ def test_h100_capture_profiled_every_selected_kernel_and_no_sibling():
     templated = results.name[results.name.str.contains("<")]
     assert templated.map(name_key).isin(keys).all()
     assert results.name[~results.name.str.contains("<")].str.match("nvjet_|cudnn_generated").all()
+
+
+def test_the_reader_comes_from_the_wheel_and_its_absence_says_how_to_install_it(tmp_path):
+    """The wheel is what reads reports reliably; without it (and with no Nsight Compute install on PATH)
+    the error names the pip command, not a bare ImportError."""
+    import subprocess
+    import sys
+
+    from kernelbook.load.ncu import reader_origin
+
+    assert reader_origin() == "wheel"
+    code = ("import sys; sys.modules['ncu_report'] = None\n"
+            "from kernelbook.load.ncu import read_ncu_report, NcuReportError\n"
+            "try:\n    read_ncu_report(sys.argv[1])\nexcept NcuReportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(FIXTURE_REP)], capture_output=True, text=True,
+                         env={"PATH": str(tmp_path), "PYTHONPATH": ":".join(sys.path)})
+    assert "pip install ncu-report" in out.stdout, out.stderr

@@ -21,7 +21,7 @@ import pandas as pd
 from .. import env as envmod
 from ..clocks import clock_lock
 from ..devices import UnknownDeviceError, lookup
-from .phases import PhaseTracker
+from .phases import PhaseTracker, require_vision_work
 
 PARQUET = dict(compression="zstd", index=False)
 
@@ -185,6 +185,7 @@ def torch_timeline(params: dict, run_dir: Path):
     two_pass = params.get("shapes_pass", True)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=not two_pass) as prof:
         profiled_s = _timed_generate(wl, tracker)
+    require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
     timeline, phases, export_s, ingest_s = _export_ingest(prof, run_dir / "raw" / "trace.json")
     del prof
     shapes = None
@@ -199,7 +200,8 @@ def torch_timeline(params: dict, run_dir: Path):
     tracker.remove()
     info = {
         "model_load_s": load_s, "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
-        "model_class": type(wl.loaded.model).__name__, "inputs": wl.describe,
+        "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
+        "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
         "generate_kwargs": wl.gen_kwargs,
         "plain_generate": summarize(plain).as_dict(), "profiled_generate_s": profiled_s,
         "overhead_ratio": profiled_s / summarize(plain).median_s,
@@ -249,6 +251,7 @@ def worker(params: dict, mode: str, target: str | None) -> None:
     gen_s = _timed_generate(wl, tracker)
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStop()
+        require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s", file=sys.stderr)
 

@@ -15,8 +15,14 @@ class NcuReportError(ValueError):
     """The file is not a readable Nsight Compute report."""
 
 
+WHEEL_HELP = ("install NVIDIA's reader from PyPI: pip install ncu-report (on a machine without registry access, "
+              "carry the wheel: bash bench/gpu_wheels.sh here, then install .whl/*.whl there)")
+
+
 def import_ncu_report():
-    """NVIDIA's reader: the `ncu-report` wheel, else the copy inside an Nsight Compute install."""
+    """NVIDIA's reader: the `ncu-report` wheel; the copy inside an Nsight Compute install only as a last
+    resort, with a warning (on an H100, that copy of ncu 2025.3.1 crashed with signal 11 reading a report
+    its own ncu wrote, while the wheel read it)."""
     try:
         import ncu_report
 
@@ -25,6 +31,7 @@ def import_ncu_report():
         pass
     import shutil
     import sys
+    import warnings
 
     exe = shutil.which("ncu")
     candidates = [Path(exe).resolve().parent / "extras" / "python"] if exe else []
@@ -34,9 +41,19 @@ def import_ncu_report():
             sys.path.append(str(c))
             import ncu_report
 
+            warnings.warn(f"ncu-report wheel not installed; using the reader inside Nsight Compute ({c}), which "
+                          f"has crashed on real reports: {WHEEL_HELP}", stacklevel=2)
             return ncu_report
-    raise NcuReportError("NVIDIA's ncu_report reader is missing: pip install ncu-report "
-                         "(or add <nsight-compute>/extras/python to PYTHONPATH)")
+    raise NcuReportError(f"NVIDIA's ncu_report reader is missing: {WHEEL_HELP}")
+
+
+def reader_origin() -> str:
+    """Where `ncu_report` is imported from: 'wheel', 'nsight-compute install' or 'missing'."""
+    try:
+        mod = import_ncu_report()
+    except NcuReportError:
+        return "missing"
+    return "nsight-compute install" if "extras" in Path(mod.__file__).parts else "wheel"
 
 
 def _load(path: Path):
@@ -126,7 +143,10 @@ def read_ncu_report_isolated(path: str | Path, work_dir: str | Path) -> tuple[pd
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-        raise NcuReportError(f"reading {Path(path).name} failed ({how}): {last}")
+        origin = reader_origin()
+        fix = (f"; the reader was the copy inside the Nsight Compute install, which crashes on such reports: "
+               f"{WHEEL_HELP}" if origin == "nsight-compute install" else "")
+        raise NcuReportError(f"reading {Path(path).name} failed ({how}): {last}{fix}")
     m, r = pd.read_parquet(out_m), pd.read_parquet(out_r)
     out_m.unlink()
     out_r.unlink()

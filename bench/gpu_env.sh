@@ -1,0 +1,5 @@
+# Source on a GPU machine (repo root): installs the carried wheels (bench/gpu_wheels.sh) into /tmp/site.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "installing .whl/*.whl failed: run bench/gpu_wheels.sh on the machine with registry access"; return 1; }
+export PYTHONPATH=/tmp/site:$PWD/lib${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+python3 -c "from kernelbook.load.ncu import reader_origin; print('ncu_report reader:', reader_origin())"

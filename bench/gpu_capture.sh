@@ -4,7 +4,7 @@
 # the raw traces (*.json.gz) and the logs.
 set -uo pipefail
 id=${1:?run id}; params=${2:-params/default.yaml}
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/lib PYTHONUNBUFFERED=1
+source bench/gpu_env.sh || exit 1  # the carried wheels (bench/gpu_wheels.sh): ncu-report, orjson
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 ncu --version | tail -1 | tee -a "$OUT/gpu.txt"
 /usr/bin/time -v python -m kernelbook capture --params "$params" --out "data/runs/$id" 2>&1 | tee "$OUT/capture.log"

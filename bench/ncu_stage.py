@@ -1,59 +1,68 @@
-"""ncu stage wall time vs number of selected kernels (GPU machine).
+"""ncu stage cost and coverage, one configuration after another on one machine (GPU machine).
 
-Re-runs only the ncu stage of an existing run for each top-N, into throwaway copies of the run, so
-the cost per distinct kernel is measured on one machine in one session.
-Usage: python bench/ncu_stage.py data/runs/<run-id> 10 20 40   → bench/out/ncu_stage.json
-KB_NCU_TIMEOUT_S=<s> cuts each stage at that time limit (checks that a cut-off capture keeps what ncu
-profiled); the per-kernel statuses then go to bench/out/ncu_stage_kernels.csv.
+Re-runs only the ncu stage of an existing run (its timeline, its params) into throwaway copies, for
+each configuration `<selection>:<cache control>[:<top-n>]`: selection `position` (NVTX range around
+each selected kernel's op call, one ncu process for all phases) or `name` (the earlier --kernel-name
+filter, one process per phase; forced by dropping the timeline's op numbering), cache control `all`
+or `none`.
+Usage: python bench/ncu_stage.py data/runs/<run-id> position:all name:all position:none
+       → bench/out/ncu_stage.json (rewritten after each configuration)
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import OUT, save_json
+from _common import save_json
 
 
-def main(run: str, *ns: str) -> None:
+def main(run: str, *configs: str) -> None:
     import pandas as pd
 
     from kernelbook.capture.ncu import NcuError
     from kernelbook.capture.ncu_stage import ncu_stage
 
     base = json.loads((Path(run) / "manifest.json").read_text())
-    rows, statuses = [], []
-    for n in map(int, ns or ("10", "20", "40")):
+    rows = []
+    for cfg in configs or ("position:all", "name:all"):
+        how, cache, *top = cfg.split(":")
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp) / "run"
             d.mkdir()
-            shutil.copy(Path(run) / "timeline.parquet", d)
-            params = {**base["params"], "ncu_top_n": n}
-            if os.environ.get("KB_NCU_TIMEOUT_S"):
-                params["ncu_timeout_s"] = int(os.environ["KB_NCU_TIMEOUT_S"])
+            tl = pd.read_parquet(Path(run) / "timeline.parquet")
+            if how == "name":
+                tl = tl.drop(columns=["op_index"], errors="ignore")
+            tl.to_parquet(d / "timeline.parquet")
+            params = {**base["params"], "cache_control": cache}
+            if top:
+                params["ncu_top_n"] = int(top[0])
             manifest = {"params": params}
             t = time.perf_counter()
             try:
                 ncu_stage(params, d, manifest)
-            except NcuError as e:  # nothing profiled at all: still report the row
-                print(f"top {n}: {e}", flush=True)
+            except NcuError as e:
+                print(f"{cfg}: {e}", flush=True)
             wall = time.perf_counter() - t
-            ph = manifest["ncu"]["phases"]["decode"]
-            log = (d / "ncu" / "decode.log").read_text() if (d / "ncu" / "decode.log").exists() else ""
-            worker = [ln for ln in log.splitlines() if "kernelbook worker done" in ln]
-            rows.append({"top_n": n, "wall_s": wall, "results": ph["results"], "profiled": ph["profiled"],
-                         "ncu_wall_s": ph["wall_s"], "error": ph["error"],
-                         "timeout_s": params["ncu_timeout_s"], "worker": worker[-1] if worker else None})
+            info = manifest["ncu"]
             k = pd.read_parquet(d / "ncu" / "kernels.parquet")
-            statuses.append(k[["kernel_id", "name", "status"]].assign(top_n=n))
-            print(rows[-1], flush=True)
-            # rewritten after every top-N, so a session cut short keeps what it measured
+            res = pd.read_parquet(d / "ncu" / "results.parquet") if (d / "ncu" / "results.parquet").exists() else None
+            row = {"config": cfg, "stage_wall_s": wall, "selected": len(k),
+                   "profiled": int((k.status == "profiled").sum()), "results": 0 if res is None else len(res),
+                   "results_per_selected": (0 if res is None else len(res)) / max(1, len(k)),
+                   "phases": {p: {x: v[x] for x in ("selected", "profiled", "results", "wall_s", "error")}
+                              for p, v in info["phases"].items()},
+                   "missed": k.loc[k.status != "profiled", ["phase", "kernel_id", "name", "status"]]
+                   .assign(name=lambda x: x["name"].str.slice(0, 120)).to_dict("records"),
+                   "op_check": info.get("op_check")}
+            if res is not None and "dram_bytes" in k:
+                row["dram_bytes"] = k[["phase", "kernel_id", "dram_bytes"]].to_dict("records")
+            rows.append(row)
+            print({x: row[x] for x in ("config", "stage_wall_s", "selected", "profiled", "results")}, flush=True)
             save_json("ncu_stage", rows)
-            pd.concat(statuses).to_csv(OUT / "ncu_stage_kernels.csv", index=False)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 from kernelbook.capture.inputs import deepseek_ocr2_image_tokens  # noqa: E402
 from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model  # noqa: E402
-from kernelbook.capture.phases import PhaseTracker, parse_record_name  # noqa: E402
+from kernelbook.capture.phases import PhaseTracker, parse_op_range, parse_record_name  # noqa: E402
 from kernelbook.capture.workload import build_workload  # noqa: E402
 
 TINY_OCR2 = dict(
@@ -175,3 +175,51 @@ def test_custom_code_runs_only_when_params_ask(tmp_path):
     assert type(lm.model).__name__ == "LlamaForCausalLM"  # built-in class, the file was not executed
     with pytest.raises(RuntimeError, match="the checkpoint code ran"):
         load_model(str(d), "pretrained", "cpu", "float32", trust_remote_code=True)
+
+
+def _op_ranges_with_ops(events):
+    """(phase, step, op_index) -> the aten op called inside that numbered op call (record pass)."""
+    phases = [(e.time_range.start, e.time_range.end, parse_record_name(e.name)) for e in events
+              if e.name.startswith("kb::")]
+    calls = [(e.time_range.start, e.time_range.end, parse_op_range(e.name)) for e in events
+             if parse_op_range(e.name) is not None]
+    out = {}
+    for s, e, i in calls:
+        inner = [p for p in phases if p[0] <= s and e <= p[1]]
+        ph = min(inner, key=lambda p: p[1] - p[0])[2]
+        ops = sorted((x for x in events if x.name.startswith("aten::") and s <= x.time_range.start
+                      and x.time_range.end <= e), key=lambda x: (x.time_range.start, -x.time_range.end))
+        out[(ph[0], ph[1], i)] = ops[0].name if ops else None
+    return out
+
+
+def test_op_calls_are_numbered_the_same_in_the_record_pass_and_the_ncu_worker(tiny_ocr2):
+    """Identity by position: the shapes pass numbers each aten op call per phase range (kbop#i); the ncu
+    worker, replaying the same generate with op_targets, marks exactly the calls with those numbers.
+    Checked on the tiny DeepSeek-OCR-2: the ops the worker marks are the ops the record pass saw there."""
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    tracker = PhaseTracker(lm.model, nvtx=False, op_record=True).install()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        tracker.start()
+        wl.generate()
+        tracker.stop()
+    tracker.remove()
+    recorded = _op_ranges_with_ops(prof.events())
+    counts = {}
+    for ph, st, i in recorded:
+        counts[(ph, st)] = max(counts.get((ph, st), 0), i + 1)
+    assert {k[0] for k in counts} == {"vision_encode", "prefill", "decode"}
+    assert all(len([1 for (p, s, _) in recorded if (p, s) == k]) == n for k, n in counts.items())  # 0..n-1, no gap
+    # pick calls in every phase: the first, a middle one and the last of each range
+    targets = {k: {0, n // 2, n - 1} for k, n in counts.items()}
+    worker = PhaseTracker(lm.model, nvtx=False, record=False, op_targets=targets).install()
+    worker.start()
+    wl.generate()
+    worker.stop()
+    worker.remove()
+    seen = {(p, s, i): "::".join(op.split(".")[:2]) for p, s, i, op in worker.op_seen}
+    assert set(seen) == {(k[0], k[1], i) for k, idx in targets.items() for i in idx}
+    assert all(seen[c] == recorded[c] for c in seen), {c: (seen[c], recorded[c]) for c in seen}

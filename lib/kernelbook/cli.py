@@ -30,12 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--params", required=True)
     w.add_argument("--mode", choices=("ncu", "nsys"), required=True)
     w.add_argument("--target")
+    w.add_argument("--targets")
     args = ap.parse_args(argv)
 
     if args.cmd == "_worker":
         from .capture.run import worker
 
-        worker(json.loads(Path(args.params).read_text()), args.mode, args.target)
+        worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets)
         return 0
     try:
         overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
@@ -55,13 +56,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {out / 'index.html'}")
         return 0
     if args.cmd == "capture":
-        from .capture.run import CaptureError, capture
+        from .capture.run import CaptureError, CaptureStopped, capture
 
         try:
             run = capture(params, args.out, params_source=args.params)
         except CaptureError as e:
             _err(str(e))
             return EXIT_BAD_PARAMS
+        except (CaptureStopped, KeyboardInterrupt) as e:
+            _err(f"capture stopped ({type(e).__name__}: {e}); partial run kept at {args.out} (status: partial)")
+            return 130
         except Exception as e:  # the run directory is kept, marked partial with the reason
             _err(f"capture failed: {type(e).__name__}: {e}\n  partial run kept at {args.out} (status: partial)")
             return 1

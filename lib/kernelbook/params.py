@@ -122,11 +122,13 @@ SCHEMA: dict[str, Param] = {
     "shapes_pass": Param(bool, True, (CAPTURE,), "torch backend: time the timeline without record_shapes and "
                          "take aten shapes from a second pass (less host overhead in the timed pass)"),
     "timeline_backend": Param(str, "auto", (CAPTURE,), "auto | torch | nsys", choices=("auto", "torch", "nsys")),
-    "ncu_phases": Param(list, ["decode"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases),
+    "ncu_phases": Param(list, ["decode", "prefill"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),
     "clock_control": Param(str, "none", (CAPTURE,), "ncu --clock-control (shared GPU machines need none)",
                            choices=("none", "base")),
-    "cache_control": Param(str, "none", (CAPTURE,), "ncu --cache-control", choices=("none", "all")),
+    "cache_control": Param(str, "all", (CAPTURE,), "ncu --cache-control: all flushes caches between replay "
+                           "passes (changes no GPU setting); none leaves later passes a warm L2 and falsifies "
+                           "DRAM bytes", choices=("none", "all")),
     "ncu_timeout_s": Param(int, 1800, (CAPTURE,), "ncu stage time limit", min=10, max=86400),
     "measure_peaks": Param(bool, True, (CAPTURE,), "measure bf16 GEMM and copy peaks into the manifest"),
     "lock_clocks": Param(bool, False, (CAPTURE, "00_setup"),

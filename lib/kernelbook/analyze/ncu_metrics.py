@@ -169,3 +169,56 @@ def _dim3(s) -> str:
     while len(parts) < 3:
         parts.append("1")
     return "x".join(parts)
+
+
+def kernel_table_by_position(selected: pd.DataFrame, expected: pd.DataFrame, metrics: pd.DataFrame | None,
+                             results: pd.DataFrame | None, error: str | None,
+                             family: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per selected kernel (all phases), tied to its result by position.
+
+    `expected` lists, in launch order, every launch inside the target op calls (capture.ncu
+    `expected_launches`): ncu profiles exactly those, one result each, in the same order. A capture cut
+    short holds a prefix of them. Each tie is checked by name: `identity` says whether ncu's name for the
+    result agrees with the timeline's (`name_key`) or differs (ncu reports some launches under a mangled
+    or stale name). If ncu wrote more results than launches were expected, positions no longer say
+    anything and kernels are matched by name instead. Returns (kernels, expected with `result_id`)."""
+    from .kernels import name_key
+
+    exp = expected.reset_index(drop=True).copy()
+    exp["result_id"] = -1
+    derived = None
+    if metrics is not None and len(metrics):
+        derived = derive(metrics, family or "hopper").merge(results, on="result_id")
+        derived = derived.sort_values("result_id").reset_index(drop=True).rename(columns={"name": "ncu_name"})
+    n = 0 if derived is None else len(derived)
+    by_position = n <= len(exp)
+    if derived is not None and by_position:
+        exp.loc[: n - 1, "result_id"] = derived["result_id"].to_numpy()
+    rows = []
+    for _, r in selected.iterrows():
+        row = r.to_dict()
+        at = exp.index[exp.kernel_id == r["kernel_id"]]
+        pick = None
+        if derived is not None and by_position and len(at) and at[0] < n:
+            pick = derived.iloc[at[0]]
+            agree = name_key(pick["ncu_name"]) == name_key(r["name"])
+            row["identity"] = "position; names agree" if agree else "position; ncu names it otherwise"
+        elif derived is not None and not by_position:
+            same = derived[derived["ncu_name"].map(name_key) == name_key(r["name"])]
+            if len(same):
+                pick = same.iloc[0]
+                row["identity"] = "name (more results than expected launches)"
+        if pick is not None:
+            row.update({c: pick[c] for c in derived.columns})
+            row["configs_profiled"] = 1
+            row["status"] = "profiled"
+        elif not len(at):
+            row["status"] = ("no launch of it inside a numbered op call of the phase (launched outside the "
+                             "model's forward), so ncu was not pointed at it")
+        elif error:
+            row["status"] = f"ncu: {error}"
+        else:
+            row["status"] = (f"ncu wrote {n} results for {len(exp)} expected launches; "
+                             "this kernel's launch was not among them")
+        rows.append(row)
+    return pd.DataFrame(rows), exp

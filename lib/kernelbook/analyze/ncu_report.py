@@ -112,3 +112,91 @@ def fidelity_prose(fid: pd.DataFrame) -> str:
                    if r.matvec and r.flops_ratio > 1 else "shapes from the aten op do not match this launch")
             lines.append(f"- {r.kernel_id} {r.friendly_name}: ratio {r.flops_ratio:.2f} — {why}.")
     return "\n".join(lines)
+
+
+# Byte fidelity: ncu's DRAM bytes against the compulsory traffic the op's shapes imply.
+BYTES_TOLERANCE = 0.15
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1}
+
+
+def implied_bytes(op: str | None, op_shapes: str | None, category: str | None, elem_bytes: int
+                  ) -> tuple[float, str] | None:
+    """(bytes, what) a launch must move between DRAM and the SMs if each operand is read once and the
+    output written once: a matrix product's weights + activations + output (a grouped MoE GEMM reads
+    every expert's weights), an attention kernel's q, K and V (the KV cache in decode) and output.
+    None where the shapes do not say."""
+    from .whatif import _elems, shapes as arg_shapes
+
+    if category in ("GEMM", "GEMV"):
+        g = gemm_dims(op_shapes)
+        if g is None:
+            return None
+        b, m, n, k, w = g
+        if op == "aten::_grouped_mm":
+            return float(elem_bytes) * (m * k + w + m * n), f"{m}×{k} tokens · {w // (k * n)} experts {k}×{n} + output"
+        return float(elem_bytes) * b * (m * k + k * n + m * n), f"{'%d× ' % b if b > 1 else ''}{m}×{k} · {k}×{n} + output"
+    if category == "attention":
+        args = [a[0] for a in arg_shapes(op_shapes) if a]
+        if len(args) < 3 or any(len(t) != 4 for t in args[:3]):
+            return None
+        q, kk, v = args[:3]
+        kv = _elems(kk) + _elems(v)
+        return float(elem_bytes) * (2 * _elems(q) + kv), (f"q {'×'.join(map(str, q))} + K, V "
+                                                          f"{'×'.join(map(str, kk))} ({kv * elem_bytes / 1e6:.2f} MB) + output")
+    return None
+
+
+def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict) -> pd.DataFrame:
+    """Per profiled matrix/attention kernel with shapes: implied bytes vs ncu's DRAM bytes (read + write),
+    ratio and verdict: agrees (within ±BYTES_TOLERANCE), below (operands served from cache: under
+    `--cache-control none` the replay's warm L2, else reuse the shapes do not show) or above
+    (over-fetching, with the factor)."""
+    cache = manifest.get("ncu", {}).get("cache_control") or manifest.get("params", {}).get("cache_control")
+    elem = DTYPE_BYTES.get(manifest.get("params", {}).get("dtype", "bfloat16"), 2)
+    ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
+    k = kernels.drop(columns=[c for c in ("friendly_name", "category") if c in kernels]).join(ident, on="name")
+    rows = []
+    for _, r in k[k.status == "profiled"].iterrows():
+        tl = timeline[(timeline.name == r["name"]) & (timeline.phase == r["phase"])]
+        same = tl[(tl.grid.map(_dim3) == _dim3(r.get("grid"))) & (tl.block.map(_dim3) == _dim3(r.get("block")))]
+        ref = same if len(same) else tl
+        shp = ref.op_shapes.dropna().mode()
+        if not len(shp):
+            continue
+        op = ref.loc[ref.op_shapes == shp.iloc[0], "op"].iloc[0]
+        cat = "GEMV" if r.get("category") == "GEMM" and is_matvec(shp.iloc[0]) else r.get("category")
+        imp = implied_bytes(op, shp.iloc[0], cat, elem)
+        if imp is None or not imp[0]:
+            continue
+        ratio = r.get("dram_bytes") / imp[0]
+        if abs(ratio - 1) <= BYTES_TOLERANCE:
+            verdict = "agrees"
+        elif ratio < 1:
+            verdict = ("cache-resident under replay (cache control none): the counters saw a warm L2"
+                       if cache == "none" else f"below the operands' bytes (×{ratio:.2f}): part served from L2")
+        else:
+            verdict = f"over-fetching ×{ratio:.2f}: operands read from DRAM more than once"
+        rows.append({"kernel_id": r["kernel_id"], "phase": r["phase"], "friendly_name": r.get("friendly_name"),
+                     "category": cat, "op": op, "implies": imp[1], "implied_bytes": imp[0],
+                     "dram_bytes": r.get("dram_bytes"), "bytes_ratio": ratio, "verdict": verdict})
+    return pd.DataFrame(rows, columns=["kernel_id", "phase", "friendly_name", "category", "op", "implies",
+                                       "implied_bytes", "dram_bytes", "bytes_ratio", "verdict"])
+
+
+def byte_fidelity_prose(bf: pd.DataFrame, manifest: dict) -> str:
+    cache = manifest.get("ncu", {}).get("cache_control", "unknown")
+    if bf.empty:
+        return "No profiled matrix or attention kernel has shapes that say what it must move."
+    ok = bf.verdict == "agrees"
+    lines = [f"DRAM bytes ÷ the bytes the shapes imply: {int(ok.sum())} of {len(bf)} matrix/attention kernels "
+             f"within ±{BYTES_TOLERANCE * 100:.0f} % (ncu cache control `{cache}`)."]
+    for ph, g in bf.groupby("phase"):
+        lines.append(f"- {ph}: {int((g.verdict == 'agrees').sum())} of {len(g)} agree; median ratio "
+                     f"{g.bytes_ratio.median():.2f}.")
+    for r in bf[~ok].itertuples():
+        lines.append(f"- {r.kernel_id} {r.friendly_name} ({r.phase}): {r.verdict}.")
+    if cache == "none":
+        lines.append("This run was captured with `--cache-control none`: replay passes after the first read a "
+                     "warm L2, so DRAM bytes, DRAM throughput and DRAM intensity of these kernels are not what "
+                     "the real loop moves.")
+    return "\n".join(lines)

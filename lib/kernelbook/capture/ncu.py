@@ -1,4 +1,13 @@
-"""Targeted Nsight Compute capture: one ncu process for all selected kernels.
+"""Targeted Nsight Compute capture: one ncu process for all selected kernels of all asked phases.
+
+By position (the default when the timeline carries `op_index`, see capture.phases): each selected
+kernel's representative launch (its launch configuration holding the most time, in the profiled step)
+is named by (phase, step, op call); the worker pushes the NVTX target range around exactly those op
+calls, ncu profiles every kernel launched inside them and nothing else, and results are tied to
+kernels by their position in that launch sequence. No name filter, so mangled, stale-named
+(cuBLASLt/cuDNN) and Triton names are all the same to it.
+
+By name (the fallback for timelines without op numbering, e.g. the nsys backend):
 
 Selection comes from the run's timeline: the top-N kernel identities (demangled name) by total time
 in a phase. The workload runs once under ncu; only one NVTX range is pushed (`kb_ncu_target`, around
@@ -118,18 +127,69 @@ def name_regex(names: list[str]) -> str:
     return "regex:" + "|".join(f"({a})" for a in [*alts, BARE_NAME])
 
 
-def ncu_command(report_base: Path, names: list[str], worker: list[str], clock_control: str = "none",
-                cache_control: str = "none", sections=SECTIONS, extra_metrics=EXTRA_METRICS) -> list[str]:
+def representative_launches(timeline: pd.DataFrame, sel: Selection) -> pd.DataFrame:
+    """One launch per selected kernel: of its launch configurations (grid, block), the one holding the
+    most time in the phase; of that configuration's launches, the first in the selection's step (else
+    in the earliest step that has one). Columns: kernel_id, name, phase, step, op_index, grid, block."""
+    k = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel") & (timeline.op_index >= 0)]
+    k = k.assign(_g=k.grid.fillna("?").astype(str), _b=k.block.fillna("?").astype(str))
+    rows = []
+    for r in sel.kernels.itertuples():
+        mine = k[k.name == r.name]
+        if mine.empty:
+            continue
+        cfg = mine.groupby(["_g", "_b"])["duration_ns"].sum().idxmax()
+        same = mine[(mine._g == cfg[0]) & (mine._b == cfg[1])]
+        here = same[same.step == sel.step]
+        pick = (here if len(here) else same.sort_values(["step", "launch_ns"])).sort_values("launch_ns").iloc[0]
+        rows.append({"kernel_id": r.kernel_id, "name": r.name, "phase": sel.phase, "step": int(pick.step),
+                     "op_index": int(pick.op_index), "grid": pick.grid, "block": pick.block,
+                     "op": pick.op, "launch_ns": pick.launch_ns})
+    return pd.DataFrame(rows, columns=["kernel_id", "name", "phase", "step", "op_index", "grid", "block", "op",
+                                       "launch_ns"])
+
+
+def expected_launches(timeline: pd.DataFrame, reps: pd.DataFrame) -> pd.DataFrame:
+    """Every kernel launch inside the target op calls, in launch order: what ncu will profile, one
+    result each. `kernel_id` names the selected kernel a launch stands for (None for a kernel that the
+    same op call launches beside it)."""
+    calls = reps[["phase", "step", "op_index"]].drop_duplicates()
+    k = timeline[timeline.kind == "kernel"].merge(calls, on=["phase", "step", "op_index"])
+    k = k.sort_values(["launch_ns", "start_ns"], kind="stable").reset_index(drop=True)
+    key = reps.set_index(["phase", "step", "op_index", "name", "grid", "block"])["kernel_id"]
+    k["kernel_id"] = None
+    taken = set()
+    for i, r in k.iterrows():  # the first launch of the representative's name + config in its op call
+        kid = key.get((r.phase, r.step, r.op_index, r["name"], r.grid, r.block))
+        if kid is not None and kid not in taken:
+            k.at[i, "kernel_id"] = kid
+            taken.add(kid)
+    return k[["phase", "step", "op_index", "op", "name", "grid", "block", "kernel_id"]]
+
+
+def targets_json(reps: pd.DataFrame) -> dict:
+    """The worker's targets: {"phase:step": [op_index, ...]}."""
+    out: dict = {}
+    for r in reps.itertuples():
+        out.setdefault(f"{r.phase}:{r.step}", set()).add(int(r.op_index))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], clock_control: str = "none",
+                cache_control: str = "all", sections=SECTIONS, extra_metrics=EXTRA_METRICS) -> list[str]:
+    """The ncu command line. `names=None`: by position (every launch inside the NVTX target ranges);
+    a list: by name (`name_regex`, once per launch configuration)."""
     exe = shutil.which("ncu")
     if not exe:
         raise NcuError("Nsight Compute (ncu) is not on PATH. Install Nsight Compute (it ships with the CUDA "
                        "toolkit, e.g. /usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<ver>/ncu) and "
                        "add its folder to PATH, or set ncu_top_n: 0 to capture the timeline only.")
-    cmd = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/",
-           "--kernel-name-base", "demangled", "--kernel-name", name_regex(names),
-           "--filter-mode", "per-launch-config", "--launch-count", "1",
-           "--clock-control", clock_control, "--cache-control", cache_control,
-           "-o", str(report_base), "--force-overwrite"]
+    cmd = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/"]
+    if names is not None:
+        cmd += ["--kernel-name-base", "demangled", "--kernel-name", name_regex(names),
+                "--filter-mode", "per-launch-config", "--launch-count", "1"]
+    cmd += ["--clock-control", clock_control, "--cache-control", cache_control,
+            "-o", str(report_base), "--force-overwrite"]
     for s in sections:
         cmd += ["--section", s]
     if extra_metrics:
@@ -143,31 +203,62 @@ PERMISSION_HELP = ("ncu may not read GPU performance counters here (ERR_NVGPUCTR
                    "sudo tee /etc/modprobe.d/ncu.conf` and reboot (see NVIDIA's ERR_NVGPUCTRPERM page).")
 
 
-def run_ncu(cmd: list[str], log_path: Path, timeout_s: int) -> subprocess.CompletedProcess:
+class NcuStopped(NcuError):
+    """The capture was stopped (signal) while ncu ran; ncu was asked to close its report first."""
+
+
+PROF_LINE = re.compile(r"==PROF== Profiling \"")
+
+
+def run_ncu(cmd: list[str], log_path: Path, timeout_s: int, expected: int | None = None,
+            progress=None) -> subprocess.CompletedProcess:
     """Run ncu; raise NcuError with the fix for the known failure modes, keep the log either way.
 
-    ncu runs in its own process group. Past `timeout_s` the group gets SIGINT first (ncu then closes
-    the report with the results it has, so a cut-off capture keeps what was profiled), SIGKILL after
-    a grace period.
+    ncu runs in its own process group. Past `timeout_s`, or when the capture is stopped (SIGINT,
+    SIGTERM), the group gets SIGINT first (ncu then closes the report with the results it has, so a
+    cut-off capture keeps what was profiled), SIGKILL after a grace period. `progress(done, expected,
+    elapsed_s)` is called at each profiled launch, parsed from ncu's `==PROF== Profiling` lines.
     """
     import os
     import signal
+    import threading
+    import time
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             start_new_session=True)
-    timed_out = False
+    lines: list[str] = []
+    t0 = time.monotonic()
+
+    def pump():
+        done = 0
+        for line in proc.stdout:
+            lines.append(line)
+            if PROF_LINE.search(line):
+                done += 1
+                if progress:
+                    progress(done, expected, time.monotonic() - t0)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    timed_out = stopped = False
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
+    except BaseException:  # KeyboardInterrupt, or the capture's SIGTERM handler
+        stopped = True
+    if timed_out or stopped:
         os.killpg(proc.pid, signal.SIGINT)
         try:
-            out, err = proc.communicate(timeout=TIMEOUT_GRACE_S)
+            proc.wait(timeout=TIMEOUT_GRACE_S)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-    log_path.write_text((out or "") + "\n--- stderr ---\n" + (err or ""))
-    text = (out or "") + (err or "")
+            proc.wait()
+    reader.join(timeout=10)
+    text = "".join(lines)
+    log_path.write_text(text)
+    if stopped:
+        raise NcuStopped("the capture was stopped while ncu ran; the kernels it profiled before that are kept")
     if "ERR_NVGPUCTRPERM" in text:
         raise NcuError(PERMISSION_HELP)
     if timed_out:
@@ -176,9 +267,11 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: int) -> subprocess.Comple
     if proc.returncode != 0 and "==PROF==" not in text:
         last = text.strip().splitlines()[-1] if text.strip() else "no output"
         raise NcuError(f"ncu failed (exit {proc.returncode}): {last}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, text, "")
 
 
-def worker_command(params_file: Path, phase: str, step: int) -> list[str]:
-    return [sys.executable, "-m", "kernelbook", "_worker", "--params", str(params_file),
-            "--mode", "ncu", "--target", f"{phase}:{step}"]
+def worker_command(params_file: Path, phase: str | None = None, step: int | None = None,
+                   targets_file: Path | None = None) -> list[str]:
+    """The workload under ncu: by step (`phase:step`) or by op call (`--targets` JSON, see targets_json)."""
+    cmd = [sys.executable, "-m", "kernelbook", "_worker", "--params", str(params_file), "--mode", "ncu"]
+    return cmd + (["--targets", str(targets_file)] if targets_file else ["--target", f"{phase}:{step}"])

@@ -1,20 +1,31 @@
-"""The ncu stage of a capture: select → one ncu process per phase → tables with a status per kernel."""
+"""The ncu stage of a capture: select → one ncu process → tables with a status per kernel.
+
+By position when the timeline numbers op calls (one ncu process for every asked phase, see
+capture.ncu); by name otherwise (one ncu process per phase, the fallback for nsys timelines).
+"""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from .ncu import NcuError, ncu_command, run_ncu, select_kernels, worker_command
+from .ncu import (NcuError, NcuStopped, expected_launches, ncu_command, representative_launches, run_ncu,
+                  select_kernels, targets_json, worker_command)
 from .run import PARQUET, write_manifest
 
 
-def ncu_stage(params: dict, run_dir: Path, manifest: dict) -> None:
-    from ..analyze.ncu_metrics import kernel_table
-    from ..load.ncu import NcuReportError, read_ncu_report_isolated
+def ncu_progress(label: str):
+    """`ncu decode+prefill: 12/41 launches, 48 s` on stderr, one line per profiled launch."""
+    def report(done: int, expected: int | None, elapsed: float) -> None:
+        of = f"/{expected}" if expected else ""
+        print(f"  ncu {label}: {done}{of} launches, {elapsed:.0f} s", file=sys.stderr, flush=True)
+    return report
 
+
+def ncu_stage(params: dict, run_dir: Path, manifest: dict) -> None:
     timeline = pd.read_parquet(run_dir / "timeline.parquet")
     ncu_dir = run_dir / "ncu"
     ncu_dir.mkdir(exist_ok=True)
@@ -22,27 +33,119 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict) -> None:
     params_file.write_text(json.dumps(params))
     info = manifest.setdefault("ncu", {"clock_control": params["clock_control"],
                                        "cache_control": params["cache_control"], "phases": {}})
+    sels = [select_kernels(timeline, ph, params["ncu_top_n"]) for ph in params["ncu_phases"]]
+    if "op_index" in timeline and (timeline.op_index >= 0).any():
+        _by_position(params, run_dir, manifest, timeline, sels, params_file)
+    else:
+        _by_name(params, run_dir, manifest, timeline, sels, params_file)
+    failed = [p for p, v in info["phases"].items() if v["error"]]
+    if failed and all(info["phases"][p]["profiled"] == 0 for p in failed):
+        raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
+
+
+def _read(rep: Path, ncu_dir: Path, error: str | None):
+    from ..load.ncu import NcuReportError, read_ncu_report_isolated
+
+    if not rep.exists():
+        return None, None, error
+    try:
+        m, r = read_ncu_report_isolated(rep, ncu_dir)
+        return m, r, error
+    except NcuReportError as e:
+        return None, None, error or str(e)
+
+
+def _by_position(params, run_dir, manifest, timeline, sels, params_file) -> None:
+    from ..analyze.ncu_metrics import kernel_table_by_position
+
+    ncu_dir, info = run_dir / "ncu", manifest["ncu"]
+    reps = pd.concat([representative_launches(timeline, s) for s in sels], ignore_index=True)
+    exp = expected_launches(timeline, reps)
+    targets = ncu_dir / "targets.json"
+    targets.write_text(json.dumps(targets_json(reps)))
+    report = ncu_dir / "ncu"
+    cmd = ncu_command(report, None, worker_command(params_file, targets_file=targets),
+                      params["clock_control"], params["cache_control"])
+    label = "+".join(s.phase for s in sels)
+    print(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
+          f"op calls for {len(reps)} kernels", file=sys.stderr, flush=True)
+    t = time.perf_counter()
+    error, stop = None, None
+    try:
+        run_ncu(cmd, ncu_dir / "ncu.log", params["ncu_timeout_s"], expected=len(exp), progress=ncu_progress(label))
+    except NcuStopped as e:
+        error, stop = str(e), e
+    except NcuError as e:
+        error = str(e)
+    wall = time.perf_counter() - t
+    metrics, results, error = _read(report.with_suffix(".ncu-rep"), ncu_dir, error)
+    selected = pd.concat([s.kernels.assign(phase=s.phase) for s in sels], ignore_index=True)
+    selected = selected[["phase"] + [c for c in selected.columns if c != "phase"]]
+    kernels, launches = kernel_table_by_position(selected, exp, metrics, results, error)
+    kernels = kernels.merge(reps[["kernel_id", "phase", "step", "op_index"]].rename(
+        columns={"step": "profiled_step"}), on=["kernel_id", "phase"], how="left")
+    if metrics is not None:
+        phase_of = launches[launches.result_id >= 0].set_index("result_id")["phase"]
+        results = results.assign(phase=results.result_id.map(phase_of).fillna("unexpected"))
+        metrics.merge(results[["result_id", "phase"]], on="result_id").to_parquet(ncu_dir / "metrics.parquet", **PARQUET)
+        results.to_parquet(ncu_dir / "results.parquet", **PARQUET)
+    kernels.to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
+    launches.to_parquet(ncu_dir / "launches.parquet", **PARQUET)
+    seen_file = targets.with_suffix(".seen.json")
+    seen = pd.DataFrame(json.loads(seen_file.read_text())) if seen_file.exists() else pd.DataFrame()
+    n_results = 0 if results is None else len(results)
+    info.update({
+        "mode": "by position: NVTX range around each selected kernel's op call, no name filter",
+        "processes": 1, "wall_s": wall, "expected_launches": len(exp), "results": n_results,
+        "selected": len(selected), "results_per_selected": n_results / max(1, len(selected)),
+        "op_calls_marked_by_worker": len(seen), "op_check": _op_check(reps, seen),
+        "command": " ".join(cmd[:cmd.index("-o")]) + " -o <report> <worker --targets ncu/targets.json>",
+    })
+    for s in sels:
+        k = kernels[kernels.phase == s.phase]
+        info["phases"][s.phase] = {
+            "step": s.step, "selected": len(k), "profiled": int((k.status == "profiled").sum()),
+            "results": int((launches.phase == s.phase).mul(launches.result_id >= 0).sum()),
+            "wall_s": wall, "error": error}
+    write_manifest(run_dir, manifest)
+    if stop is not None:
+        raise stop
+
+
+def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:
+    """Do the op calls the worker marked run the aten op the timeline names for them? ('aten::mm' vs
+    the dispatcher's 'aten.mm.default')."""
+    if seen.empty:
+        return {"checked": 0, "agree": 0}
+    seen = seen.assign(op_seen=seen.op.map(lambda s: "::".join(str(s).split(".")[:2])))
+    m = reps.drop_duplicates(["phase", "step", "op_index"]).merge(
+        seen[["phase", "step", "op_index", "op_seen"]], on=["phase", "step", "op_index"], how="left")
+    agree = m.op == m.op_seen
+    return {"checked": int(m.op_seen.notna().sum()), "agree": int(agree.sum()),
+            "differ": m.loc[~agree, ["phase", "step", "op_index", "op", "op_seen"]].astype(str).to_dict("records")[:10]}
+
+
+def _by_name(params, run_dir, manifest, timeline, sels, params_file) -> None:
+    from ..analyze.ncu_metrics import kernel_table
+
+    ncu_dir, info = run_dir / "ncu", manifest["ncu"]
+    info["mode"] = "by name: --kernel-name filter per phase (timeline without op numbering)"
     all_metrics, all_kernels, all_results = [], [], []
-    for phase in params["ncu_phases"]:
-        sel = select_kernels(timeline, phase, params["ncu_top_n"])
+    for sel in sels:
+        phase = sel.phase
         report = ncu_dir / f"{phase}"
-        cmd = ncu_command(report, sel.kernels["name"].tolist(),
-                          worker_command(params_file, phase, sel.step),
+        cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, phase, sel.step),
                           params["clock_control"], params["cache_control"])
         t = time.perf_counter()
-        error = None
+        error, stop = None, None
         try:
-            run_ncu(cmd, ncu_dir / f"{phase}.log", params["ncu_timeout_s"])
+            run_ncu(cmd, ncu_dir / f"{phase}.log", params["ncu_timeout_s"], progress=ncu_progress(phase))
+        except NcuStopped as e:
+            error, stop = str(e), e
         except NcuError as e:
             error = str(e)
         wall = time.perf_counter() - t
-        rep = report.with_suffix(".ncu-rep")
-        metrics = results = None
-        if rep.exists():
-            try:
-                metrics, results = read_ncu_report_isolated(rep, ncu_dir)
-            except NcuReportError as e:
-                error = error or str(e)
+        metrics, results, error = _read(report.with_suffix(".ncu-rep"), ncu_dir, error)
         kernels = kernel_table(sel, metrics, results, timeline, error)
         kernels.insert(0, "phase", phase)
         if metrics is not None:
@@ -57,10 +160,11 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict) -> None:
             "command": " ".join(cmd[:cmd.index("--kernel-name")]) + " --kernel-name <regex of selected names> ...",
         }
         write_manifest(run_dir, manifest)
+        if stop is not None:
+            break
     if all_metrics:
         pd.concat(all_metrics, ignore_index=True).to_parquet(ncu_dir / "metrics.parquet", **PARQUET)
         pd.concat(all_results, ignore_index=True).to_parquet(ncu_dir / "results.parquet", **PARQUET)
     pd.concat(all_kernels, ignore_index=True).to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
-    failed = [p for p, v in info["phases"].items() if v["error"]]
-    if failed and all(info["phases"][p]["profiled"] == 0 for p in failed):
-        raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
+    if stop is not None:
+        raise stop

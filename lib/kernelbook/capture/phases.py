@@ -8,6 +8,13 @@ vision hooks never depend on a top-level step being open. Every phase
 gets a torch.profiler `record_function` range named `kb::<phase>#<step>` and an NVTX range named
 `<phase>` (what `ncu --nvtx-include` and nsys see). In ncu mode only one NVTX range is pushed, named
 `NCU_TARGET`, around the one step ncu should profile, so that the include filter is unambiguous.
+
+Kernel identity by position (`op_record` / `op_targets`): a dispatch mode numbers the aten op calls
+inside each phase range (`op_index`, counted per (phase, step), aten namespace only, so the profiler's
+own ops never shift the count). The shapes pass records each call as a `kbop#<i>` range, which gives
+every kernel of the timeline its op call; the ncu worker replays the same generate and pushes
+`NCU_TARGET` around exactly the op calls whose kernels were selected, so ncu profiles those launches
+whatever name they carry (mangled, stale-named, Triton) and nothing that merely shares a name.
 """
 from __future__ import annotations
 
@@ -21,8 +28,16 @@ PROJECTOR_ATTRS = ("multi_modal_projector", "mm_projector", "projector", "visual
 VISION_CLASS_WORDS = ("VisionModel", "VisionTransformer", "VisionEncoder", "VisualEncoder", "ImageEncoder")
 
 
+OP_RANGE = "kbop#"
+
+
 def record_name(phase: str, step: int) -> str:
     return f"kb::{phase}#{step}"
+
+
+def parse_op_range(name: str) -> int | None:
+    """`kbop#12` -> 12 (the op call's index in its phase range), else None."""
+    return int(name[len(OP_RANGE):]) if name.startswith(OP_RANGE) else None
 
 
 def parse_record_name(name: str) -> tuple[str, int] | None:
@@ -47,17 +62,23 @@ def vision_modules(model) -> list:
 
 @dataclass
 class PhaseTracker:
-    """Hooks that mark phases while `active`. `ncu_target=(phase, step)` switches to ncu mode."""
+    """Hooks that mark phases while `active`. `ncu_target=(phase, step)` switches to ncu mode by step;
+    `op_targets={(phase, step): {op_index, ...}}` to ncu mode by op call; `op_record` numbers op calls."""
 
     model: object
     nvtx: bool = True
     record: bool = True
     ncu_target: tuple[str, int] | None = None
+    op_record: bool = False
+    op_targets: dict | None = None
+    op_seen: list = field(default_factory=list)  # ncu mode by op call: (phase, step, op_index, aten op) marked
     active: bool = False
     calls: int = 0
     vision_calls: int = 0  # vision-module forwards marked since `start` (0 on an image model = no vision work)
     _stack: list = field(default_factory=list)
     _handles: list = field(default_factory=list)
+    _op_counts: dict = field(default_factory=dict)
+    _mode: object = None
 
     def install(self) -> "PhaseTracker":
         self._handles.append(self.model.register_forward_pre_hook(self._top_pre))
@@ -76,10 +97,44 @@ class PhaseTracker:
         """Begin marking a new generate call (steps restart at prefill)."""
         self.calls = 0
         self.vision_calls = 0
+        self._op_counts = {}
+        self.op_seen = []
         self.active = True
+        if self.op_record or self.op_targets:
+            from .opindex import OpNumbering
+
+            self._mode = OpNumbering(self)
+            self._mode.__enter__()
 
     def stop(self) -> None:
         self.active = False
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+
+    def op_call(self, func, args, kwargs):
+        """Run one aten op call (from the dispatch mode), numbered within the innermost open phase range."""
+        import torch
+
+        if not self._stack or getattr(func, "namespace", "aten") != "aten":
+            return func(*args, **kwargs)
+        top = self._stack[-1]
+        key = (top.phase, top.step)
+        i = self._op_counts.get(key, 0)
+        self._op_counts[key] = i + 1
+        if self.op_record:
+            with torch.profiler.record_function(f"{OP_RANGE}{i}"):
+                return func(*args, **kwargs)
+        if self.op_targets and i in self.op_targets.get(key, ()):
+            self.op_seen.append((top.phase, top.step, i, str(func)))
+            if not torch.cuda.is_available():  # no ncu without a GPU: the call is only noted
+                return func(*args, **kwargs)
+            torch.cuda.nvtx.range_push(NCU_TARGET)
+            try:  # ncu reads the NVTX stack at each launch (host side): the op's launches are inside
+                return func(*args, **kwargs)
+            finally:
+                torch.cuda.nvtx.range_pop()
+        return func(*args, **kwargs)
 
     # hooks -----------------------------------------------------------------
     def _push(self, phase: str, step: int, owner=None) -> None:
@@ -97,7 +152,7 @@ class PhaseTracker:
         elif self.nvtx:
             torch.cuda.nvtx.range_push(phase)
             pushed = True
-        self._stack.append(_Open(phase, rf, pushed, owner))
+        self._stack.append(_Open(phase, step, rf, pushed, owner))
 
     def _pop(self) -> None:
         import torch
@@ -152,6 +207,7 @@ class _Open:
     """One open phase range: which hook opened it (`owner`) closes it."""
 
     phase: str
+    step: int
     rf: object
     nvtx_pushed: bool
     owner: object

@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,57 @@ PARQUET = dict(compression="zstd", index=False)
 
 class CaptureError(RuntimeError):
     """A capture that cannot start (exit code 2): the message says what to fix."""
+
+
+class CaptureStopped(BaseException):
+    """SIGTERM arrived: raised in the capture so that it lands as partial with what it holds."""
+
+
+class Progress:
+    """Each capture step as it starts and ends, with the time since the capture began (stderr)."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def __call__(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def _sigterm(signum, frame):
+    raise CaptureStopped(f"stopped by signal {signal.Signals(signum).name}")
+
+
+def land(tmp: Path, out_dir: Path, manifest: dict, body, progress=None) -> Path:
+    """Run `body(stage)` for a capture being written in `tmp`, then move it to `out_dir`, whatever
+    happens: complete, or `status: partial` with the reason and every artifact already written (also
+    when stopped by SIGINT or SIGTERM). `stage` is a one-item list naming the step in progress."""
+    stage = ["setup"]
+    old = signal.signal(signal.SIGTERM, _sigterm) if _main_thread() else None
+    try:
+        body(stage)
+        manifest["status"] = "complete"
+        manifest.pop("reason", None)
+    except BaseException as e:
+        manifest["status"] = "partial"
+        manifest["reason"] = f"{stage[0]}: {type(e).__name__}: {e}"
+        (tmp / "capture-error.txt").write_text(traceback.format_exc())
+        write_manifest(tmp, manifest)
+        os.replace(tmp, out_dir)
+        if progress:
+            progress(f"capture stopped at {stage[0]}; partial run kept at {out_dir} ({manifest['reason']})")
+        raise
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+    write_manifest(tmp, manifest)
+    os.replace(tmp, out_dir)
+    return out_dir
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
@@ -62,9 +114,11 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
                       "reason": "capture in progress", "params": params, "params_source": params_source,
                       "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    stage = "setup"
-    try:
+    progress = Progress()
+
+    def body(stage):
         with clock_lock(params["lock_clocks"]) as clock_state:
+            progress("setup: environment, device")
             manifest["clock_state"] = clock_state
             manifest["environment"] = envmod.environment()
             gpu_name = manifest["environment"]["gpu"]["name"]
@@ -74,38 +128,30 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
                 manifest["device"] = None
                 manifest["device_note"] = str(e)
             write_manifest(tmp, manifest)
-            if params["measure_peaks"]:
-                stage = "measure_peaks"
+            steps = (["measure_peaks"] if params["measure_peaks"] else []) + ["timeline"] + (
+                ["ncu"] if params["ncu_top_n"] > 0 else [])
+            for name in steps:
+                stage[0] = name
+                progress(f"{name}: start")
                 t = time.perf_counter()
-                from ..measure import measure_peaks
+                if name == "measure_peaks":
+                    from ..measure import measure_peaks
 
-                manifest["measured_peaks"] = measure_peaks()
-                manifest["timings_s"]["measure_peaks"] = time.perf_counter() - t
-            stage = "timeline"
-            t = time.perf_counter()
-            timeline_stage(params, tmp, manifest)
-            manifest["timings_s"]["timeline"] = time.perf_counter() - t
-            write_manifest(tmp, manifest)
-            gc.collect()
-            if params["ncu_top_n"] > 0:
-                stage = "ncu"
-                t = time.perf_counter()
-                from .ncu_stage import ncu_stage
+                    manifest["measured_peaks"] = measure_peaks()
+                elif name == "timeline":
+                    timeline_stage(params, tmp, manifest, progress)
+                else:
+                    from .ncu_stage import ncu_stage
 
-                ncu_stage(params, tmp, manifest)
-                manifest["timings_s"]["ncu"] = time.perf_counter() - t
-        manifest["status"] = "complete"
-        manifest.pop("reason", None)
-    except BaseException as e:
-        manifest["status"] = "partial"
-        manifest["reason"] = f"{stage}: {type(e).__name__}: {e}"
-        (tmp / "capture-error.txt").write_text(traceback.format_exc())
-        write_manifest(tmp, manifest)
-        os.replace(tmp, out_dir)
-        raise
-    write_manifest(tmp, manifest)
-    os.replace(tmp, out_dir)
-    return out_dir
+                    ncu_stage(params, tmp, manifest)
+                manifest["timings_s"][name] = time.perf_counter() - t
+                write_manifest(tmp, manifest)
+                progress(f"{name}: done in {manifest['timings_s'][name]:.1f} s")
+                gc.collect()
+
+    out = land(tmp, out_dir, manifest, body, progress)
+    progress(f"capture complete: {out_dir}")
+    return out
 
 
 def pick_backend(choice: str) -> tuple[str, str]:
@@ -122,7 +168,7 @@ def pick_backend(choice: str) -> tuple[str, str]:
     return ("nsys", f"auto: {why}") if ok else ("torch", f"auto: nsys unusable ({why})")
 
 
-def prepare(params: dict, nvtx: bool = True, ncu_target=None):
+def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None):
     """Model + workload + phase hooks, warmed up. Returns (workload, tracker, load_s)."""
     import torch
 
@@ -134,7 +180,8 @@ def prepare(params: dict, nvtx: bool = True, ncu_target=None):
     wl = build_workload(loaded, params, "cuda")
     torch.cuda.synchronize()
     load_s = time.perf_counter() - t
-    tracker = PhaseTracker(loaded.model, nvtx=nvtx, record=ncu_target is None, ncu_target=ncu_target).install()
+    tracker = PhaseTracker(loaded.model, nvtx=nvtx, record=ncu_target is None and op_targets is None,
+                           ncu_target=ncu_target, op_targets=op_targets).install()
     for _ in range(params["warmup"]):
         wl.generate()
     torch.cuda.synchronize()
@@ -155,7 +202,7 @@ def _timed_generate(wl, tracker=None) -> float:
     return time.perf_counter() - t
 
 
-def timeline_stage(params: dict, run_dir: Path, manifest: dict) -> None:
+def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None) -> None:
     backend, why = pick_backend(params["timeline_backend"])
     manifest["timeline_backend"] = {"backend": backend, "why": why}
     if backend == "nsys":
@@ -164,7 +211,7 @@ def timeline_stage(params: dict, run_dir: Path, manifest: dict) -> None:
         timeline, phases, info = nsys_timeline(params, run_dir)
         manifest["timeline_info"] = info
     else:
-        timeline, phases, info = torch_timeline(params, run_dir)
+        timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None))
         manifest["timeline_info"] = info
     from ..analyze.kernels import annotate
 
@@ -173,23 +220,29 @@ def timeline_stage(params: dict, run_dir: Path, manifest: dict) -> None:
     phases.to_parquet(run_dir / "phases.parquet", **PARQUET)
 
 
-def torch_timeline(params: dict, run_dir: Path):
+def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from ..load.trace import join_shapes
     from ..measure import summarize
 
+    progress("  model build, inputs, warmup")
     wl, tracker, load_s = prepare(params)
+    progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
     plain = [_timed_generate(wl) for _ in range(params["timing_trials"])]
+    progress("  profiled generate (timeline pass)")
     two_pass = params.get("shapes_pass", True)
+    tracker.op_record = not two_pass  # op calls are numbered in the pass that records shapes
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=not two_pass) as prof:
         profiled_s = _timed_generate(wl, tracker)
     require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
     timeline, phases, export_s, ingest_s = _export_ingest(prof, run_dir / "raw" / "trace.json")
     del prof
     shapes = None
-    if two_pass:  # aten shapes from a second generate with record_shapes, joined launch by launch
+    if two_pass:  # aten shapes and op numbering from a second generate, joined launch by launch
+        tracker.op_record = True
+        progress("  shapes pass (record_shapes, op numbering)")
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
             shapes_s = _timed_generate(wl, tracker)
         shaped, _, _, _ = _export_ingest(prof, run_dir / "raw" / "trace-shapes.json")
@@ -231,12 +284,22 @@ def _export_ingest(prof, trace: Path) -> tuple[pd.DataFrame, pd.DataFrame, float
     return timeline, phases, export_s, ingest_s
 
 
-def worker(params: dict, mode: str, target: str | None) -> None:
-    """The workload alone, run under an external profiler (ncu or nsys)."""
+def worker(params: dict, mode: str, target: str | None, targets_file: str | None = None) -> None:
+    """The workload alone, run under an external profiler (ncu or nsys). `targets_file`: ncu by op call
+    ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it."""
     import torch
 
-    ncu_target = None
-    if target:
+    ncu_target = op_targets = None
+    if targets_file:
+        raw = json.loads(Path(targets_file).read_text())
+        op_targets = {(k.split(":")[0], int(k.split(":")[1])): set(v) for k, v in raw.items()}
+        decode_steps = [st for ph, st in op_targets if ph == "decode"]
+        # stop right after the last profiled step; warm up only when the first steps are profiled
+        # (decode steps before the profiled one warm it up; bench/kernel_choice.py)
+        only_decode = all(ph == "decode" for ph, _ in op_targets)
+        params = {**params, "max_new_tokens": max(decode_steps, default=0) + 1,
+                  "warmup": 0 if only_decode else params["warmup"]}
+    elif target:
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
         if phase == "decode":  # stop right after the profiled step (its KV length is unchanged), and
@@ -244,7 +307,7 @@ def worker(params: dict, mode: str, target: str | None) -> None:
             # (bench/kernel_choice.py), the step launches the timeline's kernels in the timeline's order.
             params = {**params, "max_new_tokens": int(step) + 1, "warmup": 0}
     t = time.perf_counter()
-    wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target)
+    wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets)
     ready = time.perf_counter() - t
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStart()
@@ -252,6 +315,9 @@ def worker(params: dict, mode: str, target: str | None) -> None:
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStop()
         require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
+    if targets_file:
+        seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
+        Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s", file=sys.stderr)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..capture.phases import parse_record_name
+from ..capture.phases import parse_op_range, parse_record_name
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 US_TO_NS = 1000.0
@@ -47,7 +47,7 @@ def ingest_torch_trace(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    gpu, ops, launches, ranges = [], {}, {}, []
+    gpu, ops, launches, ranges, op_ranges = [], {}, {}, [], []
     for ev in events:
         cat = ev.get("cat")
         if cat in GPU_CATS:
@@ -63,12 +63,31 @@ def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
             if corr is not None:
                 launches[corr] = ev.get("ts", 0.0)
         elif cat == "user_annotation":
-            parsed = parse_record_name(ev.get("name", ""))
+            name = ev.get("name", "")
+            parsed = parse_record_name(name)
             if parsed:
                 ranges.append((parsed[0], parsed[1], ev["ts"], ev["ts"] + ev.get("dur", 0.0)))
+            elif (i := parse_op_range(name)) is not None:
+                op_ranges.append((ev["ts"], ev["ts"] + ev.get("dur", 0.0), i))
     phases = _phase_table(ranges)
     timeline = _gpu_table(gpu, ops, launches, phases)
+    timeline["op_index"] = _assign_op_index(timeline, op_ranges)
     return timeline, phases
+
+
+def _assign_op_index(timeline: pd.DataFrame, op_ranges: list[tuple]) -> np.ndarray:
+    """The numbered op call (`kbop#i` range, see capture.phases) around each kernel's CPU launch; -1
+    where none (a pass without op numbering, or a launch outside any phase range)."""
+    out = np.full(len(timeline), -1, dtype="int64")
+    if not op_ranges:
+        return out
+    r = np.array(sorted(op_ranges))
+    s, e, idx = r[:, 0] * US_TO_NS, r[:, 1] * US_TO_NS, r[:, 2].astype("int64")
+    t = timeline["launch_ns"].to_numpy()
+    j = np.searchsorted(s, t, side="right") - 1
+    ok = ~np.isnan(t) & (j >= 0) & (t <= e[np.clip(j, 0, None)])
+    out[ok] = idx[j[ok]]
+    return out
 
 
 def _phase_table(ranges: list[tuple]) -> pd.DataFrame:
@@ -169,10 +188,13 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
 
     a, b = keyed(timing), keyed(shaped)
     keys = ["phase", "step", "name", "_occ"]
-    m = a.drop(columns=["op_shapes"]).merge(b[keys + ["op", "op_shapes"]].rename(columns={"op": "_op_b"}),
-                                            on=keys, how="left")
+    take = ["op", "op_shapes"] + (["op_index"] if "op_index" in b else [])
+    m = a.drop(columns=[c for c in ("op_shapes", "op_index") if c in a]).merge(
+        b[keys + take].rename(columns={"op": "_op_b"}), on=keys, how="left")
     same_op = m["_op_b"].notna() & ((m["op"] == m["_op_b"]) | m["op"].isna())
     m.loc[~same_op, "op_shapes"] = None
+    if "op_index" in m:  # the op call that launched it, in the shapes pass: ncu's identity by position
+        m["op_index"] = m["op_index"].where(same_op, -1).fillna(-1).astype("int64")
     m["op"] = m["op"].where(m["op"].notna(), m["_op_b"].where(same_op))
     kern = m.kind == "kernel"
 
@@ -186,5 +208,6 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
              "matched_pct": 100 * float((kern & same_op).sum()) / max(1, int(kern.sum())),
              "instances": int(len(sa)), "instances_identical": int((sa.loc[common] == sb.loc[common]).sum()),
              "kernels_in_shapes_pass": int((b.kind == "kernel").sum())}
-    out = m.drop(columns=["_occ", "_op_b"])[list(timing.columns)]
+    cols = list(timing.columns) + (["op_index"] if "op_index" in m and "op_index" not in timing else [])
+    out = m.drop(columns=["_occ", "_op_b"])[cols]
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True), stats

@@ -172,8 +172,8 @@ def _dim3(s) -> str:
 
 
 def kernel_table_by_position(selected: pd.DataFrame, expected: pd.DataFrame, metrics: pd.DataFrame | None,
-                             results: pd.DataFrame | None, error: str | None,
-                             family: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                             results: pd.DataFrame | None, error: str | None, family: str | None = None,
+                             timeline: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per selected kernel (all phases), tied to its result by position.
 
     `expected` lists, in launch order, every launch inside the target op calls (capture.ncu
@@ -197,7 +197,7 @@ def kernel_table_by_position(selected: pd.DataFrame, expected: pd.DataFrame, met
     rows = []
     for _, r in selected.iterrows():
         row = r.to_dict()
-        at = exp.index[exp.kernel_id == r["kernel_id"]]
+        at = exp.index[(exp.kernel_id == r["kernel_id"]) & (exp.phase == r["phase"])]  # ids restart per phase
         pick = None
         if derived is not None and by_position and len(at) and at[0] < n:
             pick = derived.iloc[at[0]]
@@ -221,4 +221,29 @@ def kernel_table_by_position(selected: pd.DataFrame, expected: pd.DataFrame, met
             row["status"] = (f"ncu wrote {n} results for {len(exp)} expected launches; "
                              "this kernel's launch was not among them")
         rows.append(row)
-    return pd.DataFrame(rows), exp
+    out = pd.DataFrame(rows)
+    if timeline is not None:
+        _same_launch_elsewhere(out, timeline)
+    return out, exp
+
+
+def _same_launch_elsewhere(kernels: pd.DataFrame, timeline: pd.DataFrame) -> None:
+    """A selected kernel ncu was not pointed at in its phase (its launch had no numbered op call: the
+    shapes pass launched differently there) takes the counters of the same kernel, same launch
+    configuration, profiled in another phase, marked so in `identity` (in place)."""
+    if "status" not in kernels or not (kernels.status == "profiled").any():
+        return
+    prof = kernels[kernels.status == "profiled"]
+    for i, r in kernels[kernels.status.str.startswith("no launch of it")].iterrows():
+        mine = timeline[(timeline.phase == r["phase"]) & (timeline.name == r["name"])]
+        cfgs = set(zip(mine.grid.map(_dim3), mine.block.map(_dim3)))
+        twin = prof[(prof["name"] == r["name"]) & (prof["phase"] != r["phase"])]
+        twin = twin[[(_dim3(g), _dim3(b)) in cfgs for g, b in zip(twin.grid, twin.block)]]
+        if twin.empty or len(cfgs) != 1:
+            continue
+        t = twin.iloc[0]
+        for c in t.index:
+            if c not in ("phase", "kernel_id", "name", "total_ns", "launches", "median_ns", "share", "rank"):
+                kernels.at[i, c] = t[c]
+        kernels.at[i, "identity"] = (f"same kernel profiled in {t['phase']} (grid {t.get('grid')}, block "
+                                     f"{t.get('block')}): its {r['phase']} launch had no op call in the shapes pass")

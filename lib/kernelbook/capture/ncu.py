@@ -161,9 +161,9 @@ def expected_launches(timeline: pd.DataFrame, reps: pd.DataFrame) -> pd.DataFram
     taken = set()
     for i, r in k.iterrows():  # the first launch of the representative's name + config in its op call
         kid = key.get((r.phase, r.step, r.op_index, r["name"], r.grid, r.block))
-        if kid is not None and kid not in taken:
+        if kid is not None and (r.phase, kid) not in taken:  # kernel ids restart in each phase
             k.at[i, "kernel_id"] = kid
-            taken.add(kid)
+            taken.add((r.phase, kid))
     return k[["phase", "step", "op_index", "op", "name", "grid", "block", "kernel_id"]]
 
 

@@ -81,7 +81,7 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file) -> None
     metrics, results, error = _read(report.with_suffix(".ncu-rep"), ncu_dir, error)
     selected = pd.concat([s.kernels.assign(phase=s.phase) for s in sels], ignore_index=True)
     selected = selected[["phase"] + [c for c in selected.columns if c != "phase"]]
-    kernels, launches = kernel_table_by_position(selected, exp, metrics, results, error)
+    kernels, launches = kernel_table_by_position(selected, exp, metrics, results, error, timeline=timeline)
     kernels = kernels.merge(reps[["kernel_id", "phase", "step", "op_index"]].rename(
         columns={"step": "profiled_step"}), on=["kernel_id", "phase"], how="left")
     if metrics is not None:

@@ -62,7 +62,7 @@ kb.table(C.class_table(cp, weighted=True), "Metrics per class: mean weighted by 
 
 # %% [markdown]
 # ## Metric health
-# The skill's healthy levels; unhealthy cells are shaded, n/a where a metric does not apply.
+# The skill's healthy levels; unhealthy cells are shaded, — where a metric does not apply.
 
 # %%
 kb.styler_table(C.health_styled(C.health(cp)), "Metric health per kernel (shaded: unhealthy; — : does not apply)")

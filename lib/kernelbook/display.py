@@ -544,7 +544,8 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
     cap = f'<p class="kb-caption">{html.escape(caption)}</p>' if caption else ""
     foot = ""
     if notes:
-        items = [notes] if isinstance(notes, str) else [
+        any_missing = any(df[c].map(missing).any() for c in df.columns)
+        items = ([notes] if any_missing else []) if isinstance(notes, str) else [
             f"{MISSING} in {heads.get(c, label(c))}: {why}" for c, why in notes.items()
             if c in df.columns and df[c].map(missing).any()]
         foot = "".join(f'<p class="kb-note">{html.escape(n)}</p>' for n in items)

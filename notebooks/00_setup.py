@@ -26,7 +26,7 @@ kb.summary(S.headline(r, dev))
 # Recorded by the capture on the GPU machine ("absent" where a tool was not installed).
 
 # %%
-S.environment_table(r.manifest)
+kb.table(S.environment_table(r.manifest), "Environment", notes={"value": "not recorded by this capture"})
 
 # %% [markdown]
 # ## Spec peaks and ridge points
@@ -34,7 +34,8 @@ S.environment_table(r.manifest)
 # bytes/s: kernels with a lower arithmetic intensity cannot reach the compute roof.
 
 # %%
-S.peaks_table(dev)
+kb.table(S.peaks_table(dev), "Spec peaks" + (f": {dev.display_name}" if dev else ""),
+         notes={"ridge_flop_per_byte": "a ridge point belongs to a compute peak only"})
 
 # %% [markdown]
 # ## Measured peaks
@@ -43,7 +44,7 @@ S.peaks_table(dev)
 
 # %%
 measured = S.measured_peaks(r.manifest, measure_here=True, lock_clocks=lock_clocks)
-S.measured_table(measured, dev)
+kb.table(S.measured_table(measured, dev), "Measured peaks against spec")
 
 # %%
 kb.md(S.measured_prose(measured, dev))
@@ -52,7 +53,16 @@ kb.md(S.measured_prose(measured, dev))
 # ## Clocks and capture settings
 
 # %%
-S.clock_table(r.manifest)
+kb.table(S.clock_table(r.manifest), "Clocks and ncu settings", notes={"value": "not recorded by this capture"})
+
+# %% [markdown]
+# ## Parameters
+# The capture's parameters are what the run's manifest records: they made the data. The book's
+# parameters steer this render (which run, which phase, thresholds); each chapter reads its own.
 
 # %%
-S.params_table(r.manifest)
+kb.table(S.params_table(r.manifest), "Capture parameters (from the run's manifest)")
+
+# %%
+kb.table(S.book_params_table({"run_dir": run_dir, "device": device, "lock_clocks": lock_clocks}),
+         "Book parameters (this render; a value marked default is what the chapters that read it start from)")

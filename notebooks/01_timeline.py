@@ -28,7 +28,7 @@ kb.summary(T.headline(summary, shares, r.manifest))
 # intervals. A large idle share means the GPU waits for the CPU to launch work: the launch-bound signal.
 
 # %%
-summary
+kb.table(summary, "Phases of one generate", notes=T.PHASE_SUMMARY_MISSING)
 
 # %%
 F.phase_bars(summary)
@@ -53,13 +53,16 @@ kb.md(T.gap_prose(gaps))
 # Time % is the share of the phase's kernel time; mean and median are per launch.
 
 # %%
-T.top_table_display(r.timeline, "decode", top_n)
+kb.table(T.top_table_display(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n),
+         empty="This run has no decode kernels.")
 
 # %%
-T.top_table_display(r.timeline, "prefill", top_n)
+kb.table(T.top_table_display(r.timeline, "prefill", top_n), T.top_caption(r.timeline, "prefill", top_n),
+         empty="This run has no prefill kernels.")
 
 # %%
-T.top_table_display(r.timeline, "vision_encode", top_n)
+kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), T.top_caption(r.timeline, "vision_encode", top_n),
+         empty="This run has no vision-encode kernels.")
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report
@@ -70,7 +73,8 @@ T.top_table_display(r.timeline, "vision_encode", top_n)
 F.category_bars(shares)
 
 # %%
-cmp
+kb.table(cmp, "Decode kernel time by category: this run against the reference report",
+         notes={"reference_pct": "the reference report does not break this category out"})
 
 # %%
 F.reference_bars(cmp)
@@ -80,6 +84,8 @@ kb.md(T.reference_prose(cmp, r))
 
 # %% [markdown]
 # ## Appendix: friendly names → full kernel names (decode)
+# Each name whole, as the run recorded it: what `ncu --kernel-name` and a search of the sources match.
+# Click a name to select all of it for copying.
 
 # %%
-T.name_mapping(r.timeline, "decode", top_n)
+kb.table(T.name_mapping(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n))

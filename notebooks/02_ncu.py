@@ -26,7 +26,7 @@ kb.summary(N.headline(cov, fid, r.manifest))
 # Every selected kernel ends `profiled` or with the reason it is not.
 
 # %%
-cov
+kb.table(cov, "Coverage of the selected kernels, per phase")
 
 # %%
 kb.md(N.coverage_prose(cov, kernels, r.manifest))
@@ -37,7 +37,8 @@ kb.md(N.coverage_prose(cov, kernels, r.manifest))
 # Percentages are of the device's sustained peak; bytes and FLOPs are per launch.
 
 # %%
-N.metric_table(kernels, r.timeline)
+kb.table(N.metric_table(kernels, r.timeline), "Per-kernel metrics (one representative launch per kernel)",
+         notes=N.METRIC_MISSING)
 
 # %% [markdown]
 # ## Fidelity
@@ -46,7 +47,7 @@ N.metric_table(kernels, r.timeline)
 # timeline. Tensor-core FLOPs are checked against 2·M·N·K from each GEMM's aten shapes.
 
 # %%
-fid
+kb.table(fid, "Fidelity: ncu against the timeline, tensor FLOPs against the GEMM shapes", notes=N.FIDELITY_MISSING)
 
 # %%
 F.fidelity_scatter(fid)

@@ -33,7 +33,7 @@ kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])
 # Every roof drawn below, with its source.
 
 # %%
-roofs.table()
+kb.table(roofs.table(), "Roofs")
 
 # %%
 kb.md("\n\n".join(roofs.notes))
@@ -59,14 +59,17 @@ kb.md(R.prose(pts, bw_only, roofs, phase))
 # from the data (it is also outlined red in the plots).
 
 # %%
-R.above_roof_causes(pts, k, roofs, N.fidelity(k, r.timeline))
+kb.table(R.above_roof_causes(pts, k, roofs, N.fidelity(k, r.timeline)), "Points above a roof",
+         empty=f"No point lies more than {R.ABOVE_TOLERANCE * 100 - 100:.0f} % above its roof.")
 
 # %% [markdown]
 # ## Every point
 # Intensity in FLOP/byte, achieved and attainable FLOP/s, % of roof and which roof binds.
 
 # %%
-pts[pts.phase == phase].sort_values(["share", "level"], ascending=[False, True])
+kb.table(pts[pts.phase == phase].sort_values(["share", "level"], ascending=[False, True]),
+         f"Every {phase} point, largest kernel time first", empty=f"No profiled {phase} kernel issues FLOPs.",
+         notes={"roof_flops_per_s": "no bandwidth roof at this level", "pct_of_roof": "no roof at this level"})
 
 # %% [markdown]
 # ## Kernels without FLOPs
@@ -74,7 +77,9 @@ pts[pts.phase == phase].sort_values(["share", "level"], ascending=[False, True])
 # bandwidth roof they reach.
 
 # %%
-bw_only[bw_only.phase == phase]
+kb.table(bw_only[bw_only.phase == phase], f"{phase.capitalize()} kernels without FLOPs: % of each bandwidth roof",
+         empty=f"Every profiled {phase} kernel issues FLOPs.", notes={"l1_pct_of_roof": "no L1 roof in this capture",
+                                                                    "l2_pct_of_roof": "no L2 roof in this capture"})
 
 # %% [markdown]
 # ## Per-kernel rooflines

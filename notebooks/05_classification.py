@@ -39,10 +39,11 @@ kb.summary(C.headline(cp, opps.get(phase), phase))
 # Counts, and the share of profiled time in each class.
 
 # %%
-C.class_counts(cp)
+kb.table(C.class_counts(cp), f"Bottleneck classes of the profiled {phase} kernels")
 
 # %%
-cp[["kernel_id", "friendly_name", "category", "class", "roofline_side", "locality_issue", "reason"]]
+kb.table(cp[["kernel_id", "friendly_name", "category", "class", "roofline_side", "locality_issue", "reason"]],
+         "Each kernel's class and why")
 
 # %%
 kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.manifest["ncu"]["cache_control"]))
@@ -52,17 +53,19 @@ kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.manifest["ncu"]["cach
 # The reference report's table: plain means over kernels, then means weighted by time.
 
 # %%
-C.class_table(cp, weighted=False)
+kb.table(C.class_table(cp, weighted=False), "Metrics per class: plain mean over kernels (each kernel counts once)",
+         notes="— : no kernel of this class has the metric")
 
 # %%
-C.class_table(cp, weighted=True)
+kb.table(C.class_table(cp, weighted=True), "Metrics per class: mean weighted by each kernel's share of "
+         f"{phase} kernel time", notes="— : no kernel of this class has the metric")
 
 # %% [markdown]
 # ## Metric health
-# The skill's healthy levels; unhealthy cells are shaded, n/a where a metric does not apply.
+# The skill's healthy levels; unhealthy cells are shaded, — where a metric does not apply.
 
 # %%
-C.health_styled(C.health(cp))
+kb.styler_table(C.health_styled(C.health(cp)), "Metric health per kernel (shaded: unhealthy; — : does not apply)")
 
 # %% [markdown]
 # ## Wave quantization
@@ -71,7 +74,7 @@ C.health_styled(C.health(cp))
 
 # %%
 waves = C.wave_table(cp, r.ncu_metrics(), dev.sm_count)
-waves
+kb.table(waves, f"Waves on {dev.sm_count} SMs")
 
 # %%
 kb.md(C.wave_prose(waves, dev.sm_count))
@@ -84,7 +87,7 @@ kb.md(C.wave_prose(waves, dev.sm_count))
 
 # %%
 tiles = C.tile_table(cp, dev, rules)
-tiles
+kb.table(tiles, "Tiles decoded from the kernel names", empty="No GEMM/GEMV kernel name carries its tile shape.")
 
 # %%
 kb.md(C.tile_prose(tiles, rules))
@@ -94,14 +97,15 @@ kb.md(C.tile_prose(tiles, rules))
 # Little's law: to run at the DRAM roof each SM needs bandwidth-per-SM × latency bytes in flight.
 
 # %%
-C.littles_law(cp, dev, rules)
+kb.table(C.littles_law(cp, dev, rules), "Bytes in flight per SM (Little's law)",
+         empty=f"No profiled {phase} kernel is memory-bound, so none needs the DRAM roof's bytes in flight.")
 
 # %% [markdown]
 # ## Top opportunities
 # Ranked by estimated gain in % of the phase's wall time (upper bounds: the roof assumed reachable).
 
 # %%
-opps[phase] if phase in opps else "no profiled kernels in this phase"
+kb.table(opps.get(phase), f"Top opportunities in {phase}", empty=f"No profiled kernels in {phase}.")
 
 # %%
 kb.md("```\n" + C.contract_markdown(r, summary, c, opps) + "\n```")

@@ -34,8 +34,9 @@ kb.summary(W.headline(val, tr))
 # time. Rows "scaled from category" have no work of their own; their measured time is carried over.
 
 # %%
-tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launches", "sum"),
-                                         kernel_ms=("total_ns", lambda s: s.sum() / 1e6)).reset_index()
+kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launches", "sum"),
+                                                  kernel_ms=("total_ns", lambda s: s.sum() / 1e6)).reset_index(),
+         "Work table rows by source")
 
 # %% [markdown]
 # ## Kernel latency and slowdown, fitted on the run
@@ -45,7 +46,7 @@ tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launc
 # vectorised elementwise path is fitted apart from its strided/broadcast path.
 
 # %%
-tr.calib.round(2)
+kb.table(tr.calib, "Latency L and slowdown b per kernel class, fitted on the run")
 
 # %% [markdown]
 # ## Validation on the run's own GPU
@@ -54,7 +55,7 @@ tr.calib.round(2)
 # blocks the host at device-to-host copies; device time is compared with the measured GPU-busy time.
 
 # %%
-val.round(2).set_index("phase").T
+kb.table(val.set_index("phase").T, "Predicted against measured, each phase held out of the fit")
 
 # %%
 kb.md(W.validation_prose(val, tr))
@@ -63,7 +64,7 @@ kb.md(W.validation_prose(val, tr))
 # Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.
 
 # %%
-W.error_by_class(tr).round(3)
+kb.table(W.error_by_class(tr), "Held-out error per phase and kernel class")
 
 # %% [markdown]
 # ## Designs
@@ -71,7 +72,7 @@ W.error_by_class(tr).round(3)
 # `params/npus.yaml`; designs that leave latency or efficiency null carry the run's fitted values.
 
 # %%
-kb.full(W.design_table(designs, tr))
+kb.table(W.design_table(designs, tr), "Predicted times per design")
 
 # %% [markdown]
 # ## Sensitivity
@@ -89,4 +90,4 @@ F.sensitivity_grid(sens, W.knees_both(sens))
 # Evidence from this run, the what-if number, a confidence, and the reference report's claim beside.
 
 # %%
-kb.full(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)))
+kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)), "Recommendations with their what-if numbers")

@@ -1,8 +1,11 @@
 """Every chapter executed headlessly by papermill on the bundled run; HTML checked in a real browser."""
+import html as htmllib
 import json
+import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 
 import pytest
 
@@ -114,3 +117,72 @@ def test_cli_book_prints_only_its_progress(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert lines[0].startswith("[1/1] 00_setup ... ok (") and lines[1].startswith("report: ") and len(lines) == 2
+
+
+class _Tables(HTMLParser):
+    """Every <table> of a page: its class and its body rows as (tag, text) cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell, self._head = [], None, False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append({"class": dict(attrs).get("class") or "", "rows": []})
+        elif tag in ("thead", "tbody"):
+            self._head = tag == "thead"
+        elif tag == "tr" and self.tables and not self._head:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("td", "th") and self.tables and not self._head:
+            self._cell = [tag, ""]
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell:
+            self.tables[-1]["rows"][-1].append(tuple(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell:
+            self._cell[1] += data
+
+
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+@pytest.mark.parametrize("stem", list(TITLES))
+def test_tables_are_shown_for_a_reader(report, stem):
+    """Every table went through the display layer: no row index, no raw number of 10^6 or more (nor
+    1.293e+05 notation), no bare NaN/None."""
+    p = _Tables()
+    p.feed((report / f"{stem}.html").read_text())
+    problems = []
+    for i, t in enumerate(p.tables):
+        if "kb" not in t["class"].split():
+            problems.append(f"table {i} not through the display layer (class {t['class']!r})")
+        for row in t["rows"]:
+            if row and row[0][0] == "th":
+                problems.append(f"table {i} has a row index")
+            for _, text in row:
+                text = text.strip()
+                if text in ("NaN", "nan", "None", "<NA>", "NaT", "inf"):
+                    problems.append(f"table {i}: bare {text}")
+                if re.search(r"\d[eE][-+]?\d", text):
+                    problems.append(f"table {i}: exponent notation {text!r}")
+                big = [m for m in NUMBER.findall(text) if abs(float(m.replace(",", ""))) >= 1e6]
+                if big:
+                    problems.append(f"table {i}: unformatted {big[0]} in {text[:60]!r}")
+    assert p.tables or stem == "03_histograms"
+    assert not problems, sorted(set(problems))[:10]
+
+
+def test_appendix_holds_each_full_kernel_name(report, run):
+    """Chapter 01's appendix lists the top decode kernels (top_n, 15 by default) by their whole names,
+    as monospace code cells, for ncu --kernel-name filters and source searches."""
+    from kernelbook.analyze.timeline import top_kernels
+
+    page = (report / "01_timeline.html").read_text()
+    appendix = page[page.index("Appendix: friendly names"):]
+    codes = {htmllib.unescape(c) for c in re.findall(r"<code>(.*?)</code>", appendix, flags=re.S)}
+    names = top_kernels(run.timeline, "decode", P.SCHEMA["top_n"].default).name.tolist()
+    assert len(names) == 15 and not [n for n in names if n not in codes]
+    assert "…" not in appendix.split("</table>")[0]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
 
+from .display import sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
+
 
 class OfflineRenderer(MimetypeRenderer):
     def to_mimebundle(self, fig_dict):
@@ -26,6 +28,26 @@ def setup() -> None:
     pd.set_option("display.max_columns", None)  # the HTML scrolls sideways; a "..." column hides data
     pd.set_option("display.precision", 2)
     pd.set_option("display.float_format", number)
+    _tables_through_display_layer()
+
+
+def _tables_through_display_layer() -> None:
+    """Every DataFrame (and Styler) a chapter displays goes through `display.table`: human headers,
+    formatted numbers, no index, a scroll box. A chapter calls `table()` itself to add a caption."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    import pandas as pd
+    from pandas.io.formats.style import Styler
+
+    html_fmt = ip.display_formatter.formatters["text/html"]
+    html_fmt.for_type(pd.DataFrame, lambda df: table(df)._repr_html_())
+    html_fmt.for_type(pd.Series, lambda s: table(s)._repr_html_())
+    html_fmt.for_type(Styler, lambda st: styler_table(st)._repr_html_())
 
 
 def number(v: float) -> str:
@@ -51,14 +73,10 @@ def summary(text: str):
     display(Markdown(f"**{text.replace('**', '').strip()}**"), metadata={"kb-summary": True})
 
 
-def full(df):
-    """A table whose text columns are shown whole (no truncation), without the row index: for tables
-    of sentences such as recommendations."""
-    import pandas as pd
-    from IPython.display import HTML
-
-    with pd.option_context("display.max_colwidth", None):
-        return HTML(df.to_html(index=False, escape=True, float_format=lambda v: f"{v:,.2f}"))
+def full(df, caption: str | None = None):
+    """A table of sentences (recommendations): text shown whole and wrapped, without the row index.
+    The display layer never truncates, so this is `table` by another name, kept for the chapters."""
+    return table(df, caption)
 
 
 def md(text: str):
@@ -86,9 +104,12 @@ def explorer(cards: dict[str, dict]):
     text/html fallback listing every card (what nbconvert writes, as no widget state is saved)."""
     from IPython.display import display
 
+    from .display import demangle
+
     static = "".join(f"<details><summary><b>{html_escape(k)}</b> — {html_escape(c['class'])}</summary>"
-                     f"<p><code>{html_escape(c['name'])}</code></p>{c['metrics'].to_html(float_format=_fmt)}"
-                     f"{c['roofline'].to_html(index=False, float_format=_fmt) if len(c['roofline']) else ''}"
+                     f"<p><code style='white-space:pre-wrap;word-break:break-all'>{html_escape(demangle(c['name']))}"
+                     f"</code></p>{table(c['metrics'], 'Metrics (one representative launch)')._repr_html_()}"
+                     f"{table(c['roofline'], 'Roofline points', empty='No roofline point: this kernel issues no FLOPs.')._repr_html_()}"
                      "</details>" for k, c in cards.items())
     bundle = {"text/html": f"<div class='kb-explorer'>{static}</div>",
               "text/plain": f"{len(cards)} kernels (open in JupyterLab for the picker)"}
@@ -104,7 +125,8 @@ def explorer(cards: dict[str, dict]):
         c = cards[pick.value]
         out.clear_output()
         with out:
-            display(md(f"**{c['class']}**\n\n`{c['name']}`"), c["metrics"], c["roofline"])
+            display(md(f"**{c['class']}**\n\n`{demangle(c['name'])}`"), table(c["metrics"], "Metrics"),
+                    table(c["roofline"], "Roofline points", empty="No roofline point: this kernel issues no FLOPs."))
 
     pick.observe(show, names="value")
     show()
@@ -118,7 +140,3 @@ def html_escape(s) -> str:
     import html
 
     return html.escape(str(s))
-
-
-def _fmt(x: float) -> str:
-    return f"{x:,.3g}" if abs(x) < 1e4 else f"{x:.3e}"

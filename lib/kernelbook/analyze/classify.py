@@ -75,7 +75,7 @@ def class_table(c: pd.DataFrame, weighted: bool) -> pd.DataFrame:
     for name, grp in list(c.groupby("class")) + [("overall", c)]:
         w = grp.share if weighted else pd.Series(1.0, index=grp.index)
         cols[name] = {label: weighted_mean(grp[col], w) for label, col in CLASS_METRICS.items()}
-    return pd.DataFrame(cols)
+    return pd.DataFrame(cols).rename_axis("metric")
 
 
 def dominant_class(cp: pd.DataFrame) -> tuple[str, float]:
@@ -409,7 +409,7 @@ def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame) -> dict[str, dict]:
                                          "%", "%", "waves", "registers/thread", "FLOP", "bytes"]},
                                index=["duration", "time share", "SM throughput", "DRAM throughput",
                                       "memory throughput", "L1 hit", "L2 hit", "achieved occupancy", "waves per SM",
-                                      "registers", "FLOPs (tensor + CUDA core)", "DRAM bytes"])
+                                      "registers", "FLOPs (tensor + CUDA core)", "DRAM bytes"]).rename_axis("metric")
         p = pts[pts.kernel_id == k.kernel_id][["level", "intensity", "flops_per_s", "roof_flops_per_s",
                                                 "pct_of_roof", "bound"]]
         cards[f"{k.kernel_id} {k.friendly_name}"] = {

@@ -86,18 +86,30 @@ def weighted_median(v: pd.Series, w: pd.Series) -> float:
     return float(vs[np.searchsorted(cum, cum[-1] / 2)])
 
 
+def _above(p: float, thr: float, what: str) -> str:
+    """'none of the profiled time runs at ≥ 60 %', 'only 4 % of ...', 'all of ...': the edges in words."""
+    from ..display import share_phrase
+
+    phrase = share_phrase(p, what)
+    lead = "only " if 0 < p < 50 else ""
+    verb = "runs" if what.endswith("time") else "is"
+    return f"{lead}{phrase} {verb} at ≥ {thr:.0f} %"
+
+
 def headline(cap: pd.DataFrame, phase: str = "decode") -> str:
+    from ..display import plural
+
     sm = cap.set_index("metric").loc["SM throughput"]
-    return (f"Across the {int(sm.kernels)} profiled {phase} kernels, SM throughput has a median of {sm['median']:.1f} % "
-            f"({sm.time_weighted_median:.1f} % by time) and only {sm.time_pct_at_or_above:.0f} % of the profiled "
-            f"time runs at ≥ {sm.threshold:.0f} %.")
+    return (f"Across the {plural(int(sm.kernels), f'profiled {phase} kernel')}, SM throughput has a median of "
+            f"{sm['median']:.1f} % ({sm.time_weighted_median:.1f} % by time) and "
+            f"{_above(sm.time_pct_at_or_above, sm.threshold, 'the profiled time')}.")
 
 
 def prose(cap: pd.DataFrame, phase: str = "decode") -> str:
     c = cap.set_index("metric")
     dram, occ, l2 = (c.loc[m] for m in ("DRAM throughput", "Achieved occupancy", "L2 hit rate"))
     return (headline(cap, phase) + f" DRAM throughput: median {dram['median']:.1f} %, {dram.time_weighted_median:.1f} % "
-            f"by time; {dram.time_pct_at_or_above:.0f} % of the time is at ≥ {dram.threshold:.0f} %. Achieved occupancy has a median of "
-            f"{occ['median']:.1f} % and L2 hit rate {l2['median']:.1f} % ({l2.time_pct_at_or_above:.0f} % of the time "
-            f"at ≥ {l2.threshold:.0f} %). Counts and time disagree wherever a few long kernels dominate: read the time-weighted "
-            f"bars for where the time goes.")
+            f"by time; {_above(dram.time_pct_at_or_above, dram.threshold, 'the time')}. Achieved occupancy has a "
+            f"median of {occ['median']:.1f} % and L2 hit rate {l2['median']:.1f} % "
+            f"({_above(l2.time_pct_at_or_above, l2.threshold, 'the time')}). Counts and time disagree wherever a few "
+            f"long kernels dominate: read the time-weighted bars for where the time goes.")

@@ -17,6 +17,21 @@ TABLE_COLUMNS = ["kernel_id", "friendly_name", "category", "share_pct", "duratio
                  "theoretical_occupancy_pct", "registers", "grid", "block", "waves_per_sm", "spill_bytes",
                  "dram_bytes", "flops_tensor", "flops_cuda", "intensity_dram"]
 
+# Why a cell of the per-kernel and fidelity tables is empty, for the note under each table.
+METRIC_MISSING = {
+    "intensity_dram": "no FLOPs, or no DRAM bytes counted under replay: no intensity",
+    "l1_hit_pct": "ncu reports no L1 hit rate for a kernel without L1 traffic",
+    "l2_hit_pct": "ncu reports no L2 hit rate for a kernel without L2 traffic",
+    "spill_bytes": "not counted by the sections this capture ran",
+    "waves_per_sm": "not counted by the sections this capture ran",
+}
+FIDELITY_MISSING = {
+    "op_shapes": "the launch has no aten op shapes in the timeline",
+    "expected_flops": "not a matrix product, or its aten shapes do not give M, N and K",
+    "flops_ratio": "no 2·M·N·K to compare with",
+    "tensor_flops": "no tensor-core instructions counted",
+}
+
 
 def coverage(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per phase: selected, profiled, coverage %, and the share of the phase's kernel time the profiled

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..display import plural
 from .histograms import weighted_mean
 from .ncu_report import FLOPS_TOLERANCE
 
@@ -206,12 +207,18 @@ def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode
     if len(bw_only):
         b = bw_only[bw_only.phase == phase]
         if len(b):
-            parts.append(f"{len(b)} profiled kernels issue no FLOPs (copies, gathers, casts; "
+            parts.append(f"{plural(len(b), 'profiled kernel').capitalize()} "
+                         f"{'issues' if len(b) == 1 else 'issue'} no FLOPs (copies, gathers, casts; "
                          f"{100 * b.share.sum():.1f} % of {phase} kernel time): they appear in the table of "
                          f"bandwidth-only kernels, at a median {b.dram_pct_of_roof.median():.1f} % of the DRAM roof.")
     n_above = int(p.above_roof.sum())
-    parts.append(f"{n_above} point{'s' if n_above != 1 else ''} lie more than 5 % above a roof"
-                 + (" and are listed with their likely cause below." if n_above else "."))
+    tol = f"{100 * ABOVE_TOLERANCE - 100:.0f} %"
+    if n_above == 0:
+        parts.append(f"No point lies more than {tol} above its roof.")
+    else:
+        parts.append(f"{plural(n_above, 'point').capitalize()} {'lies' if n_above == 1 else 'lie'} more than {tol} "
+                     f"above {'its' if n_above == 1 else 'their'} roof and {'is' if n_above == 1 else 'are'} listed "
+                     "with the likely cause below.")
     return "\n\n".join(parts)
 
 

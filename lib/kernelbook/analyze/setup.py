@@ -37,7 +37,12 @@ def environment_table(manifest: dict) -> pd.DataFrame:
             ("driver", env.get("driver")), ("CUDA", env.get("cuda")), ("torch", env.get("torch")),
             ("transformers", env.get("transformers")), ("ncu", env.get("ncu")), ("nsys", env.get("nsys")),
             ("python", env.get("python")), ("git revision", manifest.get("git_revision"))]
-    return pd.DataFrame(rows, columns=["item", "value"]).astype({"value": str})
+    return _items(rows)
+
+
+def _items(rows: list[tuple]) -> pd.DataFrame:
+    """item/value rows as text, a value the run does not record left missing (not the string 'None')."""
+    return pd.DataFrame([(k, None if v is None else str(v)) for k, v in rows], columns=["item", "value"])
 
 
 def peaks_table(dev: Device | None) -> pd.DataFrame:
@@ -107,9 +112,43 @@ def clock_table(manifest: dict) -> pd.DataFrame:
             ("max SM clock (MHz)", clocks.get("sm_clock_max_mhz")),
             ("memory clock (MHz)", clocks.get("mem_clock_mhz")),
             ("ncu --clock-control", ncu.get("clock_control")), ("ncu --cache-control", ncu.get("cache_control"))]
-    return pd.DataFrame(rows, columns=["item", "value"]).astype({"value": str})
+    return _items(rows)
 
 
 def params_table(manifest: dict) -> pd.DataFrame:
+    """The capture's parameters as its manifest records them (older manifests also recorded book
+    parameters; those are left out here: they describe a render, not this capture)."""
+    from ..params import CAPTURE, SCHEMA
+
     p = manifest.get("params", {})
-    return pd.DataFrame({"parameter": list(p), "value": [str(v) for v in p.values()]})
+    keep = {k: v for k, v in p.items() if k not in SCHEMA or CAPTURE in SCHEMA[k].feeds}
+    return pd.DataFrame({"parameter": list(keep), "value": [_text(v) for v in keep.values()],
+                         "meaning": [SCHEMA[k].doc if k in SCHEMA else "" for k in keep]})
+
+
+def book_params_table(given: dict) -> pd.DataFrame:
+    """The book's own parameters (what a render reads, not the capture): each with the value this
+    chapter was given where it reads it, else the default the chapters start from, and which
+    chapters read it. `given`: this chapter's parameter values by name."""
+    from ..params import CAPTURE, SCHEMA
+
+    rows = []
+    for k, spec in SCHEMA.items():
+        readers = [f for f in spec.feeds if f != CAPTURE]
+        if not readers:
+            continue
+        if k in given:
+            value = "empty: the run's GPU" if k == "device" and not given[k] else _text(given[k])
+        else:
+            value = f"{_text(spec.default)} (default)"
+        rows.append({"parameter": k, "value": value, "read by": ", ".join(r.split("_", 1)[0] for r in readers),
+                     "meaning": spec.doc})
+    return pd.DataFrame(rows)
+
+
+def _text(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v))
+    return str(v)

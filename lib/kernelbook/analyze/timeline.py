@@ -152,9 +152,38 @@ def reference_comparison(shares: pd.DataFrame) -> pd.DataFrame:
 
 
 def name_mapping(timeline: pd.DataFrame, phase: str = "decode", n: int = 15) -> pd.DataFrame:
-    """Appendix: friendly name → full kernel name for the top-n of a phase."""
+    """Appendix: friendly name → full kernel name for the top-n of a phase, the name exactly as the
+    run recorded it (what ncu --kernel-name and source searches match). Where that name is mangled
+    (`_Z...`), a `demangled` column gives the readable one beside it."""
+    from ..display import demangle
+
+    t = top_kernels(timeline, phase, n)[["rank", "time_pct", "friendly_name", "library", "name"]]
+    if t.name.str.startswith("_Z").any():
+        t["demangled"] = [demangle(x) if x.startswith("_Z") else None for x in t.name]
+    return t
+
+
+# Why a phase-summary cell is empty, for the note under the table.
+PHASE_SUMMARY_MISSING = {
+    "wall_ms": "the 'other' row is generate's own work between forwards, which has no phase range, so no wall "
+               "time or idle share of its own",
+    "launches_per_step": "a phase without steps has no per-step count",
+}
+
+
+def top_caption(timeline: pd.DataFrame, phase: str, n: int) -> str:
+    """Caption of a top-kernel table: the phase, and how much of its kernel time the rows hold."""
+    from ..display import PHASE_LABEL
+
+    k = timeline[(timeline.phase == phase) & (timeline.kind == "kernel")]
     t = top_kernels(timeline, phase, n)
-    return t[["rank", "time_pct", "friendly_name", "library", "name"]]
+    label = PHASE_LABEL.get(phase, phase).capitalize()
+    if t.empty:
+        return f"{label}: no kernels"
+    distinct = k.name.nunique()
+    which = f"top {len(t)} of {distinct} kernels" if distinct > len(t) else (
+        "its one kernel" if distinct == 1 else f"all {distinct} kernels")
+    return f"{label}: {which} by total time, {t.time_pct.sum():.1f} % of {PHASE_LABEL.get(phase, phase)} kernel time"
 
 
 # --- prose: every number below is computed from the run ---------------------------------------------
@@ -215,12 +244,10 @@ def gap_prose(gaps_us: pd.Series) -> str:
 def top_table_display(timeline: pd.DataFrame, phase: str, n: int) -> pd.DataFrame:
     t = top_kernels(timeline, phase, n)
     if t.empty:
-        return pd.DataFrame({"note": [f"no kernels in phase {phase}"]})
+        return t
     cols = ["rank", "time_pct", "calls", "mean_us", "median_us", "library", "friendly_name", "category",
             "description"]
-    out = t[cols].rename(columns={"time_pct": "Time %", "mean_us": "mean µs", "median_us": "median µs"})
-    out.attrs["phase"] = phase
-    return out
+    return t[cols]
 
 
 def reference_prose(cmp: pd.DataFrame, run) -> str:

@@ -110,8 +110,13 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
     if tmp.exists():
         shutil.rmtree(tmp)
     (tmp / "raw").mkdir(parents=True)
+    from ..params import CAPTURE, for_consumer
+
+    # the manifest records this capture's own parameters only: book parameters (run_dir, top_n, ...)
+    # describe a later render, and a run_dir there would name some other run
     manifest: dict = {"kernelbook_run": 1, "run_id": out_dir.name, "status": "partial",
-                      "reason": "capture in progress", "params": params, "params_source": params_source,
+                      "reason": "capture in progress", "params": for_consumer(params, CAPTURE),
+                      "params_source": params_source,
                       "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     progress = Progress()

@@ -6,6 +6,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from ..display import eng
+
 TEMPLATE = "plotly_white"
 
 
@@ -123,10 +125,19 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                 customdata=np.c_[q.friendly_name, q.duration_us, q.pct_of_roof.round(1), q.kernel_id],
                 hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3g} FLOP/s"
                               "<br>%{customdata[1]:.1f} µs, %{customdata[2]} % of roof<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, height=560, title=f"Physical roofline, {phase} (marker size = time share; "
-                      "red outline = above its roof)", xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
-                      yaxis=dict(type="log", title="achieved FLOP/s", range=[8, 15.5]))
+    # the legend goes under the plot, wrapping, so every roof (L2, L1 included) shows without a scroll box
+    fig.update_layout(template=TEMPLATE, height=640 + 22 * (len(fig.data) // 4),
+                      title=f"Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
+                      xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
+                      yaxis=dict(type="log", title="achieved FLOP/s", range=[8, 15.5], **FLOPS_TICKS),
+                      legend=dict(orientation="h", yanchor="top", y=-0.14, xanchor="left", x=0))
     return fig
+
+
+# One spelling for FLOP/s ticks on a log axis (plotly alone mixes 10^15 with 100T): every decade
+# labelled with an engineering prefix, as the tables print it.
+FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(8, 16)],
+                   ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(8, 16)])
 
 
 def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
@@ -173,7 +184,7 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
                                      hovertemplate=f"{pt.level}: {pt.intensity:.3g} FLOP/B, {pt.flops_per_s:.3g} FLOP/s, "
                                                    f"{pt.pct_of_roof:.1f} % of roof<extra></extra>"), row=r, col=c)
         fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
-        fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1)
+        fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1, **FLOPS_TICKS)
     fig.update_layout(template=TEMPLATE, height=240 * rows, title=f"Per-kernel rooflines, {phase} "
                       "(x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)")
     return fig

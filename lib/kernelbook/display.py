@@ -1,0 +1,605 @@
+"""How the book shows a table to a reader: the one display layer every chapter goes through.
+
+Analysis functions return DataFrames with machine columns (`pct_of_roof`, `flops_per_s`,
+`duration_us`); this module turns one into what a reader expects, at display time only:
+
+- a human header with its unit (`COLUMNS`, else read from the column's unit suffix);
+- numbers with engineering prefixes and three significant digits (38.6 TFLOP/s, 3.30 MB, 5.40 µs),
+  percentages with one decimal, counts grouped (52,223), never a raw 989400000000000;
+- "—" for a missing value, with the reason as a note under the table where the caller gives one;
+- no row index (a meaningful index becomes an ordinary first column);
+- kernel names whole, monospace, wrapped and copyable; aten shapes as `1×10×1×128 · 1×10×1130×128`;
+- a caption saying what the table is; a box that scrolls sideways inside the page with its first
+  column (the kernel) kept in view;
+- an empty result as one sentence instead of a header-only table.
+
+`table()` returns an object whose `_repr_html_` is the table, so a notebook cell ends with it; the
+chapter setup also registers it as the HTML formatter of every DataFrame, so a table a chapter
+displays without asking goes through the same layer.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+MISSING = "—"
+
+
+@dataclass(frozen=True)
+class Col:
+    label: str
+    kind: str = "auto"  # see _CELL below
+
+
+# Machine column → reader's header and how its cells print. Columns not listed fall back to their
+# unit suffix (_pct, _us, _ms, _ns, _bytes, _per_s, ...) and a header made from the name.
+COLUMNS: dict[str, Col] = {
+    # identity
+    "kernel": Col("Kernel", "text"),
+    "kernel_id": Col("Kernel", "text"),
+    "friendly_name": Col("Kernel", "text"),
+    "name": Col("Full kernel name", "code"),
+    "demangled": Col("Demangled name", "code"),
+    "library": Col("Library", "text"),
+    "category": Col("Category", "text"),
+    "description": Col("What it does", "text"),
+    "phase": Col("Phase", "phase"),
+    "rank": Col("#", "int"),
+    "status": Col("Status", "text"),
+    "class": Col("Class", "text"),
+    "level": Col("Memory level", "text"),
+    "bound": Col("Bound by", "text"),
+    "compute_roof": Col("Compute roof", "text"),
+    "roofline_side": Col("Roofline side", "text"),
+    "locality_issue": Col("L2 locality issue", "bool"),
+    "reason": Col("Why", "text"),
+    "op_shapes": Col("aten shapes", "shapes"),
+    "matvec": Col("Matrix-vector", "bool"),
+    "grid": Col("Grid", "text"),
+    "block": Col("Block", "text"),
+    "metric": Col("Metric", "text"),
+    "unit": Col("Unit", "text"),
+    "item": Col("Item", "text"),
+    "value": Col("Value", "auto"),
+    "parameter": Col("Parameter", "code"),
+    "note": Col("Note", "text"),
+    "source": Col("Source", "text"),
+    "roof": Col("Roof", "text"),
+    "peak": Col("Peak", "text"),
+    "quantity": Col("Quantity", "text"),
+    "opportunity": Col("Opportunity", "text"),
+    "trigger": Col("Trigger (measured)", "text"),
+    "likely_cause": Col("Likely cause", "text"),
+    # chapter 01
+    "time_pct": Col("Time %", "pct"),
+    "Time %": Col("Time %", "pct"),
+    "calls": Col("Launches", "count"),
+    "launches": Col("Launches", "count"),
+    "mean_us": Col("Mean per launch", "us"),
+    "mean µs": Col("Mean per launch", "us"),
+    "median_us": Col("Median per launch", "us"),
+    "median µs": Col("Median per launch", "us"),
+    "total_ms": Col("Total", "ms"),
+    "wall_ms": Col("Wall time", "ms"),
+    "gpu_busy_ms": Col("GPU busy", "ms"),
+    "idle_pct": Col("GPU idle %", "pct"),
+    "kernels": Col("Kernels", "count"),
+    "steps": Col("Steps", "count"),
+    "launches_per_step": Col("Launches per step", "count"),
+    "kernel_time_ms": Col("Kernel time", "ms"),
+    "pct": Col("% of kernel time", "pct"),
+    "this_run_pct": Col("This run %", "pct"),
+    "reference_pct": Col("Reference report %", "pct"),
+    "difference_pts": Col("Difference (points)", "signed"),
+    # chapter 02
+    "selected": Col("Selected", "count"),
+    "profiled": Col("Profiled", "count"),
+    "coverage_pct": Col("Coverage %", "pct"),
+    "explained_time_pct": Col("Kernel time explained %", "pct"),
+    "selected_time_pct": Col("Kernel time selected %", "pct"),
+    "share_pct": Col("Time %", "pct"),
+    "share": Col("Time %", "share"),
+    "duration_us": Col("Duration", "us"),
+    "sm_pct": Col("SM %", "pct"),
+    "dram_pct": Col("DRAM %", "pct"),
+    "memory_pct": Col("Memory %", "pct"),
+    "l1_hit_pct": Col("L1 hit %", "pct"),
+    "l2_hit_pct": Col("L2 hit %", "pct"),
+    "achieved_occupancy_pct": Col("Achieved occupancy %", "pct"),
+    "theoretical_occupancy_pct": Col("Theoretical occupancy %", "pct"),
+    "registers": Col("Registers / thread", "int"),
+    "waves_per_sm": Col("Waves per SM", "sig"),
+    "spill_bytes": Col("Spill", "bytes"),
+    "dram_bytes": Col("DRAM traffic", "bytes"),
+    "flops_tensor": Col("Tensor FLOPs", "flop"),
+    "flops_cuda": Col("CUDA-core FLOPs", "flop"),
+    "intensity_dram": Col("DRAM intensity (FLOP/B)", "sig"),
+    "ncu_us": Col("ncu duration", "us"),
+    "timeline_median_us": Col("Timeline median", "us"),
+    "duration_ratio": Col("ncu ÷ timeline", "ratio"),
+    "expected_flops": Col("2·M·N·K", "flop"),
+    "tensor_flops": Col("Tensor FLOPs", "flop"),
+    "flops_ratio": Col("Tensor FLOPs ÷ 2·M·N·K", "ratio"),
+    # chapter 03
+    "median": Col("Median (by count)", "sig"),
+    "time_weighted_median": Col("Median (by time)", "sig"),
+    "threshold": Col("Healthy level", "sig"),
+    "time_pct_at_or_above": Col("Time at or above it %", "pct"),
+    # chapter 04
+    "intensity": Col("Intensity (FLOP/B)", "sig"),
+    "flops_per_s": Col("Achieved", "flop_per_s"),
+    "roof_flops_per_s": Col("Attainable (roof)", "flop_per_s"),
+    "pct_of_roof": Col("% of roof", "pct"),
+    "above_roof": Col("Above its roof", "bool"),
+    "dram_pct_of_roof": Col("% of DRAM roof", "pct"),
+    "l2_pct_of_roof": Col("% of L2 roof", "pct"),
+    "l1_pct_of_roof": Col("% of L1 roof", "pct"),
+    "ridge_flop_per_byte": Col("Ridge (FLOP/B)", "sig"),
+    "measured_pct_of_spec": Col("Measured % of spec", "pct"),
+    "spread_pct": Col("Spread %", "pct"),
+    "trials": Col("Trials", "count"),
+    # chapter 05
+    "pct_of_profiled": Col("% of profiled kernels", "pct"),
+    "pct_of_profiled_time": Col("% of profiled time", "pct"),
+    "blocks": Col("Blocks", "count"),
+    "threads_per_block": Col("Threads / block", "count"),
+    "blocks_per_sm": Col("Resident blocks / SM", "count"),
+    "slots": Col("Block slots", "count"),
+    "waves": Col("Waves", "sig"),
+    "ncu_waves_per_sm": Col("Waves per SM (ncu)", "sig"),
+    "tail_efficiency_pct": Col("Tail efficiency %", "pct"),
+    "blocks_vs_sms": Col("Blocks ÷ SMs", "sig"),
+    "meets_4x_sms": Col("≥ 4× SMs", "bool"),
+    "tile_intensity": Col("Tile intensity (FLOP/B)", "sig"),
+    "ridge": Col("Ridge (FLOP/B)", "sig"),
+    "tile_vs_ridge": Col("Tile ÷ ridge", "ratio"),
+    "smem_stages_bytes": Col("Shared memory the stages need", "bytes"),
+    "smem_launch_bytes": Col("Shared memory allocated", "bytes"),
+    "regs_per_block": Col("Registers / block", "count"),
+    "regs_fit_blocks": Col("Blocks the registers allow", "count"),
+    "t_tile_cycles": Col("Tile compute (cycles)", "sig"),
+    "s_min": Col("S_min", "int"),
+    "stages_ok": Col("Stages ≥ S_min", "bool"),
+    "needed_bytes_per_sm": Col("Needed in flight / SM", "bytes"),
+    "achieved_bytes_per_sm": Col("Achieved in flight / SM", "bytes"),
+    "warp_supply_bytes_per_sm": Col("Warps supply / SM", "bytes"),
+    "achieved_vs_needed_pct": Col("Achieved ÷ needed %", "pct"),
+    "gain_pct": Col("Est. gain (% of phase wall)", "pct"),
+}
+
+PHASE_LABEL = {"vision_encode": "vision encode", "prefill": "prefill", "decode": "decode", "other": "other"}
+
+# unit suffix of a machine column → cell kind (first match wins; order matters: _per_s before _s)
+_SUFFIX = [("_pct_of_roof", "pct"), ("_pct", "pct"), ("_bytes_per_s", "bytes_per_s"), ("_flops_per_s", "flop_per_s"),
+           ("_per_s", "sig"), ("_gbps", "gbps"), ("_tflops", "tflops"), ("_bytes", "bytes"), ("_flops", "flop"),
+           ("_ns", "ns"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"), ("_mhz", "mhz")]
+_SUFFIX_LABEL = {"pct": "%"}
+
+_PREFIX = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""), (1e-3, "m"), (1e-6, "µ"),
+           (1e-9, "n"), (1e-12, "p")]
+
+
+# --- numbers --------------------------------------------------------------------------------------
+def missing(v) -> bool:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
+    try:
+        return bool(isinstance(v, (float, np.floating)) and math.isnan(v))
+    except TypeError:
+        return False
+
+
+def sig(v: float, digits: int = 3) -> str:
+    """`v` with `digits` significant digits, trailing zeros kept (3.30, 38.6, 512); no exponent form:
+    values of 10^6 and up take an engineering prefix (1.29 M)."""
+    if missing(v):
+        return MISSING
+    v = float(v)
+    if v == 0:
+        return "0"
+    if not math.isfinite(v):
+        return "∞" if v > 0 else "−∞"
+    if abs(v) >= 1e6:
+        return eng(v, "")
+    if abs(v) >= 10 ** digits:
+        return f"{v:,.0f}"
+    return _digits(v, digits, grouped=True)
+
+
+def _digits(x: float, digits: int, grouped: bool = False) -> str:
+    """`x` (non-zero, finite) with `digits` significant digits in fixed notation."""
+    e = math.floor(math.log10(abs(x)))
+    decimals = max(0, digits - 1 - e)
+    if decimals and abs(round(x, decimals)) >= 10 ** (e + 1):  # 9.996 rounds to 10.0, not 10.00
+        decimals -= 1
+    return f"{x:,.{decimals}f}" if grouped else f"{x:.{decimals}f}"
+
+
+def eng(v: float, unit: str, digits: int = 3) -> str:
+    """`v` (in the base unit) with an engineering prefix: eng(3.3e6, "B") == "3.30 MB",
+    eng(5.4e-6, "s") == "5.40 µs", eng(3.855e13, "FLOP/s") == "38.6 TFLOP/s"."""
+    if missing(v):
+        return MISSING
+    v = float(v)
+    if v == 0:
+        return f"0 {unit}".strip()
+    if not math.isfinite(v):
+        return sig(v)
+    a = abs(v)
+    for scale, p in _PREFIX:
+        if a >= scale * 0.9995:  # 999.6 k prints as 1.00 M, not 1,000 k
+            break
+    else:
+        scale, p = _PREFIX[-1]
+    s = _digits(v / scale, digits)
+    if abs(float(s)) >= 1000 and scale < 1e15:  # rounding crossed into the next prefix
+        return eng(math.copysign(1000 * scale, v), unit, digits)
+    return f"{s} {p}{unit}".strip()
+
+
+def pct(v: float) -> str:
+    """A percentage with one decimal (its '%' sits in the header): 12.3, 0.0 for zero, '< 0.1' for a
+    value that is not zero but would print as 0.0."""
+    if missing(v):
+        return MISSING
+    v = float(v)
+    if v != 0 and abs(v) < 0.05:
+        return "< 0.1" if v > 0 else "> −0.1"
+    return f"{v:,.1f}" if abs(v) < 1e4 else sig(v)
+
+
+def count(v) -> str:
+    if missing(v):
+        return MISSING
+    v = float(v)
+    if abs(v) >= 1e6:
+        return eng(v, "")
+    if v != round(v):
+        return sig(v)
+    return f"{int(round(v)):,}"
+
+
+_TIME_SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def quantity(v, unit: str) -> str:
+    """A value in a named unit, as a reader reads it: `unit` is what the long-format tables carry
+    (TFLOP/s, GB/s, µs, bytes, FLOP, %, % of peak, MiB, MHz, count, ...)."""
+    if missing(v):
+        return MISSING
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if not isinstance(v, (int, float, np.integer, np.floating)):
+        return str(v)
+    u = (unit or "").strip()
+    base = {"TFLOP/s": (1e12, "FLOP/s"), "GFLOP/s": (1e9, "FLOP/s"), "FLOP/s": (1, "FLOP/s"),
+            "GB/s": (1e9, "B/s"), "TB/s": (1e12, "B/s"), "B/s": (1, "B/s"), "bytes": (1, "B"), "B": (1, "B"),
+            "FLOP": (1, "FLOP"), "µs": (1e-6, "s"), "us": (1e-6, "s"), "ms": (1e-3, "s"), "ns": (1e-9, "s"),
+            "s": (1, "s"), "MHz": (1e6, "Hz"), "GHz": (1e9, "Hz")}
+    if u in base:
+        scale, bu = base[u]
+        return eng(float(v) * scale, bu)
+    if u.startswith("%"):
+        return f"{pct(v)} {u}"
+    if u in ("count", ""):
+        return count(v)
+    return f"{sig(v)} {u}"
+
+
+# --- cells ----------------------------------------------------------------------------------------
+def _kind(col: str, series: pd.Series) -> str:
+    spec = COLUMNS.get(col)
+    if spec and spec.kind != "auto":
+        return spec.kind
+    low = col.lower()
+    for suf, kind in _SUFFIX:
+        if low.endswith(suf):
+            return kind
+    if pd.api.types.is_bool_dtype(series):
+        return "bool"
+    if pd.api.types.is_integer_dtype(series):
+        return "count"
+    if pd.api.types.is_float_dtype(series):
+        return "sig"
+    return "text"
+
+
+def label(col) -> str:
+    """The reader's header for a machine column."""
+    col = str(col)
+    if col in COLUMNS:
+        return COLUMNS[col].label
+    low = col.lower()
+    for suf, unit in (("_pct_of_roof", "% of roof"), ("_pct", "%"), ("_bytes_per_s", ""), ("_flops_per_s", ""),
+                      ("_per_s", "/s"), ("_gbps", ""), ("_tflops", ""), ("_bytes", ""), ("_flops", ""),
+                      ("_ns", ""), ("_us", ""), ("_ms", ""), ("_mhz", "")):
+        if low.endswith(suf):
+            stem = col[: -len(suf)].replace("_", " ")
+            return (stem[:1].upper() + stem[1:] + (f" {unit}" if unit else "")).strip()
+    text = col.replace("_", " ")
+    return text[:1].upper() + text[1:]
+
+
+def shapes(s) -> str:
+    """aten input shapes as one readable form: '1x10x1x128;1x10x1130x128;;;' and
+    '[1, 10, 1160, 128]x[1, 10, 1, 128];' both become '1×10×1×128 · 1×10×1130×128'; empty slots dropped."""
+    if missing(s) or s is None:
+        return MISSING
+    s = str(s).strip()
+    if "[" in s:
+        parts = [p.replace(" ", "").split(",") for p in re.findall(r"\[([^\]]*)\]", s)]
+    else:
+        parts = [p.split("x") for p in s.split(";")]
+    out = ["×".join(d for d in p if d) for p in parts]
+    out = [o for o in out if o]
+    return " · ".join(out) if out else MISSING
+
+
+@lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """The demangled C++ name of an Itanium-mangled symbol (`_Z...`) via c++filt when it is installed;
+    any other name unchanged (ncu and CUPTI mostly give demangled names already)."""
+    if not name.startswith("_Z") or not shutil.which("c++filt"):
+        return name
+    try:
+        out = subprocess.run(["c++filt", name], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return name
+    return out or name
+
+
+def cell(v, kind: str) -> str:
+    """One cell as HTML (escaped), by kind."""
+    if kind in ("text", "code", "phase", "shapes") and isinstance(v, (list, tuple)):
+        v = ", ".join(map(str, v))
+    if kind == "shapes":
+        return html.escape(shapes(v))
+    if missing(v):
+        return MISSING
+    if kind == "bool" or isinstance(v, (bool, np.bool_)):
+        return "yes" if bool(v) else "no"
+    if kind == "code":
+        return f"<code>{html.escape(str(v))}</code>"
+    if kind == "phase":
+        return html.escape(PHASE_LABEL.get(str(v), str(v)))
+    if kind == "text" or isinstance(v, str):
+        return html.escape(str(v))
+    if kind == "pct":
+        return pct(v)
+    if kind == "share":
+        return pct(100 * float(v))
+    if kind == "signed":
+        return ("+" if float(v) > 0 else "") + pct(v)
+    if kind == "ratio":
+        return f"{sig(v)}×"
+    if kind == "int":
+        return f"{int(v):,}" if float(v) == int(v) else sig(v)
+    if kind == "count":
+        return count(v)
+    if kind in _TIME_SCALE:
+        return eng(float(v) * _TIME_SCALE[kind], "s")
+    if kind == "bytes":
+        return eng(v, "B")
+    if kind == "bytes_per_s":
+        return eng(v, "B/s")
+    if kind == "gbps":
+        return eng(float(v) * 1e9, "B/s")
+    if kind == "flop":
+        return eng(v, "FLOP")
+    if kind == "flop_per_s":
+        return eng(v, "FLOP/s")
+    if kind == "tflops":
+        return eng(float(v) * 1e12, "FLOP/s")
+    if kind == "mhz":
+        return eng(float(v) * 1e6, "Hz")
+    return sig(v)
+
+
+# --- tables ---------------------------------------------------------------------------------------
+STYLE = """<style>
+.kb-tablebox{max-width:100%;overflow-x:auto;margin:.4rem 0 1rem 0;border:1px solid #e2e2e2}
+.kb-tablebox table.kb{border-collapse:separate;border-spacing:0;font-size:13px;margin:0;width:max-content;min-width:100%}
+.kb-tablebox table.kb th,.kb-tablebox table.kb td{padding:.25rem .6rem;border-bottom:1px solid #e8e8e8;text-align:right;
+ vertical-align:top;white-space:nowrap;background:#fff}
+.kb-tablebox table.kb th{background:#f6f6f6;font-weight:600;white-space:normal;min-width:4rem;max-width:11rem;
+ vertical-align:bottom}
+.kb-tablebox table.kb td.t,.kb-tablebox table.kb th.t{text-align:left;white-space:normal;min-width:8rem;max-width:22rem}
+.kb-tablebox table.kb.fit{width:100%}
+.kb-tablebox table.kb td.c{text-align:left;white-space:normal;min-width:16rem}
+.kb-tablebox table.kb td.c code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;
+ white-space:pre-wrap;word-break:break-all;user-select:all;background:none}
+.kb-tablebox table.kb .sticky{position:sticky;left:0;z-index:1;box-shadow:1px 0 0 #d0d0d0}
+.kb-tablebox table.kb th.sticky{z-index:2}
+.kb-tablebox table.kb td.bad{background:#f8d0cc}
+.kb-tablebox table.kb td.na{color:#999}
+.kb-caption{font-weight:600;margin:1rem 0 .2rem 0}
+.kb-note{font-size:12px;color:#555;margin:.1rem 0 .8rem 0}
+.kb-empty{font-style:italic}
+</style>"""
+
+
+class Shown:
+    """A displayable piece of HTML (what `table()` returns); `frame` keeps the data it shows."""
+
+    def __init__(self, html_text: str, frame: pd.DataFrame | None = None, text: str = ""):
+        self.html = html_text
+        self.frame = frame
+        self.text = text
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        return self.text or (self.frame.to_string(index=False) if self.frame is not None else "")
+
+
+def _flatten(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop a meaningless (range) index; make a meaningful one an ordinary first column."""
+    if isinstance(df.columns, pd.MultiIndex):
+        df = df.copy()
+        df.columns = [" ".join(str(x) for x in c if str(x)) for c in df.columns]
+    idx = df.index
+    if isinstance(idx, pd.RangeIndex) or (idx.name is None and pd.api.types.is_integer_dtype(idx)
+                                          and not isinstance(idx, pd.MultiIndex)):
+        return df.reset_index(drop=True)
+    names = [n if n is not None else ("item" if i == 0 else f"level {i}") for i, n in enumerate(idx.names)]
+    out = df.copy()
+    out.index = idx.set_names(names)
+    return out.reset_index()
+
+
+def _merge_kernel(df: pd.DataFrame) -> pd.DataFrame:
+    """kernel_id + friendly_name → one 'Kernel' column ('k003 Direct Copy (float)'), the sticky one."""
+    if "kernel_id" in df.columns and "friendly_name" in df.columns:
+        df = df.copy()
+        fn = df.pop("friendly_name")
+        df["kernel_id"] = [f"{k} {f}" if not missing(f) else str(k) for k, f in zip(df["kernel_id"], fn)]
+        df = df.rename(columns={"kernel_id": "kernel"})
+    key = next((c for c in ("kernel", "kernel_id", "friendly_name") if c in df.columns), None)
+    if key is not None and df.columns[0] != key:  # the kernel column leads: it is the sticky one
+        df = df[[key] + [c for c in df.columns if c != key]]
+    return df
+
+
+def _long_values(df: pd.DataFrame) -> tuple[pd.DataFrame, set]:
+    """Long-format tables (a `unit` column beside numeric value columns): each value printed in its
+    row's unit ('989 TFLOP/s'), the unit column dropped. Returns the frame and the formatted columns."""
+    if "unit" not in df.columns:
+        return df, set()
+    vals = [c for c in ("value", "measured", "spec", "median", "time_weighted_median", "threshold")
+            if c in df.columns and pd.api.types.is_numeric_dtype(df[c])]
+    if not vals:
+        return df, set()
+    df = df.copy()
+    for c in vals:
+        df[c] = [quantity(v, u) for v, u in zip(df[c], df["unit"])]
+    return df.drop(columns="unit"), set(vals)
+
+
+def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: str | None = None,
+          notes: dict[str, str] | str | None = None, columns: dict[str, str] | None = None,
+          styles: pd.DataFrame | None = None, merge_kernel: bool = True) -> Shown:
+    """The one way the book shows a table.
+
+    caption: what the table is (shown above it). empty: the sentence shown instead of a table with
+    no rows (default: "No rows."). notes: reasons for missing cells, column → reason (or one line),
+    printed under the table. columns: header overrides for this table, machine column → header.
+    styles: a frame of CSS classes ('bad', 'na' or '') aligned with `df`, for shaded cells.
+    """
+    if isinstance(df, pd.Series):
+        df = df.to_frame()
+    if df is None or len(df) == 0 or len(df.columns) == 0:
+        sentence = empty or "No rows."
+        cap = f'<p class="kb-caption">{html.escape(caption)}</p>' if caption else ""
+        return Shown(f'{cap}<p class="kb-empty">{html.escape(sentence)}</p>', None, sentence)
+    frame = df
+    df = _flatten(df)
+    if styles is not None:
+        styles = _flatten(styles.reindex(index=frame.index))
+    if merge_kernel:
+        had = list(df.columns)
+        df = _merge_kernel(df)
+        if styles is not None and "kernel_id" in had and "friendly_name" in had:
+            styles = styles.drop(columns=[c for c in ("friendly_name",) if c in styles]).rename(
+                columns={"kernel_id": "kernel"})
+        if styles is not None:
+            styles = styles.reindex(columns=df.columns)
+    df, long_cols = _long_values(df)
+    heads = {c: (columns or {}).get(c, label(c)) for c in df.columns}
+    kinds = {c: ("text" if c in long_cols else _kind(str(c), df[c])) for c in df.columns}
+    first = df.columns[0]
+    rows = []
+    th = []
+    for c in df.columns:
+        cls = " ".join(x for x in ("t" if kinds[c] in ("text", "code", "phase", "shapes") else "",
+                                   "sticky" if c == first else "") if x)
+        th.append(f'<th class="{cls}">{html.escape(heads[c])}</th>' if cls else f"<th>{html.escape(heads[c])}</th>")
+    for i in range(len(df)):
+        tds = []
+        for c in df.columns:
+            k = kinds[c]
+            v = df[c].iloc[i]
+            cls = [{"text": "t", "phase": "t", "shapes": "t", "code": "c"}.get(k, "")]
+            if c == first:
+                cls.append("sticky")
+            if styles is not None and c in styles.columns:
+                s = styles[c].iloc[i]
+                if isinstance(s, str) and s:
+                    cls.append(s)
+            attr = " ".join(x for x in cls if x)
+            tds.append(f'<td class="{attr}">{cell(v, k)}</td>' if attr else f"<td>{cell(v, k)}</td>")
+        rows.append("<tr>" + "".join(tds) + "</tr>")
+    # a table with full kernel names fits the page: the name column takes what is left and wraps
+    fit = " fit" if "code" in kinds.values() else ""
+    body = (f'<div class="kb-tablebox"><table class="kb{fit}"><thead><tr>{"".join(th)}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+    cap = f'<p class="kb-caption">{html.escape(caption)}</p>' if caption else ""
+    foot = ""
+    if notes:
+        any_missing = any(df[c].map(missing).any() for c in df.columns)
+        items = ([notes] if any_missing else []) if isinstance(notes, str) else [
+            f"{MISSING} in {heads.get(c, label(c))}: {why}" for c, why in notes.items()
+            if c in df.columns and df[c].map(missing).any()]
+        foot = "".join(f'<p class="kb-note">{html.escape(n)}</p>' for n in items)
+    return Shown(STYLE + cap + body + foot, frame, caption or "")
+
+
+def sentence(text: str) -> Shown:
+    """A result that is one sentence (an empty table said in words)."""
+    return Shown(f'<p class="kb-empty">{html.escape(text)}</p>', None, text)
+
+
+def styler_table(styler, caption: str | None = None, **kw) -> Shown:
+    """A pandas Styler through the same layer: its data, with cells it styles as 'bad' (a background)
+    or 'na' (greyed) carried over as classes."""
+    df = styler.data
+    ctx = styler._compute().ctx  # {(row, col): [(prop, value), ...]}
+    cls = pd.DataFrame("", index=df.index, columns=df.columns)
+    for (i, j), props in ctx.items():
+        d = dict(props)
+        if "background-color" in d:
+            cls.iat[i, j] = "bad"
+        elif d.get("color") in ("#999", "#999999"):
+            cls.iat[i, j] = "na"
+    return table(df, caption, styles=cls, **kw)
+
+
+# --- prose ----------------------------------------------------------------------------------------
+_WORDS = {0: "no", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight",
+          9: "nine", 10: "ten"}
+
+
+def plural(n: int, noun: str, plural_form: str | None = None, zero: str = "no") -> str:
+    """'no kernels', 'one kernel', '3 kernels'... as a person writes a count in a sentence."""
+    n = int(n)
+    word = plural_form or (noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else
+                           noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s"))
+    if n == 0:
+        return f"{zero} {word}"
+    if n == 1:
+        return f"one {noun}"
+    return f"{n} {word}"
+
+
+def share_phrase(p: float, of: str) -> str:
+    """A percentage of something in words at the edges: 'none of the profiled time', 'all of it',
+    'under 1 % of', else '37 % of'. `p` in percent."""
+    if missing(p):
+        return f"an unmeasured share of {of}"
+    if p <= 0:
+        return f"none of {of}"
+    if p >= 100:
+        return f"all of {of}"
+    if p < 1:
+        return f"under 1 % of {of}"
+    if p > 99:
+        return f"over 99 % of {of}"
+    return f"{p:.0f} % of {of}"

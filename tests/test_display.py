@@ -1,0 +1,82 @@
+"""The display layer on numbers and names taken from the bundled run."""
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from kernelbook import display as D
+from kernelbook.params import CAPTURE, SCHEMA
+
+
+def test_engineering_prefixes_with_three_significant_digits(run):
+    k = run.ncu_kernels().set_index("kernel_id")
+    # the issue's raw cells: k000's achieved FLOP/s (38,550,588,235,294) and the H200 bf16 roof
+    assert D.cell(k.loc["k000", "flops_per_s"], "flop_per_s") == "38.6 TFLOP/s"
+    assert D.eng(989_400_000_000_000, "FLOP/s") == "989 TFLOP/s"
+    # the lm_head GEMV's DRAM bytes, 341,370,368 (the 129280 x 1280 bf16 matrix), and k000's 5,440 ns
+    assert D.cell(k.loc["k006", "dram_bytes"], "bytes") == "341 MB"
+    assert D.cell(k.loc["k000", "duration_ns"], "ns") == "5.44 µs"
+    assert D.cell(960e-3, "us") == "960 ns" and D.cell(1348.0, "ms") == "1.35 s"
+    assert D.eng(999_700, "B") == "1.00 MB" and D.sig(9.996) == "10.0" and D.sig(0.00745) == "0.00745"
+    assert D.count(45675) == "45,675" and D.count(2_647_654_400) == "2.65 G"
+    assert D.pct(0.002) == "< 0.1" and D.pct(0) == "0.0" and D.pct(87.6) == "87.6"
+
+
+def test_missing_prints_as_a_dash_and_quantities_carry_their_unit():
+    for v in (float("nan"), None, pd.NA):
+        assert D.cell(v, "pct") == D.MISSING and D.cell(v, "text") == D.MISSING
+    assert D.quantity(989.4, "TFLOP/s") == "989 TFLOP/s" and D.quantity(4800, "GB/s") == "4.80 TB/s"
+
+
+def test_aten_shapes_in_one_readable_form():
+    assert D.shapes("1x10x1x128;1x10x1130x128;;;;;;;;;") == "1×10×1×128 · 1×10×1130×128"
+    assert D.shapes("[1, 10, 1160, 128]x[1, 10, 1, 128];") == "1×10×1160×128 · 1×10×1×128"
+    assert D.shapes(";;;") == D.MISSING
+
+
+def test_table_has_no_index_human_headers_and_a_sticky_kernel_column(run):
+    from kernelbook.analyze import ncu_report as N
+
+    m = N.metric_table(run.ncu_kernels(), run.timeline)
+    html = D.table(m, "caption").html
+    assert "<tbody><tr><th" not in html and "NaN" not in html
+    assert ">Kernel<" in html and ">SM %<" in html and "friendly_name" not in html
+    assert 'class="t sticky">k000 ' in html  # kernel id + friendly name, first and sticky
+
+
+def test_empty_result_is_one_sentence():
+    shown = D.table(pd.DataFrame(columns=["kernel_id", "pct_of_roof"]), "Points above a roof",
+                    empty="No point lies more than 5 % above its roof.")
+    assert "<table" not in shown.html and "No point lies more than 5 % above its roof." in shown.html
+
+
+def test_plural_and_share_phrases_at_the_edges():
+    assert [D.plural(n, "kernel") for n in (0, 1, 3)] == ["no kernels", "one kernel", "3 kernels"]
+    assert D.share_phrase(0, "the time") == "none of the time" and D.share_phrase(100, "it") == "all of it"
+
+
+@pytest.mark.parametrize("run_id", ["h200-deepseek-ocr-2", "h100-deepseek-ocr-2"])
+def test_bundled_manifests_record_capture_parameters_only(run_id):
+    params = json.loads((REPO / "data" / "runs" / run_id / "manifest.json").read_text())["params"]
+    assert params and all(CAPTURE in SCHEMA[k].feeds for k in params), params
+
+
+def test_capture_writes_capture_parameters_only(monkeypatch, tmp_path):
+    """capture() records for_consumer(params, 'capture'): stopped at its first step, the partial
+    manifest it writes holds no book parameter."""
+    from kernelbook.capture import run as C
+    from kernelbook.params import validate
+
+    seen = {}
+
+    def stopped(_lock_clocks):
+        raise RuntimeError("stopped by the test")
+
+    monkeypatch.setattr(C, "require_gpu", lambda: None)
+    monkeypatch.setattr(C, "clock_lock", stopped)
+    monkeypatch.setattr(C, "write_manifest", lambda run_dir, manifest: seen.update(manifest))
+    with pytest.raises(RuntimeError, match="stopped by the test"):
+        C.capture(validate({"top_n": 30, "phase": "prefill"}), tmp_path / "run")
+    assert seen["status"] == "partial" and seen["params"]["model"] == "deepseek-ocr-2"
+    assert not [k for k in seen["params"] if CAPTURE not in SCHEMA[k].feeds]

@@ -30,7 +30,7 @@ def hta_load(trace_dir: str):
 def main(trace: str | None = None) -> None:
     import hta
 
-    path = Path(trace or ROOT / "data/runs/h200-deepseek-ocr-2/raw/trace.json.gz")
+    path = Path(trace or ROOT / "data/runs/h100-deepseek-ocr-2/raw/trace.json.gz")
     with gzip.open(path) as f:
         n_events = len(json.load(f)["traceEvents"])
     ours, theirs = [], []

@@ -5,7 +5,7 @@
 # point) and what it did when measured, and how the clocks were held while profiling.
 
 # %% tags=["parameters"]
-run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
 device: str = ""  # device name for spec peaks; empty means the GPU recorded in the run
 lock_clocks: bool = False  # lock GPU clocks with scripts/lock-gpu-clock.sh while measuring here
 

@@ -6,7 +6,7 @@
 # report.
 
 # %% tags=["parameters"]
-run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
 top_n: int = 15  # kernels per phase in the top-kernel tables, as in the reference report
 
 # %%

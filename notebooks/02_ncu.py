@@ -6,7 +6,7 @@
 # with the FLOPs the GEMM shapes imply.
 
 # %% tags=["parameters"]
-run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
 
 # %%
 from kernelbook import notebook as kb
@@ -44,7 +44,8 @@ kb.table(N.metric_table(kernels, r.timeline), "Per-kernel metrics (one represent
 # ## Fidelity
 # ncu replays each kernel in isolation with its own caches and clocks (`--cache-control` and
 # `--clock-control` as recorded), so its duration can differ from the same kernel inside the
-# timeline. Tensor-core FLOPs are checked against 2·M·N·K from each GEMM's aten shapes.
+# timeline. Counted FLOPs are checked against 2·M·N·K from each GEMM's aten shapes (a grouped MoE
+# GEMM against the sum over its groups).
 
 # %%
 kb.table(fid, "Fidelity: ncu against the timeline, tensor FLOPs against the GEMM shapes", notes=N.FIDELITY_MISSING)
@@ -54,3 +55,18 @@ F.fidelity_scatter(fid)
 
 # %%
 kb.md(N.fidelity_prose(fid))
+
+# %% [markdown]
+# ## Byte fidelity
+# ncu's DRAM bytes against what each matrix and attention kernel must move: a matrix product's weights
+# and activations (a grouped MoE GEMM: every expert's weights) and its output, an attention kernel's q
+# and its K and V (the KV cache in decode). In decode these must come from DRAM once per launch; far
+# below means cache-resident under replay (`--cache-control none`), far above means over-fetching.
+
+# %%
+bf = N.byte_fidelity(kernels, r.timeline, r.manifest)
+kb.table(bf, "Byte fidelity: DRAM bytes against the bytes the shapes imply",
+         empty="No profiled matrix or attention kernel has shapes that say what it must move.")
+
+# %%
+kb.md(N.byte_fidelity_prose(bf, r.manifest))

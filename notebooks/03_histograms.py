@@ -7,7 +7,7 @@
 # device's sustained peak as ncu reports it.
 
 # %% tags=["parameters"]
-run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
 phase: str = "decode"  # phase whose profiled kernels are shown
 
 # %%

@@ -8,7 +8,7 @@
 # kernel has a point per memory level (DRAM, L2, L1): same FLOP/s, intensity over that level's bytes.
 
 # %% tags=["parameters"]
-run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
 phase: str = "decode"  # phase whose profiled kernels are shown
 
 # %%

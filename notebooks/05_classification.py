@@ -7,7 +7,7 @@
 # profiler output contract (also written to `report.md` beside this book).
 
 # %% tags=["parameters"]
-run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
 phase: str = "decode"  # phase whose profiled kernels are classified
 high_pct: float = 60.0  # SM or memory throughput at or above this is high
 low_pct: float = 30.0  # below this is low

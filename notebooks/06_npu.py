@@ -8,7 +8,7 @@
 # recommendation below carries its what-if number.
 
 # %% tags=["parameters"]
-run_dir: str = "data/runs/h200-deepseek-ocr-2"  # run directory the book reads
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
 
 # %%
 from kernelbook import notebook as kb

@@ -98,7 +98,7 @@ def test_cli_book_exit_code_for_failed_chapter(tmp_path):
 
 def test_report_md_holds_the_profiler_output_contract(report):
     text = (report / "report.md").read_text()
-    assert text.startswith("Profile: deepseek-ocr-2 [h200-deepseek-ocr-2]")
+    assert text.startswith("Profile: deepseek-ocr-2 [h100-deepseek-ocr-2]")
     assert "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |" in text
     tops = [ln for ln in text.splitlines() if ln.startswith("- ") and "— est. " in ln and "— trigger: " in ln]
     assert len(tops) == 3  # decode is the one profiled phase: its top 3

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-BUNDLED_RUN = "data/runs/h200-deepseek-ocr-2"
+BUNDLED_RUN = "data/runs/h100-deepseek-ocr-2"
 CAPTURE = "capture"
 CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu")
 ALL_CHAPTERS = CHAPTERS

@@ -97,7 +97,7 @@ def gemm_dims(op_shapes: str | None) -> tuple[int, int, int, int, int] | None:
     mm/linear 'MxK;KxN' (activations may carry leading dims), bmm 'BxMxK;BxKxN', addmm with its
     1-D bias first, grouped_mm 'TxK;ExKxN' (each token through one expert). The weight is the larger
     input operand (decode bmm puts the expert weights first)."""
-    if not op_shapes or ";" not in op_shapes:
+    if not isinstance(op_shapes, str) or ";" not in op_shapes:
         return None
     try:
         dims = [[int(x) for x in s.split("x")] for s in op_shapes.split(";") if s]

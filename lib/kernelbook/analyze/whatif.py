@@ -102,7 +102,7 @@ def shapes(op_shapes: str | None) -> list[list[tuple[int, ...]]]:
     """The recorded input shapes per argument: '2x3;4;' -> [[(2, 3)], [(4,)], []]; a tensor-list argument
     ('[1, 10, 64]x[1, 10, 64]') gives one tuple per tensor; scalars and unparsable arguments give []."""
     out = []
-    for arg in (op_shapes or "").split(";"):
+    for arg in (op_shapes if isinstance(op_shapes, str) else "").split(";"):
         if "[" in arg:
             out.append([tuple(int(x) for x in m.split(",") if x.strip()) for m in _LIST.findall(arg)])
             continue

@@ -35,7 +35,7 @@ SECTIONS = (
 )
 # Byte counters per memory level for the hierarchical roofline, and local-memory traffic (spills).
 EXTRA_METRICS = (
-    "dram__bytes.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
+    "dram__bytes.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
     # per-cycle peaks of the same counters: the hierarchical roofline's L2 and L1 roofs
     "lts__t_bytes.sum.peak_sustained", "l1tex__t_bytes.sum.peak_sustained",
     "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
@@ -70,7 +70,7 @@ def select_kernels(timeline: pd.DataFrame, phase: str = "decode", top_n: int = 2
     g = g.sort_values("total_ns", ascending=False)
     g["share"] = g["total_ns"] / k["duration_ns"].sum()
     top = g.head(top_n).reset_index()
-    top.insert(0, "kernel_id", [f"k{i:03d}" for i in range(len(top))])
+    top.insert(0, "kernel_id", [f"{phase[0]}{i:03d}" for i in range(len(top))])  # d003, p003: unique in a run
     top["rank"] = range(1, len(top) + 1)
     chosen = set(top["name"])
     cover = k[k.name.isin(chosen)].groupby("step")["name"].nunique()

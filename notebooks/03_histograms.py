@@ -13,6 +13,7 @@ phase: str = "decode"  # phase whose profiled kernels are shown
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import histograms as H
+from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze.roofline import profiled_kernels
 from kernelbook.load.run import load_run
 from kernelbook.plots import figures as F
@@ -40,9 +41,5 @@ kb.table(cap[["metric", "unit", "kernels", "median", "time_weighted_median", "th
 # %%
 kb.md(H.prose(cap, phase))
 
-# %% [markdown]
-# A caution on DRAM figures: ncu replays each kernel several times with `--cache-control` as
-# recorded in the manifest. With `none`, data a kernel touched in the first pass stays in the
-# L2 for the rest, so kernels whose working set fits in L2 (most decode kernels, including the
-# GEMVs' weight slices) show little DRAM traffic here, while in the real decode loop their weights
-# come from DRAM every token.
+# %%
+kb.md(N.cache_control_note(r.manifest, "03"))

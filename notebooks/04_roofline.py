@@ -36,7 +36,7 @@ kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])
 kb.table(roofs.table(), "Roofs")
 
 # %%
-kb.md("\n\n".join(roofs.notes))
+kb.md("\n\n".join([*roofs.notes, N.cache_control_note(r.manifest, "04")]))
 
 # %% [markdown]
 # ## Normalized roofline

@@ -17,6 +17,7 @@ mem_latency_cycles: float = 800.0  # global-memory latency assumed by S_min and 
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import classify as C
+from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.devices import lookup
@@ -47,6 +48,9 @@ kb.table(cp[["kernel_id", "friendly_name", "category", "class", "roofline_side",
 
 # %%
 kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.manifest["ncu"]["cache_control"]))
+
+# %%
+kb.md(N.cache_control_note(r.manifest, "05"))
 
 # %% [markdown]
 # ## Metrics per class

@@ -101,12 +101,13 @@ def test_report_md_holds_the_profiler_output_contract(report):
     assert text.startswith("Profile: deepseek-ocr-2 [h100-deepseek-ocr-2]")
     assert "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |" in text
     tops = [ln for ln in text.splitlines() if ln.startswith("- ") and "— est. " in ln and "— trigger: " in ln]
-    assert len(tops) == 3  # decode is the one profiled phase: its top 3
+    assert len(tops) == 6  # decode and prefill are profiled: the top 3 of each
+    assert text.index("## decode") < text.index("## prefill")
 
 
 def test_kernel_explorer_degrades_to_static_cards_in_html(report):
     html = (report / "05_classification.html").read_text()
-    assert html.count("<details><summary><b>k0") == 20  # one card per profiled decode kernel
+    assert html.count("<details><summary><b>d0") == 20  # one card per profiled decode kernel (the chapter's phase)
 
 
 def test_cli_book_prints_only_its_progress(tmp_path):

@@ -251,3 +251,13 @@ def test_the_reader_comes_from_the_wheel_and_its_absence_says_how_to_install_it(
     out = subprocess.run([sys.executable, "-c", code, str(FIXTURE_REP)], capture_output=True, text=True,
                          env={"PATH": str(tmp_path), "PYTHONPATH": ":".join(sys.path)})
     assert "pip install ncu-report" in out.stdout, out.stderr
+
+
+def test_chapters_say_what_cache_control_none_distorts(run):
+    from kernelbook.analyze.ncu_report import cache_control_note
+
+    assert "flushed before each replay" in cache_control_note(run.manifest, "04")  # the bundled run: all
+    none = {**run.manifest, "ncu": {**run.manifest["ncu"], "cache_control": "none"}}
+    for ch, what in (("03", "L2 hit histograms"), ("04", "DRAM-level roofline point"), ("05", "memory-bound")):
+        note = cache_control_note(none, ch)
+        assert "--cache-control none" in note and what in note and "cache_control: all" in note

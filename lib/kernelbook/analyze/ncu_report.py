@@ -264,3 +264,28 @@ def byte_fidelity_prose(bf: pd.DataFrame, manifest: dict) -> str:
                      "warm L2, so DRAM bytes, DRAM throughput and DRAM intensity of these kernels are not what "
                      "the real loop moves.")
     return "\n".join(lines)
+
+
+# What `--cache-control none` distorts, per chapter that reads DRAM counters.
+_DISTORTED = {
+    "03": "the DRAM throughput %, DRAM hit and L2 hit histograms",
+    "04": "every DRAM-level roofline point: its intensity (FLOP per DRAM byte) is inflated and it can land right "
+          "of the ridge, on the compute side, when the real loop is memory-bound",
+    "05": "the memory-bound vs latency-bound split, the locality flags and Little's-law bytes in flight",
+}
+
+
+def cache_control_note(manifest: dict, chapter: str) -> str:
+    """One sentence on the run's ncu cache control: under `none`, which of this chapter's figures it
+    distorts; under `all`, that the DRAM counters are what a cold launch moves."""
+    cache = (manifest.get("ncu") or {}).get("cache_control") or (manifest.get("params") or {}).get("cache_control")
+    if cache == "none":
+        return ("**This run was captured with ncu `--cache-control none`.** ncu replays each kernel about 25 "
+                "passes; after the first, its operands sit in L2, so DRAM counters read a warm cache that the real "
+                f"decode loop never sees. Distorted here: {_DISTORTED[chapter]}. Re-capture with "
+                "`cache_control: all` (the default) for figures to trust.")
+    if cache == "all":
+        return ("DRAM counters come from ncu with `--cache-control all`: caches are flushed before each replay "
+                "pass, so each kernel reads its operands from DRAM as a launch in the decode loop does "
+                "(chapter 02 checks the bytes against the shapes).")
+    return "This run records no ncu cache control; treat its DRAM counters with care."

@@ -64,8 +64,8 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file) -> None
     targets = ncu_dir / "targets.json"
     targets.write_text(json.dumps(targets_json(reps)))
     report = ncu_dir / "ncu"
-    cmd = ncu_command(report, None, worker_command(params_file, targets_file=targets),
-                      params["clock_control"], params["cache_control"])
+    worker = worker_command(params_file, targets_file=targets)
+    cmd = ncu_command(report, None, worker, params["clock_control"], params["cache_control"])
     label = "+".join(s.phase for s in sels)
     print(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
           f"op calls for {len(reps)} kernels", file=sys.stderr, flush=True)
@@ -99,7 +99,8 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file) -> None
         "processes": 1, "wall_s": wall, "expected_launches": len(exp), "results": n_results,
         "selected": len(selected), "results_per_selected": n_results / max(1, len(selected)),
         "op_calls_marked_by_worker": len(seen), "op_check": _op_check(reps, seen),
-        "command": " ".join(cmd[:cmd.index("-o")]) + " -o <report> <worker --targets ncu/targets.json>",
+        "command": " ".join("<report>" if c == str(report) else c for c in cmd[:len(cmd) - len(worker)])
+        + " python -m kernelbook _worker --mode ncu --targets ncu/targets.json",
     })
     for s in sels:
         k = kernels[kernels.phase == s.phase]

@@ -1,0 +1,159 @@
+"""Two runs side by side (`python -m kernelbook diff A B`, and the comparison section of the summary).
+
+Per phase: wall and GPU-busy time per step, per-category shares; per kernel: matched by identity that
+survives template-parameter and tile changes (the aten op that launched it and its kernel family, e.g.
+`aten::mm` → `nvjet GEMM`, whatever the tile), with time per step and, where both runs profiled it,
+ncu metric deltas; kernels only in one run; ncu coverage on each side. All times per step in µs/ms as
+the column names say; B − A deltas, and B ÷ A ratios.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .timeline import PHASE_ORDER, category_shares, phase_summary
+
+METRICS = ("duration_ns", "sm_pct", "dram_pct", "memory_pct", "achieved_occupancy_pct", "dram_bytes")
+_TILE = re.compile(r",?\s*\d+x\d+(x\d+)?\s*tile")
+
+
+def family(friendly_name: str | None) -> str:
+    """A kernel's family: its friendly name without tile sizes ('nvjet GEMM (mixed, 64x8 tile)' →
+    'nvjet GEMM (mixed)'), so a re-tuned GEMM still matches its counterpart."""
+    f = _TILE.sub("", friendly_name or "?")
+    return re.sub(r"\(\s*\)", "", f).replace("( ", "(").strip()
+
+
+def phases(a, b) -> pd.DataFrame:
+    """Per phase: wall and GPU-busy ms per step, launches per step, in A and B, with B ÷ A."""
+    rows = []
+    sa, sb = (phase_summary(r.timeline, r.phases).set_index("phase") for r in (a, b))
+    for ph in [p for p in PHASE_ORDER if p in sa.index or p in sb.index]:
+        row = {"phase": ph}
+        for tag, s in (("a", sa), ("b", sb)):
+            if ph in s.index:
+                steps = max(1, int(s.loc[ph, "steps"]))
+                row[f"wall_ms_per_step_{tag}"] = s.loc[ph, "wall_ms"] / steps
+                row[f"gpu_busy_ms_per_step_{tag}"] = s.loc[ph, "gpu_busy_ms"] / steps
+                row[f"launches_per_step_{tag}"] = s.loc[ph, "launches_per_step"]
+            else:
+                row.update({f"{c}_{tag}": np.nan for c in ("wall_ms_per_step", "gpu_busy_ms_per_step",
+                                                           "launches_per_step")})
+        row["wall_ratio"] = row["wall_ms_per_step_b"] / row["wall_ms_per_step_a"]
+        row["gpu_busy_ratio"] = row["gpu_busy_ms_per_step_b"] / row["gpu_busy_ms_per_step_a"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def categories(a, b) -> pd.DataFrame:
+    """Per phase and category: share of kernel time (%) in A and B and the change in points."""
+    ca = category_shares(a.timeline).rename(columns={"pct": "pct_a"})
+    cb = category_shares(b.timeline).rename(columns={"pct": "pct_b"})
+    m = ca.merge(cb, on=["phase", "category"], how="outer").fillna({"pct_a": 0.0, "pct_b": 0.0})
+    m["change_pts"] = m.pct_b - m.pct_a
+    m = m[m.phase.isin(PHASE_ORDER[:3])]
+    return m.sort_values(["phase", "pct_a"], ascending=[True, False]).reset_index(drop=True)
+
+
+def _per_step(run) -> pd.DataFrame:
+    tl = run.timeline[(run.timeline.kind == "kernel") & run.timeline.phase.isin(PHASE_ORDER[:3])]
+    steps = run.phases.groupby("phase")["step"].nunique()
+    tl = tl.assign(family=tl.friendly_name.map(family), op=tl.op.fillna("-"))
+    g = tl.groupby(["phase", "op", "family"]).agg(total_ns=("duration_ns", "sum"), launches=("duration_ns", "size"),
+                                                  names=("name", "nunique"), name=("name", "first"))
+    g = g.reset_index()
+    n = g.phase.map(steps).fillna(1).clip(lower=1)
+    g["us_per_step"] = g.total_ns / n / 1e3
+    g["launches_per_step"] = g.launches / n
+    return g.drop(columns=["total_ns", "launches"])
+
+
+def kernels(a, b, phase: str | None = None) -> pd.DataFrame:
+    """Kernel families matched across the runs by (phase, aten op, family): µs per step in A and B,
+    the change, and `only_in` ('A' / 'B') for those one run lacks; sorted by the larger time."""
+    ka, kb = _per_step(a), _per_step(b)
+    m = ka.merge(kb, on=["phase", "op", "family"], how="outer", suffixes=("_a", "_b"))
+    m["only_in"] = np.where(m.us_per_step_a.isna(), "B", np.where(m.us_per_step_b.isna(), "A", ""))
+    m[["us_per_step_a", "us_per_step_b"]] = m[["us_per_step_a", "us_per_step_b"]].fillna(0.0)
+    m["change_us_per_step"] = m.us_per_step_b - m.us_per_step_a
+    m["ratio"] = m.us_per_step_b / m.us_per_step_a.replace(0, np.nan)
+    if phase:
+        m = m[m.phase == phase]
+    m["_order"] = m[["us_per_step_a", "us_per_step_b"]].max(axis=1)
+    m = m.sort_values(["phase", "_order"], ascending=[True, False]).drop(columns="_order")
+    return m.reset_index(drop=True)
+
+
+def metrics(a, b) -> pd.DataFrame:
+    """ncu metrics of kernels profiled in both runs, matched like `kernels` (first profiled kernel of
+    each (phase, op, family)): A, B and B − A per metric, long format."""
+    def prof(run):
+        k = run.ncu_kernels()
+        if k is None or "status" not in k:
+            return pd.DataFrame()
+        k = k[k.status == "profiled"]
+        ident = run.timeline.drop_duplicates("name").set_index("name")[["friendly_name", "op"]]
+        k = k.drop(columns=[c for c in ("friendly_name", "op") if c in k]).join(ident, on="name")
+        k = k.assign(family=k.friendly_name.map(family), op=k.op.fillna("-"))
+        return k.drop_duplicates(["phase", "op", "family"])
+
+    pa, pb = prof(a), prof(b)
+    if pa.empty or pb.empty:
+        return pd.DataFrame(columns=["phase", "op", "family", "metric", "a", "b", "change"])
+    m = pa.merge(pb, on=["phase", "op", "family"], suffixes=("_a", "_b"))
+    rows = []
+    for _, r in m.iterrows():
+        for c in METRICS:
+            if f"{c}_a" in r and f"{c}_b" in r:
+                rows.append({"phase": r.phase, "op": r.op, "family": r.family, "metric": c,
+                             "a": r[f"{c}_a"], "b": r[f"{c}_b"], "change": r[f"{c}_b"] - r[f"{c}_a"]})
+    return pd.DataFrame(rows)
+
+
+def coverage(run) -> str:
+    k = run.ncu_kernels()
+    if k is None or "status" not in k:
+        return "no ncu data"
+    parts = [f"{ph} {int((g.status == 'profiled').sum())}/{len(g)}" for ph, g in k.groupby("phase")]
+    return ", ".join(parts)
+
+
+def text_report(a, b, top: int = 12) -> str:
+    """The plain-text comparison `python -m kernelbook diff` prints."""
+    def params(r):
+        p = r.manifest.get("params", {})
+        keys = ("model", "batch_size", "max_new_tokens", "variant", "attn_implementation", "cache_control")
+        return ", ".join(f"{k}={p[k]}" for k in keys if k in p)
+
+    out = [f"A: {a.run_id} ({a.gpu_name}; {params(a)}; ncu {coverage(a)})",
+           f"B: {b.run_id} ({b.gpu_name}; {params(b)}; ncu {coverage(b)})", ""]
+    ph = phases(a, b)
+    out.append("Per phase, per step          wall A      wall B   B/A    GPU busy A  GPU busy B   B/A   launches A→B")
+    for r in ph.itertuples():
+        out.append(f"  {r.phase:<22} {r.wall_ms_per_step_a:9.2f} ms {r.wall_ms_per_step_b:9.2f} ms {r.wall_ratio:5.2f}"
+                   f"  {r.gpu_busy_ms_per_step_a:9.2f} ms {r.gpu_busy_ms_per_step_b:9.2f} ms {r.gpu_busy_ratio:5.2f}"
+                   f"   {r.launches_per_step_a:6.0f} → {r.launches_per_step_b:.0f}")
+    out += ["", "Category shares of kernel time (%), A → B"]
+    for p, g in categories(a, b).groupby("phase", sort=False):
+        cells = [f"{r.category} {r.pct_a:.1f}→{r.pct_b:.1f}" for r in g.head(6).itertuples()]
+        out.append(f"  {p}: " + "; ".join(cells))
+    k = kernels(a, b)
+    for p in [x for x in PHASE_ORDER[:3] if x in set(k.phase)]:
+        g = k[k.phase == p]
+        out += ["", f"{p}: kernels matched by aten op and family (µs per step, A → B)"]
+        for r in g.head(top).itertuples():
+            tag = f"  [only in {r.only_in}]" if r.only_in else ""
+            out.append(f"  {r.us_per_step_a:10.1f} → {r.us_per_step_b:10.1f}  {r.op:<32} {r.family}{tag}")
+        added, removed = (g.only_in == "B").sum(), (g.only_in == "A").sum()
+        out.append(f"  ({len(g)} families; {added} only in B, {removed} only in A)")
+    mt = metrics(a, b)
+    if len(mt):
+        out += ["", "ncu metrics of kernels profiled in both (A → B)"]
+        for (p, op, fam), g in mt.groupby(["phase", "op", "family"], sort=False):
+            cells = []
+            for r in g.itertuples():
+                cells.append(f"{r.metric} {r.a:.3g}→{r.b:.3g}")
+            out.append(f"  {p} {op} {fam}: " + "; ".join(cells))
+    return "\n".join(out)

@@ -17,15 +17,20 @@ from .ncu import (NcuError, NcuStopped, expected_launches, ncu_command, represen
 from .run import PARQUET, write_manifest
 
 
-def ncu_progress(label: str):
-    """`ncu decode+prefill: 12/41 launches, 48 s` on stderr, one line per profiled launch."""
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def ncu_progress(label: str, say=_say):
+    """`ncu decode+prefill: 12/41 launches, 48 s`, one line per profiled launch, to `say`."""
     def report(done: int, expected: int | None, elapsed: float) -> None:
         of = f"/{expected}" if expected else ""
-        print(f"  ncu {label}: {done}{of} launches, {elapsed:.0f} s", file=sys.stderr, flush=True)
+        say(f"  ncu {label}: {done}{of} launches, {elapsed:.0f} s")
     return report
 
 
-def ncu_stage(params: dict, run_dir: Path, manifest: dict) -> None:
+def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
+    """`say(line)` gets the progress lines (stderr by default; a chapter passes its progress bar)."""
     timeline = pd.read_parquet(run_dir / "timeline.parquet")
     ncu_dir = run_dir / "ncu"
     ncu_dir.mkdir(exist_ok=True)
@@ -35,9 +40,9 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict) -> None:
                                        "cache_control": params["cache_control"], "phases": {}})
     sels = [select_kernels(timeline, ph, params["ncu_top_n"]) for ph in params["ncu_phases"]]
     if "op_index" in timeline and (timeline.op_index >= 0).any():
-        _by_position(params, run_dir, manifest, timeline, sels, params_file)
+        _by_position(params, run_dir, manifest, timeline, sels, params_file, say)
     else:
-        _by_name(params, run_dir, manifest, timeline, sels, params_file)
+        _by_name(params, run_dir, manifest, timeline, sels, params_file, say)
     failed = [p for p, v in info["phases"].items() if v["error"]]
     if failed and all(info["phases"][p]["profiled"] == 0 for p in failed):
         raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
@@ -55,7 +60,7 @@ def _read(rep: Path, ncu_dir: Path, error: str | None):
         return None, None, error or str(e)
 
 
-def _by_position(params, run_dir, manifest, timeline, sels, params_file) -> None:
+def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say) -> None:
     from ..analyze.ncu_metrics import kernel_table_by_position
 
     ncu_dir, info = run_dir / "ncu", manifest["ncu"]
@@ -67,12 +72,12 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file) -> None
     worker = worker_command(params_file, targets_file=targets)
     cmd = ncu_command(report, None, worker, params["clock_control"], params["cache_control"])
     label = "+".join(s.phase for s in sels)
-    print(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
-          f"op calls for {len(reps)} kernels", file=sys.stderr, flush=True)
+    say(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
+        f"op calls for {len(reps)} kernels")
     t = time.perf_counter()
     error, stop = None, None
     try:
-        run_ncu(cmd, ncu_dir / "ncu.log", params["ncu_timeout_s"], expected=len(exp), progress=ncu_progress(label))
+        run_ncu(cmd, ncu_dir / "ncu.log", params["ncu_timeout_s"], expected=len(exp), progress=ncu_progress(label, say))
     except NcuStopped as e:
         error, stop = str(e), e
     except NcuError as e:
@@ -126,7 +131,7 @@ def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:
             "differ": m.loc[~agree, ["phase", "step", "op_index", "op", "op_seen"]].astype(str).to_dict("records")[:10]}
 
 
-def _by_name(params, run_dir, manifest, timeline, sels, params_file) -> None:
+def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say) -> None:
     from ..analyze.ncu_metrics import kernel_table
 
     ncu_dir, info = run_dir / "ncu", manifest["ncu"]
@@ -140,7 +145,7 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file) -> None:
         t = time.perf_counter()
         error, stop = None, None
         try:
-            run_ncu(cmd, ncu_dir / f"{phase}.log", params["ncu_timeout_s"], progress=ncu_progress(phase))
+            run_ncu(cmd, ncu_dir / f"{phase}.log", params["ncu_timeout_s"], progress=ncu_progress(phase, say))
         except NcuStopped as e:
             error, stop = str(e), e
         except NcuError as e:

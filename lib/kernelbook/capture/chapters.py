@@ -1,0 +1,225 @@
+"""The capture chapters (00 setup, 01 timeline, 02 ncu): capture when asked, read otherwise.
+
+Each chapter owns one part of the run directory — setup: `manifest.json` (environment, device, measured
+peaks, clock state); timeline: `timeline.parquet` + `phases.parquet`; ncu: `ncu/` — and calls `part()`
+here. `capture` decides per part:
+- `never`: read what the run holds;
+- `auto`: capture the part when the run lacks it and this machine can (a GPU for setup and timeline,
+  also ncu for the ncu part), else read;
+- `always`: capture into a new run directory, never over an existing part (so `always` on a run that
+  already holds the part stops with exit code 2, and so does any capture on a machine that cannot).
+
+Files land atomically (written beside, renamed into place), the manifest says which chapter and which
+command produced each part, and the run stays `status: partial` (with the reason) until its last part
+is in. The profiling lock and the clock lock span the capture chapters when the book runner drives
+them (it holds them and sets KERNELBOOK_LOCKS_HELD); a chapter run alone holds them for its own part.
+Both are always released (`clocks.clock_lock`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from .run import PARQUET, CaptureError, Progress, write_manifest
+
+PARTS = ("setup", "timeline", "ncu")
+CHAPTER = {"setup": "00_setup", "timeline": "01_timeline", "ncu": "02_ncu"}
+LOCKS_HELD = "KERNELBOOK_LOCKS_HELD"   # set by the book runner while it holds the locks for 00-02
+BOOK_COMMAND = "KERNELBOOK_COMMAND"    # the command line that rendered the book, for the manifest
+
+
+def present(run_dir: Path, part: str) -> bool:
+    """Whether the run directory already holds `part`."""
+    run_dir = Path(run_dir)
+    if part == "setup":
+        return (run_dir / "manifest.json").exists()
+    if part == "timeline":
+        return (run_dir / "timeline.parquet").exists()
+    return (run_dir / "ncu" / "kernels.parquet").exists()
+
+
+def can_capture(part: str) -> tuple[bool, str]:
+    """(possible, why not) on this machine: torch with a visible GPU; for ncu also ncu on PATH."""
+    try:
+        import torch
+    except ImportError:
+        return False, "torch is not installed (pip install -e '.[capture]')"
+    if not torch.cuda.is_available():
+        return False, "no GPU is visible to torch (torch.cuda.is_available() is False)"
+    if part == "ncu" and not shutil.which("ncu"):
+        return False, "Nsight Compute (ncu) is not on PATH"
+    return True, ""
+
+
+def decide(run_dir: str | Path, part: str, capture: str) -> tuple[bool, str]:
+    """(capture this part?, why), or CaptureError (exit code 2) when `always` cannot be honoured."""
+    run_dir = Path(run_dir)
+    have = present(run_dir, part)
+    if capture == "never":
+        return False, "capture: never — the chapter reads the run directory"
+    ok, why_not = can_capture(part)
+    if capture == "always":
+        if have:
+            raise CaptureError(f"capture: always never writes over a run: {run_dir} already holds its {part} part. "
+                               "Give a new run_dir, or capture: auto to read it.")
+        if not ok:
+            raise CaptureError(f"capture: always, but this machine cannot capture the {part} part: {why_not}. "
+                               "Capture on a GPU machine, or capture: auto / never to read an existing run here.")
+        return True, "capture: always"
+    if have:
+        return False, f"capture: auto — the run already holds its {part} part, so the chapter reads it"
+    if not ok:
+        return False, f"capture: auto — the run lacks its {part} part and this machine cannot capture it ({why_not})"
+    return True, f"capture: auto — the run lacks its {part} part and this machine can capture it"
+
+
+def part(run_dir: str | Path, which: str, capture: str, params_file: str | None = None,
+         progress=None) -> dict:
+    """Capture `which` into `run_dir` if `decide` says so; returns {'captured': bool, 'why': str,
+    'wall_s': float}. A failure lands the run as partial with the reason and re-raises."""
+    from .. import params as P
+
+    run_dir = Path(run_dir)
+    do, why = decide(run_dir, which, capture)
+    if not do:
+        return {"captured": False, "why": why, "wall_s": 0.0}
+    try:
+        params = P.load(params_file, {}, consumer="capture")
+    except P.ParamError as e:
+        raise CaptureError(str(e)) from e
+    progress = progress or Progress()
+    t = time.perf_counter()
+    manifest = _begin(run_dir, params, params_file)
+    held = os.environ.get(LOCKS_HELD) == "1"
+    from ..clocks import clock_lock
+
+    lock = nullcontext(manifest.get("clock_state")) if held else clock_lock(params["lock_clocks"])
+    try:
+        with lock as clock_state:
+            if not held:
+                manifest.setdefault("clock_state", clock_state)
+            progress(f"{which}: start ({why})")
+            _run(which, params, run_dir, manifest, progress)
+    except BaseException as e:
+        manifest["status"] = "partial"
+        manifest["reason"] = f"{which}: {type(e).__name__}: {e}"
+        write_manifest(run_dir, manifest)
+        progress(f"{which}: failed; the run is marked partial ({manifest['reason']})")
+        raise
+    wall = time.perf_counter() - t
+    manifest["timings_s"][_timing_key(which)] = wall
+    manifest.setdefault("produced_by", {})[_timing_key(which)] = {
+        "chapter": CHAPTER[which], "command": os.environ.get(BOOK_COMMAND) or "the chapter run alone (papermill "
+                                                                             "or JupyterLab)"}
+    missing = [p for p in PARTS if not _done(run_dir, p, params)]
+    if missing:
+        manifest["status"], manifest["reason"] = "partial", f"capture in progress: {', '.join(missing)} to come"
+    else:
+        manifest["status"] = "complete"
+        manifest.pop("reason", None)
+    write_manifest(run_dir, manifest)
+    progress(f"{which}: done in {wall:.1f} s")
+    return {"captured": True, "why": why, "wall_s": wall}
+
+
+def _timing_key(which: str) -> str:
+    return {"setup": "measure_peaks"}.get(which, which)
+
+
+def _done(run_dir: Path, which: str, params: dict) -> bool:
+    if which == "ncu" and params["ncu_top_n"] == 0:
+        return True
+    return present(run_dir, which)
+
+
+def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
+    """The run's manifest, created with the capture's parameters when the run does not exist yet."""
+    from .. import env as envmod
+    from ..params import CAPTURE, for_consumer
+
+    mf = run_dir / "manifest.json"
+    if mf.exists():
+        return json.loads(mf.read_text())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "raw").mkdir(exist_ok=True)
+    manifest = {"kernelbook_run": 1, "run_id": run_dir.name, "status": "partial", "reason": "capture in progress",
+                "params": for_consumer(params, CAPTURE), "params_source": params_file,
+                "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress) -> None:
+    if which == "setup":
+        from .. import env as envmod
+        from ..devices import UnknownDeviceError, lookup
+
+        manifest["environment"] = envmod.environment()
+        try:
+            manifest["device"] = lookup(manifest["environment"]["gpu"]["name"]).key
+        except UnknownDeviceError as e:
+            manifest["device"], manifest["device_note"] = None, str(e)
+        if params["measure_peaks"]:
+            from ..measure import measure_peaks
+
+            manifest["measured_peaks"] = measure_peaks()
+        return
+    if which == "timeline":
+        from .run import timeline_stage
+
+        stage = run_dir / ".timeline-staging"
+        if stage.exists():
+            shutil.rmtree(stage)
+        (stage / "raw").mkdir(parents=True)
+        timeline_stage(params, stage, manifest, progress)
+        for f in ("timeline.parquet", "phases.parquet"):  # the parquet files last: their presence marks the part
+            os.replace(stage / f, run_dir / f".{f}.tmp")
+        for f in (stage / "raw").iterdir():
+            os.replace(f, run_dir / "raw" / f.name)
+        for f in ("phases.parquet", "timeline.parquet"):
+            os.replace(run_dir / f".{f}.tmp", run_dir / f)
+        shutil.rmtree(stage)
+        return
+    from .ncu_stage import ncu_stage
+
+    stage = run_dir / ".ncu-staging"
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    shutil.copy(run_dir / "timeline.parquet", stage / "timeline.parquet")
+    try:
+        ncu_stage(params, stage, manifest, say=progress)
+    finally:  # what ncu wrote lands even when it failed half-way (the manifest says partial)
+        if (stage / "ncu").exists():
+            if (run_dir / "ncu").exists():
+                shutil.rmtree(run_dir / "ncu")
+            os.replace(stage / "ncu", run_dir / "ncu")
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def notebook_progress():
+    """Progress for a chapter: a line per step on stderr, and an ipywidgets bar for ncu's launches
+    when the chapter runs in a kernel."""
+    plain = Progress()
+    try:
+        import ipywidgets as w
+        from IPython.display import display
+    except ImportError:
+        return plain
+    bar = {}
+
+    def report(msg: str) -> None:
+        plain(msg)
+        if msg.strip().startswith("ncu") and "/" in msg and "launches," in msg:
+            done, total = msg.split(":", 1)[1].split("launches")[0].strip().split("/")
+            if "w" not in bar:
+                bar["w"] = w.IntProgress(min=0, max=int(total), description="ncu launches")
+                display(bar["w"])
+            bar["w"].value = int(done)
+
+    return report

@@ -35,6 +35,9 @@ tr = W.build(r.timeline, r.phases, r.manifest, k if len(k) else None, gpu)
 val = W.validation(tr)
 kb.summary(W.headline(val, tr))
 
+# %%
+kb.missing_note(run_dir, "ncu")
+
 # %% [markdown]
 # ## Where the work numbers come from
 # Rows of the work table (phase × kernel × op shapes × grid) by source, with their launches and kernel

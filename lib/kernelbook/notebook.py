@@ -113,6 +113,16 @@ def open_run(run_dir: str, needs: str | None = None, **asked):
         raise ChapterStop(str(e)) from None
 
 
+def missing_note(run_dir: str, needs: str):
+    """A note saying what the run lacks for `needs` ("ncu"), with the manifest's status and reason, for
+    a chapter that renders without it; None (nothing shown) when the run has it."""
+    from .checks import missing
+
+    note = missing(run_dir, needs)
+    return None if note is None else md("> " + note.replace(": this chapter needs them.", ": this chapter "
+                                                             "renders without them, from the timeline alone."))
+
+
 def explorer(cards: dict[str, dict], first: str = ""):
     """A kernel picker in JupyterLab (ipywidgets) that degrades to static cards in the HTML; it opens
     on the card whose key starts with `first` (a kernel id), else on the first card.

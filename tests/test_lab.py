@@ -55,7 +55,8 @@ def lab(tmp_path_factory):
     server = subprocess.Popen(
         [sys.executable, "-m", "kernelbook", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--expose-app-in-browser"],
+         f"--ServerApp.root_dir={root}", "--expose-app-in-browser",
+         *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])],  # CI runs as root
         cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -96,7 +97,7 @@ def browser(lab):
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_script_timeout(60)
     try:
-        driver.get(f"{lab['url']}/lab?token={lab['token']}")
+        driver.get(f"{lab['url']}/?token={lab['token']}")  # the server's default URL: notebooks/
         _wait(driver, lambda: driver.execute_script(
             "return !!(window.jupyterapp && document.querySelector('.jp-DirListing-item'))"), 90, "JupyterLab")
         driver.get_log("browser")  # start clean: what follows is the chapters' doing
@@ -155,12 +156,38 @@ def _outputs(driver):
         return out;""")
 
 
-def _drawn_figures(driver):
-    """Per plotly output in the page: how many traces its SVG holds (after scrolling it into view)."""
+def _figure_cells(driver, title=""):
+    """Indices of the code cells holding a plotly output (whose title starts with `title`)."""
     return driver.execute_script(WIDGET + """
-        const plots = [...w.node.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.plotly.v1+json"]')];
-        return plots.map(p => { p.scrollIntoView(); const svg = p.querySelector('svg.main-svg');
-          return svg ? p.querySelectorAll('g.trace').length : 0; });""")
+        const idx = [];
+        w.content.widgets.forEach((c, i) => {
+          if (c.model.type !== 'code') return;
+          for (let j = 0; j < c.model.outputs.length; j++) {
+            const d = c.model.outputs.get(j).toJSON().data || {};
+            const fig = d['application/vnd.plotly.v1+json'];
+            const t = fig && fig.layout && fig.layout.title ? (fig.layout.title.text || '') : '';
+            if (fig && t.startsWith(arguments[0])) { idx.push(i); break; }
+          }
+        });
+        return idx;""", title)
+
+
+def _show_cell(driver, i):
+    """Scroll cell `i` into view (the notebook renders cells near the viewport) and return its plot."""
+    driver.execute_script(WIDGET + "w.content.scrollToItem(arguments[0], 'start');", i)
+    return _wait(driver, lambda: driver.execute_script(
+        WIDGET + "return w.content.widgets[arguments[0]].node.querySelector('.js-plotly-plot');", i),
+        20, f"cell {i}'s figure to draw")
+
+
+def _drawn_figures(driver):
+    """Per plotly output: how many traces its SVG holds once its cell is on screen."""
+    drawn = []
+    for i in _figure_cells(driver):
+        plot = _show_cell(driver, i)
+        time.sleep(0.3)
+        drawn.append(driver.execute_script("return arguments[0].querySelectorAll('svg.main-svg g.trace').length;", plot))
+    return drawn
 
 
 def _console_errors(driver):
@@ -176,11 +203,9 @@ def _hover(driver, title, stem, name):
     """Move the mouse onto the biggest marker or bar of the figure titled `title`; the hover label."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    plot = driver.execute_script(WIDGET + """
-        return [...w.node.querySelectorAll('.js-plotly-plot')].find(p =>
-          (p.querySelector('.gtitle') || {}).textContent?.startsWith(arguments[0]));""", title)
-    assert plot is not None, f"no figure titled {title!r}"
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", plot)
+    cells = _figure_cells(driver, title)
+    assert cells, f"no figure titled {title!r}"
+    plot = _show_cell(driver, cells[0])
     time.sleep(0.5)
     pts = driver.execute_script("""
         const pts = [...arguments[0].querySelectorAll('.scatterlayer path.point, .barlayer g.point path')];

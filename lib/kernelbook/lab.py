@@ -19,10 +19,12 @@ CONFIG = Path(__file__).parent / "jupyter"
 
 
 def command(extra: list[str]) -> tuple[list[str], dict]:
-    """The `jupyter lab` command line and environment (later arguments in `extra` win)."""
+    """The `jupyter lab` command line and environment; arguments in `extra` win (a root of your own:
+    `--ServerApp.root_dir=...`, which must then hold `notebooks/`)."""
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(CONFIG), env.get("JUPYTER_CONFIG_PATH")) if p)
-    cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={REPO}",
+    own_root = any(a.startswith(("--ServerApp.root_dir", "--notebook-dir")) for a in extra)
+    cmd = [sys.executable, "-m", "jupyterlab", *([] if own_root else [f"--ServerApp.root_dir={REPO}"]),
            "--LabApp.default_url=/lab/tree/notebooks", *extra]
     return cmd, env
 

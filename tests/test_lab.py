@@ -50,6 +50,9 @@ def lab(tmp_path_factory):
            "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
            "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "ws"),
            "PYTHONWARNINGS": "ignore"}
+    news = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false"}')  # no "official Jupyter news?" toast over the figures
     port, token = _free_port(), secrets.token_hex(16)
     log = open(tmp / "server.log", "w")
     server = subprocess.Popen(
@@ -206,6 +209,7 @@ def _hover(driver, title, stem, name):
     cells = _figure_cells(driver, title)
     assert cells, f"no figure titled {title!r}"
     plot = _show_cell(driver, cells[0])
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", plot)
     time.sleep(0.5)
     pts = driver.execute_script("""
         const pts = [...arguments[0].querySelectorAll('.scatterlayer path.point, .barlayer g.point path')];

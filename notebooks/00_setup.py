@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 00 · Setup: the machine, its peaks and the run
 #
@@ -12,10 +20,9 @@ lock_clocks: bool = False  # lock GPU clocks with scripts/lock-gpu-clock.sh whil
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import setup as S
-from kernelbook.load.run import load_run
 
 kb.setup()
-r = load_run(run_dir)
+r = kb.open_run(run_dir)
 dev = S.device_for(r, device or None)
 
 # %%

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 01 · Timeline: where generate's time goes
 #
@@ -12,11 +20,10 @@ top_n: int = 15  # kernels per phase in the top-kernel tables, as in the referen
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import timeline as T
-from kernelbook.load.run import load_run
 from kernelbook.plots import figures as F
 
 kb.setup()
-r = load_run(run_dir)
+r = kb.open_run(run_dir)
 summary = T.phase_summary(r.timeline, r.phases)
 shares = T.category_shares(r.timeline)
 cmp = T.reference_comparison(shares)
@@ -50,7 +57,11 @@ kb.md(T.gap_prose(gaps))
 
 # %% [markdown]
 # ## Top kernels per phase
-# Time % is the share of the phase's kernel time; mean and median are per launch.
+# Time % is the share of the phase's kernel time; mean and median are per launch. Hover a bar for the
+# kernel and its numbers.
+
+# %%
+F.top_kernel_bars(T.top_kernels_by_phase(r.timeline, top_n))
 
 # %%
 kb.table(T.top_table_display(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n),

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 02 · Nsight Compute: the kernels that matter, counted
 #
@@ -11,11 +19,10 @@ run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import ncu_report as N
-from kernelbook.load.run import load_run
 from kernelbook.plots import figures as F
 
 kb.setup()
-r = load_run(run_dir)
+r = kb.open_run(run_dir, needs="ncu")
 kernels = r.ncu_kernels()
 cov = N.coverage(kernels)
 fid = N.fidelity(kernels, r.timeline)

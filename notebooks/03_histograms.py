@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 03 · Histograms: what the profiled kernels look like
 #
@@ -15,12 +23,11 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import histograms as H
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze.roofline import profiled_kernels
-from kernelbook.load.run import load_run
 from kernelbook.plots import figures as F
 
 kb.setup()
-r = load_run(run_dir)
-k = kb.require_ncu(profiled_kernels(r), run_dir)
+r = kb.open_run(run_dir, needs="ncu", phase=phase)
+k = profiled_kernels(r)
 k = k[k.phase == phase]
 cap = H.captions(k)
 kb.summary(H.headline(cap, phase))

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 04 · Roofline: how far each kernel is from its roof
 #
@@ -16,12 +24,11 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.devices import lookup
-from kernelbook.load.run import load_run
 from kernelbook.plots import figures as F
 
 kb.setup()
-r = load_run(run_dir)
-k = kb.require_ncu(R.profiled_kernels(r), run_dir)
+r = kb.open_run(run_dir, needs="ncu", phase=phase)
+k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])
 roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())
 pts = R.points(k, roofs)

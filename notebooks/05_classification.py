@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 05 · Classification: why each kernel is slow and what to try first
 #
@@ -13,6 +21,7 @@ high_pct: float = 60.0  # SM or memory throughput at or above this is high
 low_pct: float = 30.0  # below this is low
 l2_hit_min_pct: float = 80.0  # L2 hit rate below this flags a locality issue
 mem_latency_cycles: float = 800.0  # global-memory latency assumed by S_min and Little's law
+kernel: str = ""  # kernel id (d000 … for decode, p000 … for prefill) the explorer opens on; empty: the one with the most time
 
 # %%
 from kernelbook import notebook as kb
@@ -21,11 +30,10 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.devices import lookup
-from kernelbook.load.run import load_run
 
 kb.setup()
-r = load_run(run_dir)
-k = kb.require_ncu(R.profiled_kernels(r), run_dir)
+r = kb.open_run(run_dir, needs="ncu", phase=phase, kernel=kernel)
+k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])
 rules = C.Rules(high_pct, low_pct, l2_hit_min_pct, mem_latency_cycles)
 roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())
@@ -120,4 +128,4 @@ kb.md("```\n" + C.contract_markdown(r, summary, c, opps) + "\n```")
 # same cards are listed statically.
 
 # %%
-kb.explorer(C.kernel_cards(cp, R.points(k, roofs)))
+kb.explorer(C.kernel_cards(cp, R.points(k, roofs)), first=kernel)

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 06 · NPU what-if: the measured kernel mix on other hardware
 #
@@ -16,17 +24,19 @@ from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.devices import lookup
-from kernelbook.load.run import load_run
 from kernelbook.plots import figures as F
 
 kb.setup()
-r = load_run(run_dir)
+r = kb.open_run(run_dir)
 k = R.profiled_kernels(r)
 gpu = W.run_gpu_design(lookup(r.manifest["device"]), R.roofs(lookup(r.manifest["device"]), r.manifest, k, r.ncu_metrics()))
 designs = {gpu.key: gpu, **W.load_designs()}
 tr = W.build(r.timeline, r.phases, r.manifest, k if len(k) else None, gpu)
 val = W.validation(tr)
 kb.summary(W.headline(val, tr))
+
+# %%
+kb.missing_note(run_dir, "ncu")
 
 # %% [markdown]
 # ## Where the work numbers come from

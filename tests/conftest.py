@@ -12,3 +12,41 @@ def run():
     from kernelbook.load.run import load_run
 
     return load_run(RUN)
+
+
+@pytest.fixture(scope="session")
+def partial_run(tmp_path_factory):
+    """A real partial run: the bundled H100 run as its capture lands when reading the ncu report fails.
+
+    The timeline, phases and manifest are the H100 run's; the ncu stage is redone with the capture's own
+    code on a report cut short (the first 64 bytes of the committed .ncu-rep fixture): the isolated
+    reader fails, every selected kernel gets that reason as its status, no metrics table is written,
+    and the manifest is marked partial with the reason the capture writes (`capture.run.capture`)."""
+    import json
+    import shutil
+
+    import pandas as pd
+
+    from kernelbook.analyze.ncu_metrics import kernel_table
+    from kernelbook.capture.ncu import select_kernels
+    from kernelbook.load.ncu import NcuReportError, read_ncu_report_isolated
+
+    src = REPO / "data" / "runs" / "h100-deepseek-ocr-2"
+    run = tmp_path_factory.mktemp("runs") / "h100-partial"
+    shutil.copytree(src, run, ignore=shutil.ignore_patterns("kernels.parquet", "metrics.parquet", "results.parquet"))
+    rep = run / "ncu" / "decode.ncu-rep"
+    rep.write_bytes(FIXTURE_REP.read_bytes()[:64])
+    with pytest.raises(NcuReportError) as e:
+        read_ncu_report_isolated(rep, run / "ncu")
+    error = str(e.value)
+    timeline = pd.read_parquet(run / "timeline.parquet")
+    manifest = json.loads((run / "manifest.json").read_text())
+    sel = select_kernels(timeline, "decode", manifest["params"]["ncu_top_n"])
+    kernels = kernel_table(sel, None, None, timeline, error)
+    kernels.insert(0, "phase", "decode")
+    kernels.to_parquet(run / "ncu" / "kernels.parquet", index=False)
+    manifest["ncu"]["phases"]["decode"].update(error=error, profiled=0, results=0)
+    manifest["timings_s"].pop("ncu", None)
+    manifest.update(run_id=run.name, status="partial", reason=f"ncu: NcuError: decode: {error}")
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return run

@@ -187,3 +187,49 @@ def test_appendix_holds_each_full_kernel_name(report, run):
     names = top_kernels(run.timeline, "decode", P.SCHEMA["top_n"].default).name.tolist()
     assert len(names) == 15 and not [n for n in names if n not in codes]
     assert "…" not in appendix.split("</table>")[0]
+
+
+def test_partial_run_renders_what_it_holds_and_says_what_is_missing(partial_run, tmp_path):
+    """A capture whose ncu report could not be read: the book renders, the ncu chapters show the
+    manifest's reason instead of a traceback, chapter 06 says it runs without counters, the index
+    shows the run's status."""
+    out = render_book(P.validate({"run_dir": str(partial_run)}, consumer="book"), tmp_path / "rep", log=lambda *_: None)
+    reason = json.loads((partial_run / "manifest.json").read_text())["reason"]
+    assert reason.startswith("ncu: NcuError: decode: reading decode.ncu-rep failed (exit 1)")
+    timings = {t["stem"]: t for t in json.loads((out / "timings.json").read_text())}
+    assert all(t["ok"] for t in timings.values())
+    stopped = {s for s, t in timings.items() if "stopped" in t}
+    assert stopped == {"02_ncu", "03_histograms", "04_roofline", "05_classification"}
+    for stem in stopped:
+        html = (out / f"{stem}.html").read_text()
+        assert "No Nsight Compute counters in h100-partial" in html and "holds no profiled kernels" in html
+        assert "Traceback" not in html and "An Exception was encountered" not in html
+        assert timings[stem]["summary"].startswith("Not shown: No Nsight Compute counters")
+    assert "renders without them" in (out / "06_npu.html").read_text()
+    assert (out / "01_timeline.html").read_text().count("Plotly.newPlot") == FIGURES["01_timeline"]
+    index = (out / "index.html").read_text()
+    assert "<b>partial</b>" in index and "reading decode.ncu-rep failed" in index
+    assert not (out / "report.md").exists()  # the output contract needs profiled kernels
+
+
+@pytest.mark.parametrize("yaml_text, says", [
+    ("phase: vision_encode", ["phase: data/runs/h100-deepseek-ocr-2 has no ncu counters for 'vision_encode'",
+                              "it profiled decode (20 kernels) and prefill (20 kernels)",
+                              "ncu_phases: [vision_encode, prefill, decode]"]),
+    ("kernel: d999", ["kernel: 'd999' is not a profiled decode kernel", "it has 20: d000 … d019", "ncu_top_n"]),
+])
+def test_cli_book_exit_2_for_what_the_run_does_not_hold(tmp_path, yaml_text, says):
+    (tmp_path / "p.yaml").write_text(yaml_text)
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--params", str(tmp_path / "p.yaml"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert all(s in proc.stderr for s in says), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_help_lists_exactly_the_commands_that_exist():
+    out = subprocess.run([sys.executable, "-m", "kernelbook", "--help"], capture_output=True, text=True,
+                         cwd=REPO).stdout
+    assert "{book,capture,lab}" in out
+    assert "diff" not in out and "SUPPRESS" not in out and "_worker" not in out

@@ -1,4 +1,5 @@
-"""`python -m kernelbook {book,capture,diff}`: exit code 2 for bad parameters, 1 for a failed run."""
+"""kernelbook: render a run's chapters into HTML, capture a run on a GPU machine, or open the chapters in
+JupyterLab. Exit code 2 for bad parameters (or parameters the run cannot serve), 1 for a failed run."""
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,15 @@ def _err(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["_worker"]:  # the capture's own subprocess entry, not a user command
+        return _worker(argv[1:])
+    if argv[:1] == ["lab"]:
+        from .lab import launch
+
+        return launch(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m kernelbook", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,capture,lab}")
     b = sub.add_parser("book", help="render the chapters of a run into HTML")
     b.add_argument("--params", help="params YAML (overrides)")
     b.add_argument("--run", help=f"run directory (default: {P.BUNDLED_RUN})")
@@ -26,18 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("capture", help="capture a run on a GPU machine")
     c.add_argument("--params", help="params YAML (overrides)")
     c.add_argument("--out", required=True, help="new run directory, e.g. data/runs/<run-id>")
-    w = sub.add_parser("_worker", help=argparse.SUPPRESS)
-    w.add_argument("--params", required=True)
-    w.add_argument("--mode", choices=("ncu", "nsys"), required=True)
-    w.add_argument("--target")
-    w.add_argument("--targets")
+    sub.add_parser("lab", help="open the chapters in JupyterLab as notebooks (any further arguments go to "
+                   "`jupyter lab`, e.g. --no-browser --port 8888)")
     args = ap.parse_args(argv)
-
-    if args.cmd == "_worker":
-        from .capture.run import worker
-
-        worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets)
-        return 0
     try:
         overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
         params = P.load(args.params, overrides, consumer=args.cmd)
@@ -72,3 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: {run}")
         return 0
     return 1
+
+
+def _worker(argv: list[str]) -> int:
+    w = argparse.ArgumentParser(prog="python -m kernelbook _worker")
+    w.add_argument("--params", required=True)
+    w.add_argument("--mode", choices=("ncu", "nsys"), required=True)
+    w.add_argument("--target")
+    w.add_argument("--targets")
+    args = w.parse_args(argv)
+    from .capture.run import worker
+
+    worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets)
+    return 0

@@ -1,28 +1,37 @@
-"""What a chapter needs from Jupyter: a plotly renderer that works offline, and the summary line.
+"""What a chapter needs from Jupyter: one figure mechanism, the summary line, and a way to stop with a note.
 
-The renderer emits the figure as an HTML div that expects `window.Plotly` (the runner ships one copy
-of plotly.js beside the report) plus plotly's own mimetype, which JupyterLab renders interactively.
+Figures: a chapter's figure output is plotly's own mimetype, `application/vnd.plotly.v1+json` (the
+figure as JSON), with a one-line text/plain beside it and no HTML. JupyterLab draws it interactively
+with the jupyterlab-plotly extension that ships inside the plotly package (plotly.js bundled, so it
+works offline); a papermill output keeps the JSON, so it draws when opened later in JupyterLab; the
+book's HTML draws the same JSON with the one plotly.min.js shipped beside the report
+(`runner._html`). No output relies on a global `Plotly` that only one of them provides.
 """
 from __future__ import annotations
 
 import plotly.io as pio
-from plotly.io._base_renderers import MimetypeRenderer
+from plotly.io._base_renderers import PlotlyRenderer
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 from .display import sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
 
 
-class OfflineRenderer(MimetypeRenderer):
+class FigureRenderer(PlotlyRenderer):
     def to_mimebundle(self, fig_dict):
-        html = pio.to_html(fig_dict, include_plotlyjs=False, full_html=False, validate=False,
-                           config={"displaylogo": False, "responsive": True})
-        return {"text/html": html}
+        bundle = super().to_mimebundle(fig_dict)
+        title = (fig_dict.get("layout", {}).get("title") or {})
+        title = title.get("text", "") if isinstance(title, dict) else str(title)
+        bundle["text/plain"] = f"<plotly figure: {title or 'untitled'}>"
+        return bundle
 
 
 def setup() -> None:
     """Call once at the top of a chapter."""
     import pandas as pd
 
-    pio.renderers["kernelbook"] = OfflineRenderer()
+    pio.renderers["kernelbook"] = FigureRenderer(config=PLOTLY_CONFIG)
     pio.renderers.default = "kernelbook"
     pd.set_option("display.max_colwidth", 80)
     pd.set_option("display.max_columns", None)  # the HTML scrolls sideways; a "..." column hides data
@@ -85,20 +94,56 @@ def md(text: str):
     return Markdown(text)
 
 
-class MissingDataError(RuntimeError):
-    """The run lacks what a chapter needs; the message says which capture step produces it."""
+class ChapterStop(Exception):
+    """Ends a chapter early with a note instead of a traceback: the run cannot serve what follows.
+
+    IPython shows `_render_traceback_`'s lines in place of a traceback, so JupyterLab shows the note
+    alone and Run All stops there; papermill reports the same lines; the book runner recognises it by
+    name, keeps the chapter (its HTML shows the note) and goes on."""
+
+    def _render_traceback_(self):
+        return [str(self)]
 
 
-def require_ncu(kernels, run_dir: str):
-    """The run's profiled-kernel table, or one clear error naming the capture step that makes it."""
-    if kernels is None or len(kernels) == 0 or not (kernels.status == "profiled").any():
-        raise MissingDataError(f"{run_dir} has no profiled ncu kernels (ncu/kernels.parquet). This chapter needs "
-                               "the ncu stage: capture with ncu_top_n > 0 on a machine where ncu can read counters.")
-    return kernels
+def open_run(run_dir: str, needs: str | None = None, **asked):
+    """The run at `run_dir`, checked against what the chapter asks of it (`phase=`, `kernel=`, and
+    `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with
+    one note naming what the run holds and how to capture the rest (`ChapterStop`)."""
+    from .checks import missing, parameter_problems
+    from .load.run import RunError, load_run
+    from .params import ParamError, validate
+
+    try:
+        params = validate({"run_dir": run_dir, **asked}, consumer="book")
+    except ParamError as e:
+        raise ChapterStop(str(e)) from None
+    problems = parameter_problems({k: params[k] for k in ("run_dir", *asked)})
+    if problems:
+        raise ChapterStop("This chapter cannot be shown with these parameters:\n" +
+                          "\n".join(f"  - {p}" for p in problems)) from None
+    if needs is not None:
+        note = missing(run_dir, needs)
+        if note:
+            raise ChapterStop(note.replace("**", "")) from None
+    try:
+        return load_run(run_dir)
+    except RunError as e:
+        raise ChapterStop(str(e)) from None
 
 
-def explorer(cards: dict[str, dict]):
-    """A kernel picker in JupyterLab (ipywidgets) that degrades to static cards in the HTML.
+def missing_note(run_dir: str, needs: str):
+    """A note saying what the run lacks for `needs` ("ncu"), with the manifest's status and reason, for
+    a chapter that renders without it; None (nothing shown) when the run has it."""
+    from .checks import missing
+
+    note = missing(run_dir, needs)
+    return None if note is None else md("> " + note.replace(": this chapter needs them.", ": this chapter "
+                                                             "renders without them, from the timeline alone."))
+
+
+def explorer(cards: dict[str, dict], first: str = ""):
+    """A kernel picker in JupyterLab (ipywidgets) that degrades to static cards in the HTML; it opens
+    on the card whose key starts with `first` (a kernel id), else on the first card.
 
     One output carries both: the widget view (what JupyterLab renders when the kernel is live) and a
     text/html fallback listing every card (what nbconvert writes, as no widget state is saved)."""
@@ -118,7 +163,8 @@ def explorer(cards: dict[str, dict]):
     except ImportError:
         display(bundle, raw=True)
         return
-    pick = W.Dropdown(options=list(cards), description="kernel", layout=W.Layout(width="70%"))
+    start = next((k for k in cards if first and k.split(" ")[0] == first), next(iter(cards), None))
+    pick = W.Dropdown(options=list(cards), value=start, description="kernel", layout=W.Layout(width="70%"))
     out = W.Output()
 
     def show(*_):

@@ -142,6 +142,8 @@ SCHEMA: dict[str, Param] = {
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),
     "phase": Param(str, "decode", ("03_histograms", "04_roofline", "05_classification"),
                    "phase whose profiled kernels the analysis chapters show", choices=PHASE_NAMES),
+    "kernel": Param(str, "", ("05_classification",), "kernel id (d000 …, p000 …) the explorer opens on; empty = the one "
+                    "with the most time"),
     "high_pct": Param((int, float), 60.0, ("05_classification",), "throughput % counted as high", min=0, max=100),
     "low_pct": Param((int, float), 30.0, ("05_classification",), "throughput % counted as low", min=0, max=100),
     "l2_hit_min_pct": Param((int, float), 80.0, ("05_classification",), "L2 hit % below which locality is flagged",

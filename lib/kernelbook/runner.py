@@ -3,7 +3,12 @@
 Rendering goes to a staging folder beside the report; the previous report is replaced only when every
 chapter succeeded. A failed chapter keeps its executed notebook and HTML (error visible) in the
 staging folder, which is renamed `<out>.failed` and named in the error. plotly.js ships once with the
-report (`plotly.min.js` beside the chapters), so the HTML works offline.
+report (`plotly.min.js` beside the chapters), so the HTML works offline: each figure output is plotly's
+own JSON mimetype (see `notebook`), drawn in the HTML by that local copy.
+
+Parameters are checked against the run before any chapter runs (`checks.parameter_problems`: exit 2,
+nothing written). A chapter the run cannot serve (no ncu counters in a partial run) stops with a
+note (`notebook.ChapterStop`); the book keeps it, its HTML shows the note, and the index says so.
 """
 from __future__ import annotations
 
@@ -68,8 +73,7 @@ def notebook_parameters(nb_path: Path) -> dict:
 def to_ipynb(py_path: Path, out: Path) -> Path:
     import jupytext
 
-    nb = jupytext.read(py_path)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb = jupytext.read(py_path)  # the chapter names its kernel (kernelspec in the .py header)
     jupytext.write(nb, out, fmt="ipynb")
     return out
 
@@ -80,6 +84,8 @@ def _html(executed: Path, out_html: Path) -> None:
 
     nb = nbformat.read(executed, as_version=4)
     _static_widgets(nb)
+    _stop_notes(nb)
+    _plotly_html(nb)
     exp = HTMLExporter(template_name="lab")
     exp.exclude_input = True
     exp.exclude_input_prompt = True
@@ -104,6 +110,48 @@ def _static_widgets(nb) -> None:
             data = out.get("data", {})
             if WIDGET_VIEW in data and "text/html" in data:
                 del data[WIDGET_VIEW]
+
+
+def _plotly_html(nb) -> None:
+    """Give each figure output (plotly's JSON mimetype) the HTML that draws it with the report's own
+    plotly.min.js; nbconvert renders text/html and does not know plotly's mimetype."""
+    import plotly.io as pio
+
+    from .notebook import PLOTLY_CONFIG, PLOTLY_MIME
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            fig = out.get("data", {}).get(PLOTLY_MIME)
+            if fig is not None:
+                out["data"]["text/html"] = pio.to_html(dict(fig), include_plotlyjs=False, full_html=False,
+                                                       validate=False, config=fig.get("config", PLOTLY_CONFIG))
+
+
+STOP = "ChapterStop"
+
+
+def _stop_notes(nb) -> None:
+    """A chapter stopped by `ChapterStop` shows its note where it stopped and nothing after: papermill's
+    red banner and the cells that never ran are dropped, the error output becomes the note."""
+    keep = []
+    for cell in nb.cells:
+        if "papermill-error-cell-tag" in cell.get("metadata", {}).get("tags", []):
+            continue
+        keep.append(cell)
+        stops = [o for o in cell.get("outputs", []) if o.get("output_type") == "error" and o.get("ename") == STOP]
+        if stops:
+            note = stops[0]["evalue"]
+            cell["outputs"] = [o for o in cell["outputs"] if o not in stops] + [
+                {"output_type": "display_data", "metadata": {},
+                 "data": {"text/html": f'<div class="kb-note" style="background:#fff3cd;padding:.6rem 1rem">'
+                                       f'{html.escape(note)}</div>', "text/plain": note}}]
+            break
+    nb.cells = keep
+
+
+def _stopped(err) -> str | None:
+    """The note of a chapter stopped with `ChapterStop`, or None for a real failure."""
+    return getattr(err, "evalue", None) if getattr(err, "ename", None) == STOP else None
 
 
 def _summary(executed: Path) -> str:
@@ -133,7 +181,14 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                 log=print) -> Path:
     import papermill
 
+    from .checks import parameter_problems
+
     only = chapters
+    books = list_chapters(only)
+    problems = parameter_problems(params, [nb.stem for nb in books])
+    if problems:
+        raise BookError(f"{len(problems)} problem(s) in parameters for the run {params['run_dir']}:\n"
+                        + "\n".join(f"  - {p}" for p in problems) + "\nnothing rendered", 2)
     run_dir = P.resolve_path(params["run_dir"])
     run_id = run_dir.name
     out = Path(out) if out else P.REPO / "reports" / run_id
@@ -145,7 +200,6 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
 
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
     entries, failed = [], None
-    books = list_chapters(only)
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder:
         km_class = _kernel_manager(ipc_folder)
@@ -164,14 +218,21 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                                            kernel_manager_class=km_class)
             except Exception as e:  # papermill keeps the executed notebook with the error in it
                 error = e
+            note = _stopped(error)
+            if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
+                error = None
             src.unlink()
             if executed.exists():
                 _html(executed, stage / f"{nb.stem}.html")
             dt = time.perf_counter() - t
+            summary = _summary(executed) if executed.exists() else ""
+            if note is not None:
+                summary = "Not shown: " + note.replace("**", "").split(": this chapter")[0].split("\n")[0]
             entries.append({"stem": nb.stem, "title": _title(nb), "seconds": dt, "ok": error is None,
-                            "summary": _summary(executed) if executed.exists() else ""})
+                            "summary": summary, **({"stopped": note} if note is not None else {})})
             if log is print:
-                print(f" {'ok' if error is None else 'FAILED'} ({dt:.1f} s)", flush=True)
+                state = "ok" if note is None else "stopped: the run cannot serve it (see its note)"
+                print(f" {state if error is None else 'FAILED'} ({dt:.1f} s)", flush=True)
             if error is not None:
                 failed = (nb.stem, error)
                 break

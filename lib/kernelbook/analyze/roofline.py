@@ -104,6 +104,8 @@ def _ncu_peak(metrics: pd.DataFrame | None, peak_metric: str, clock_metric: str)
 
 
 def l2_roof_estimate(kernels: pd.DataFrame) -> tuple[float, str, float] | None:
+    if kernels.empty:  # a run without profiled kernels: no L2 estimate, the spec roof stands
+        return None
     k = kernels[(kernels.get("l2_pct", pd.Series(dtype=float)) >= RELIABLE_PCT) & (kernels.l2_bytes > 0)]
     if k.empty:
         return None
@@ -224,12 +226,12 @@ def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode
 
 def profiled_kernels(run) -> pd.DataFrame:
     """The run's ncu kernel rows with identity columns (friendly name, category by work done, library)
-    from the timeline; empty frame when the run has no ncu stage."""
+    from the timeline; empty frame when the run has no ncu stage or it profiled no kernel."""
     from .timeline import work_category
 
     k = run.ncu_kernels()
-    if k is None:
-        return pd.DataFrame()
+    if k is None or "status" not in k or not (k.status == "profiled").any():
+        return pd.DataFrame()  # no ncu stage, or one that profiled nothing (a partial capture)
     tl = run.timeline.assign(work=work_category(run.timeline))
     ident = tl.drop_duplicates("name").set_index("name")[["friendly_name", "work", "library", "description"]]
     k = k.drop(columns=[c for c in ("friendly_name", "category", "library", "description") if c in k])

@@ -92,6 +92,12 @@ def top_kernels(timeline: pd.DataFrame, phase: str, n: int = 15) -> pd.DataFrame
     return g
 
 
+def top_kernels_by_phase(timeline: pd.DataFrame, n: int = 15) -> pd.DataFrame:
+    """`top_kernels` of every phase the run has, one frame with a `phase` column (phases in run order)."""
+    phases = [p for p in ("vision_encode", "prefill", "decode") if (timeline.phase == p).any()]
+    return pd.concat([top_kernels(timeline, p, n).assign(phase=p) for p in phases], ignore_index=True)
+
+
 def gemm_dims(op_shapes: str | None) -> tuple[int, int, int, int, int] | None:
     """(batch, M, N, K, weight elements) of an aten matrix product from its recorded input shapes:
     mm/linear 'MxK;KxN' (activations may carry leading dims), bmm 'BxMxK;BxKxN', addmm with its

@@ -525,6 +525,10 @@ REFERENCE_CLAIMS = {
 }
 
 
+def _pct(v: float) -> str:
+    return "n/a (no ncu counters)" if v != v else f"{v:.0f} %"
+
+
 def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.DataFrame,
                     graph_host_us: float = 2.0) -> pd.DataFrame:
     """The reference report's nine areas, each with evidence from this run and a what-if number.
@@ -541,6 +545,9 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
         return 100 * (new - old) / old
 
     sh = shares[shares.phase == "decode"].set_index("category").pct
+    if kernels.empty:  # no ncu counters (partial capture or ncu_top_n 0): the counter-based evidence is absent
+        kernels = pd.DataFrame(columns=["phase", "status", "sm_pct", "flops_tensor", "share", "l2_hit_pct",
+                                        "achieved_occupancy_pct", "waves_per_sm"], dtype=float)
     dk = kernels[(kernels.phase == "decode") & (kernels.status == "profiled")]
     w_sm = weighted_mean(dk.sm_pct.where(dk.flops_tensor > 0), dk.share)
     l2hit = weighted_mean(dk.l2_hit_pct, dk.share)
@@ -548,12 +555,12 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
     under_wave = weighted_mean((dk.waves_per_sm < 1).astype(float), dk.share)
     fus = sum(sh.get(c, 0) for c in FUSIBLE)
     gv = work[(work.phase == "decode") & (work.source == "ncu FLOPs + bytes from shapes")]
-    pad = gv.flops_tensor / gv.op_shapes.map(expected_gemm_flops)
+    pad = gv.flops_tensor / gv.op_shapes.map(expected_gemm_flops).astype(float)
     half_m = {**d.matrix_tflops, "bf16": d.matrix_tflops["bf16"] / 2}
     launches = int(work[work.phase == "decode"].launches.sum() / max(1, steps.get("decode", 1)))
     rows = [
         ("matrix/vector unit balance",
-         f"tensor-core kernels run at {w_sm:.0f} % SM throughput (time-weighted) in decode",
+         f"tensor-core kernels run at {_pct(w_sm)} SM throughput (time-weighted) in decode",
          f"half the matrix TFLOP/s: decode/token {pct(at(tr, g, matrix_tflops=half_m), base):+.0f} %, "
          f"prefill {pct(at(tr, g, 'prefill', matrix_tflops=half_m), base_p):+.0f} %", "medium"),
         ("memory bandwidth",
@@ -561,7 +568,7 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
          f"at 2.5 TB/s decode time per token changes by {pct(at(tr, g, dram_gbps=2500), base):+.0f} %; "
          f"at 8 TB/s {pct(at(tr, g, dram_gbps=8000), base):+.0f} %", "medium"),
         ("L1/L2 sizing",
-         f"decode L2 hit {l2hit:.0f} % (time-weighted, ncu replay); one token's weights are {active / 2**20:,.0f} MiB",
+         f"decode L2 hit {_pct(l2hit)} (time-weighted, ncu replay); one token's weights are {active / 2**20:,.0f} MiB",
          f"SRAM ≥ {active / 2**20:,.0f} MiB holds them: decode/token "
          f"{pct(at(tr, g, sram_mb=max(1024, 1.1 * active / 2**20)), base):+.0f} %",
          "low (model assumes SRAM bandwidth is sustained)"),
@@ -580,7 +587,7 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
          "not modelled: the run has no FP8/INT8 kernels to measure; halving weight bytes halves the DRAM term of GEMVs "
          "only once decode is bandwidth-bound", "none (no data)"),
         ("parallelism and occupancy",
-         f"achieved occupancy {occ:.0f} % (time-weighted); {100 * under_wave:.0f} % of profiled decode time in kernels under one wave",
+         f"achieved occupancy {_pct(occ)} (time-weighted); {_pct(100 * under_wave)} of profiled decode time in kernels under one wave",
          "not a what-if: fewer SMs would not slow kernels that fill less than one wave, but the model has no SM count",
          "low"),
         ("interconnect", f"communication kernels: {sh.get('communication', 0):.1f} % of decode kernel time "

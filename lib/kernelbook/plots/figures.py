@@ -33,6 +33,35 @@ def gap_histogram(gaps_us: pd.Series, phase: str = "decode") -> go.Figure:
     return fig
 
 
+def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
+    """Top kernels of each phase by total time (ms), one panel per phase, coloured by category; hover
+    names the kernel (friendly and short name, library) with its time, share, launches and mean/median."""
+    from plotly.subplots import make_subplots
+
+    phases = list(dict.fromkeys(top.phase))
+    fig = make_subplots(rows=1, cols=len(phases), subplot_titles=phases, horizontal_spacing=0.12)
+    colours = dict(zip(sorted(top.category.dropna().unique()), CATEGORY_COLOURS * 3))
+    for j, ph in enumerate(phases, 1):
+        t = top[top.phase == ph].iloc[::-1]
+        for cat, q in t.groupby("category", sort=False):
+            fig.add_bar(
+                x=q.total_ms, y=[f"{r}. {f}" for r, f in zip(q["rank"], q.friendly_name)], orientation="h",
+                name=cat, legendgroup=cat, showlegend=cat not in {d.name for d in fig.data}, marker_color=colours[cat],
+                customdata=np.c_[q.friendly_name, q.name.str.slice(0, 90), q.library, q.time_pct, q.calls, q.mean_us,
+                                 q.median_us],
+                hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}, " + ph +
+                              "<br>%{x:.2f} ms total, %{customdata[3]:.1f} % of phase kernel time"
+                              "<br>%{customdata[4]} launches, mean %{customdata[5]:.1f} µs, median %{customdata[6]:.1f} µs"
+                              "<extra></extra>", row=1, col=j)
+        fig.update_yaxes(categoryorder="array", categoryarray=[f"{r}. {f}" for r, f in zip(t["rank"], t.friendly_name)],
+                         tickfont=dict(size=9), row=1, col=j)
+        fig.update_xaxes(title_text="ms", row=1, col=j)
+    fig.update_layout(template=TEMPLATE, height=max(380, 24 * top.groupby("phase").size().max() + 140),
+                      title="Top kernels per phase by total time (hover a bar for the kernel and its numbers)",
+                      legend=dict(orientation="h", y=-0.12))
+    return fig
+
+
 def category_bars(shares: pd.DataFrame) -> go.Figure:
     """Stacked share of kernel time per category, one bar per phase."""
     fig = px.bar(shares, x="phase", y="pct", color="category", template=TEMPLATE, height=420,

@@ -1,0 +1,116 @@
+"""What a run holds against what the parameters ask of it, checked before a chapter runs.
+
+Two outcomes, each one message in words (never a traceback):
+
+- `parameter_problems`: a parameter names something the run does not hold although it holds that
+  kind of thing (a phase ncu did not profile when it profiled another, a kernel that is not among the
+  profiled ones). The book CLI stops before any chapter runs (exit 2); a chapter opened in JupyterLab
+  stops at its first cell with the same message.
+- `missing`: the run lacks a whole stage a chapter needs (no ncu counters: a partial capture, or
+  `ncu_top_n: 0`). The chapter shows what the run holds and says what is missing, with the
+  manifest's status and reason; the book still renders.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .params import resolve_path
+
+CAPTURE_CMD = "python -m kernelbook capture --params <your.yaml> --out data/runs/<new-run-id>"
+
+
+def ncu_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """The run's ncu kernel rows (phase, kernel_id, name, status), or None when it has no ncu stage."""
+    p = resolve_path(run_dir) / "ncu" / "kernels.parquet"
+    if not p.exists():
+        return None
+    cols = [c for c in ("phase", "kernel_id", "name", "status", "share") if c in _columns(p)]
+    return pd.read_parquet(p, columns=cols)
+
+
+def _columns(p: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(p).names
+
+
+def profiled_phases(run_dir: str | Path) -> dict[str, int]:
+    """Phase → number of profiled kernels, in the run's ncu tables (empty when none)."""
+    k = ncu_table(run_dir)
+    if k is None or "status" not in k or "phase" not in k:
+        return {}
+    return k[k.status == "profiled"].groupby("phase", sort=False).size().to_dict()
+
+
+def _manifest(run_dir) -> dict:
+    return json.loads((resolve_path(run_dir) / "manifest.json").read_text())
+
+
+def _list(xs) -> str:
+    xs = list(xs)
+    return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
+
+
+def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[str]:
+    """Parameters that ask the run for a phase or kernel it does not hold (each problem names what the
+    run has and how to capture the rest). Only parameters that feed one of `chapters` (all when None)
+    are checked. A run without any ncu counters is not a parameter problem: see `missing`."""
+    from .params import SCHEMA
+
+    def feeds(key):
+        return key in params and (chapters is None or any(c in SCHEMA[key].feeds for c in chapters))
+
+    run_dir = params["run_dir"]
+    problems = []
+    try:
+        phases = profiled_phases(run_dir) if feeds("phase") or feeds("kernel") else {}
+    except Exception:  # unreadable tables: the chapters that read them fail and show why
+        return problems
+    if not phases:
+        return problems
+    phase = params.get("phase")
+    if feeds("phase") and phase not in phases:
+        have = _list(f"{p} ({n} kernels)" for p, n in phases.items())
+        want = sorted(set(phases) | {phase}, key=["vision_encode", "prefill", "decode"].index)
+        problems.append(
+            f"phase: {run_dir} has no ncu counters for {phase!r}; it profiled {have}. Set phase to "
+            f"{_list(repr(p) for p in phases)}, or capture {phase} on a GPU machine: `ncu_phases: "
+            f"[{', '.join(want)}]` in a params YAML, then `{CAPTURE_CMD}`.")
+    elif feeds("kernel") and params.get("kernel"):
+        kernel = str(params["kernel"])
+        k = ncu_table(run_dir)
+        k = k[(k.status == "profiled") & (k.phase == phase)]
+        if not (k.kernel_id == kernel).any():
+            ids = k.kernel_id.tolist()
+            problems.append(
+                f"kernel: {kernel!r} is not a profiled {phase} kernel of {run_dir}; it has {len(ids)}: "
+                f"{ids[0]} … {ids[-1]} (chapter 05's table lists them). Use one of these ids, or capture more "
+                f"{phase} kernels with a larger `ncu_top_n` (now {len(ids)}): `{CAPTURE_CMD}`.")
+    return problems
+
+
+def missing(run_dir: str | Path, needs: str) -> str | None:
+    """Why the run cannot serve a chapter that needs `needs` ("ncu"), in words with the manifest's
+    status and reason, or None when it can."""
+    if needs != "ncu":
+        raise ValueError(f"unknown need {needs!r}")
+    if profiled_phases(run_dir):
+        return None
+    m = _manifest(run_dir)
+    status = m.get("status", "?")
+    why = f"The run's capture is **{status}**" + (f": {m['reason']}" if m.get("reason") else "") + "."
+    k = ncu_table(run_dir)
+    if k is not None and len(k) and "status" in k:
+        reasons = k.status.value_counts()
+        held = (f"It selected {len(k)} kernels for ncu and profiled none of them ("
+                + "; ".join(f"{n}: {s}" for s, n in reasons.items()) + ").")
+    elif m.get("params", {}).get("ncu_top_n") == 0:
+        held = "It was captured with `ncu_top_n: 0`, so it holds no ncu counters."
+    else:
+        held = "It holds no ncu tables (`ncu/kernels.parquet`)."
+    return (f"**No Nsight Compute counters in {Path(str(run_dir)).name}**: this chapter needs them. {why} {held} "
+            f"The timeline chapters (00, 01, 06) still read the run. To get counters, capture again on a GPU "
+            f"machine where ncu can read them, with `ncu_top_n` > 0: `{CAPTURE_CMD}`.")

@@ -10,7 +10,7 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install -q "torch==2.13.0"
 "$venv/bin/pip" install -q -e ".[test,capture]"
 {
-  echo "# Exact versions the test suite passed with (scripts/lock.sh wrote this; python $("$venv/bin/python" -c 'import platform; print(platform.python_version())')."
+  echo "# Exact versions the test suite passed with (scripts/lock.sh wrote this, python $("$venv/bin/python" -c "import platform; print(platform.python_version())"))."
   echo "# Used as pip constraints by scripts/test.sh and scripts/render.sh. torch is the CPU build (local tag dropped)."
   "$venv/bin/pip" freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/' | grep -v '^kernelbook'
 } > requirements/lock.txt

@@ -16,13 +16,17 @@
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
 device: str = ""  # device name for spec peaks; empty means the GPU recorded in the run
 lock_clocks: bool = False  # lock GPU clocks with scripts/lock-gpu-clock.sh while measuring here
+capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
+params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import provenance as V
 from kernelbook.analyze import setup as S
 
 kb.setup()
-r = kb.open_run(run_dir)
+took = kb.capture_part(run_dir, "setup", capture, params_file)
+r = kb.open_run(run_dir, require_timeline=False)
 dev = S.device_for(r, device or None)
 
 # %%
@@ -73,3 +77,17 @@ kb.table(S.params_table(r.manifest), "Capture parameters (from the run's manifes
 # %%
 kb.table(S.book_params_table({"run_dir": run_dir, "device": device, "lock_clocks": lock_clocks}),
          "Book parameters (this render; a value marked default is what the chapters that read it start from)")
+
+# %% [markdown]
+# ## How this run was taken
+# The capture's own account from the manifest: each step, which chapter (or the capture command) ran
+# it and its wall time, and the software it ran with. This chapter's decision is first.
+
+# %%
+kb.md(V.decision(took, "setup"))
+
+# %%
+kb.table(V.steps(r.manifest), "Capture steps", empty="This run records no capture steps.")
+
+# %%
+kb.table(V.versions(r.manifest), "Software and hardware of the capture")

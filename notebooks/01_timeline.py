@@ -16,13 +16,17 @@
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
 top_n: int = 15  # kernels per phase in the top-kernel tables, as in the reference report
+capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
+params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import provenance as V
 from kernelbook.analyze import timeline as T
 from kernelbook.plots import figures as F
 
 kb.setup()
+took = kb.capture_part(run_dir, "timeline", capture, params_file)
 r = kb.open_run(run_dir)
 summary = T.phase_summary(r.timeline, r.phases)
 shares = T.category_shares(r.timeline)
@@ -92,6 +96,17 @@ F.reference_bars(cmp)
 
 # %%
 kb.md(T.reference_prose(cmp, r))
+
+# %% [markdown]
+# ## How the timeline was taken
+# From the manifest: the profiler backend, the model and inputs, plain against profiled generate (the
+# profiler's overhead), and how each kernel got its aten shapes and its op call.
+
+# %%
+kb.md(V.decision(took, "timeline"))
+
+# %%
+kb.table(V.timeline_account(r.manifest), "Timeline capture", empty="This run records no timeline capture details.")
 
 # %% [markdown]
 # ## Appendix: friendly names → full kernel names (decode)

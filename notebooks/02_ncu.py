@@ -15,18 +15,33 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
+params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
 
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import ncu_report as N
+from kernelbook.analyze import provenance as V
 from kernelbook.plots import figures as F
 
 kb.setup()
+took = kb.capture_part(run_dir, "ncu", capture, params_file)
 r = kb.open_run(run_dir, needs="ncu")
 kernels = r.ncu_kernels()
 cov = N.coverage(kernels)
 fid = N.fidelity(kernels, r.timeline)
 kb.summary(N.headline(cov, fid, r.manifest))
+
+# %% [markdown]
+# ## How the counters were taken
+# From the manifest: how kernels were selected and identified, ncu's controls and command, how many
+# launches it profiled per selected kernel and what that cost.
+
+# %%
+kb.md(V.decision(took, "ncu"))
+
+# %%
+kb.table(V.ncu_account(r.manifest), "Nsight Compute capture")
 
 # %% [markdown]
 # ## Coverage

@@ -233,3 +233,25 @@ def test_help_lists_exactly_the_commands_that_exist():
                          cwd=REPO).stdout
     assert "{book,capture,lab}" in out
     assert "diff" not in out and "SUPPRESS" not in out and "_worker" not in out
+
+
+def test_capture_always_on_a_cpu_machine_stops_at_once_with_exit_2(tmp_path):
+    """The capture chapters cannot capture without a GPU: `capture: always` stops before any chapter
+    runs, with the reason, and writes nothing (no run directory, no report)."""
+    (tmp_path / "p.yaml").write_text("capture: always\n")
+    new = tmp_path / "runs" / "new-run"
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--params", str(tmp_path / "p.yaml"),
+                           "--run", str(new), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          cwd=REPO, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot capture" in proc.stderr and "no GPU" in proc.stderr and "Traceback" not in proc.stderr
+    assert not new.exists() and not (tmp_path / "out").exists()
+
+
+def test_capture_auto_on_a_cpu_machine_reads_and_says_so(report):
+    """The default `capture: auto` renders the bundled run here, and each capture chapter says why it read."""
+    for stem, part in (("00_setup", "setup"), ("01_timeline", "timeline"), ("02_ncu", "ncu")):
+        page = (report / f"{stem}.html").read_text()
+        assert f"capture: auto — the run already holds its {part} part, so the chapter reads it" in page
+    steps = (report / "00_setup.html").read_text()
+    assert "Nsight Compute capture" in steps and "python -m kernelbook capture" in steps

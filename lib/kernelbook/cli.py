@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
+        if args.cmd == "book" and args.params:  # the capture chapters take their capture parameters from it
+            overrides["params_file"] = args.params
         params = P.load(args.params, overrides, consumer=args.cmd)
     except P.ParamError as e:
         _err(str(e))

@@ -105,7 +105,7 @@ class ChapterStop(Exception):
         return [str(self)]
 
 
-def open_run(run_dir: str, needs: str | None = None, **asked):
+def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = True, **asked):
     """The run at `run_dir`, checked against what the chapter asks of it (`phase=`, `kernel=`, and
     `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with
     one note naming what the run holds and how to capture the rest (`ChapterStop`)."""
@@ -126,8 +126,21 @@ def open_run(run_dir: str, needs: str | None = None, **asked):
         if note:
             raise ChapterStop(note.replace("**", "")) from None
     try:
-        return load_run(run_dir)
+        return load_run(run_dir, require_timeline=require_timeline)
     except RunError as e:
+        raise ChapterStop(str(e)) from None
+
+
+def capture_part(run_dir: str, part: str, capture: str, params_file: str = ""):
+    """The capture chapters' first step: capture `part` ("setup", "timeline", "ncu") into `run_dir` when
+    `capture` asks and this machine can, else nothing (see capture.chapters). Returns what happened
+    ({'captured', 'why', 'wall_s'}); a capture that cannot be honoured stops the chapter with the reason."""
+    from .capture import chapters
+    from .capture.run import CaptureError
+
+    try:
+        return chapters.part(run_dir, part, capture, params_file or None, progress=chapters.notebook_progress())
+    except CaptureError as e:
         raise ChapterStop(str(e)) from None
 
 

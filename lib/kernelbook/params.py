@@ -142,6 +142,11 @@ SCHEMA: dict[str, Param] = {
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),
     "phase": Param(str, "decode", ("03_histograms", "04_roofline", "05_classification"),
                    "phase whose profiled kernels the analysis chapters show", choices=PHASE_NAMES),
+    "capture": Param(str, "auto", ("00_setup", "01_timeline", "02_ncu"),
+                     "auto: the capture chapters capture what run_dir lacks when this machine can (GPU, ncu), else "
+                     "read; never: read; always: capture into a new run_dir", choices=("auto", "never", "always")),
+    "params_file": Param(str, "", ("00_setup", "01_timeline", "02_ncu"),
+                         "capture parameters (YAML) the capture chapters use when they capture; empty: defaults"),
     "kernel": Param(str, "", ("05_classification",), "kernel id (d000 …, p000 …) the explorer opens on; empty = the one "
                     "with the most time"),
     "high_pct": Param((int, float), 60.0, ("05_classification",), "throughput % counted as high", min=0, max=100),
@@ -198,10 +203,15 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
             hint = f" (did you mean {', '.join(near)}?)" if near else ""
             problems.append(f"{key}: unknown key{hint}; known keys: {', '.join(sorted(SCHEMA))}")
     merged = {k: spec.default for k, spec in SCHEMA.items()}
+    capturing = values.get("capture", SCHEMA["capture"].default) in ("auto", "always")
     for key, v in values.items():
         if key in SCHEMA:
-            problems += _check_one(key, SCHEMA[key], v, consumer)
+            # a run directory the capture chapters will create need not exist yet: see _run_to_capture
+            skip_check = key == "run_dir" and capturing and consumer != CAPTURE
+            problems += _check_one(key, SCHEMA[key], v, CAPTURE if skip_check else consumer)
             merged[key] = v
+    if capturing and consumer in (None, "book") and "run_dir" in values:
+        problems += _run_to_capture(merged)
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")
     if problems:
@@ -227,6 +237,24 @@ def load(path: str | Path | None, overrides: dict | None = None, consumer: str |
         values.update(loaded)
     values.update(overrides or {})
     return validate(values, source, consumer)
+
+
+def _run_to_capture(merged: dict) -> list[str]:
+    """run_dir under capture auto/always: an existing run is read (auto) or refused (always); a new one
+    needs a machine that can capture it."""
+    v = merged["run_dir"]
+    p = resolve_path(v)
+    if merged["capture"] == "always":
+        if p.exists():
+            return [f"run_dir: {v} exists; capture: always never writes over a run. Give a new run_dir."]
+    elif p.exists():
+        problem = _run_dir(v)
+        return [f"run_dir: {problem}"] if problem else []
+    from .capture.chapters import can_capture
+
+    ok, why = can_capture("setup")
+    return [] if ok else [f"run_dir: {v} does not exist and this machine cannot capture it ({why}). Capture "
+                          f"on a GPU machine, or set run_dir to an existing run such as {BUNDLED_RUN}."]
 
 
 def for_consumer(params: dict, consumer: str) -> dict:

@@ -16,11 +16,15 @@ import html
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from . import params as P
+from .capture.chapters import BOOK_COMMAND, LOCKS_HELD
+from .clocks import clock_lock
 
 NOTEBOOKS = P.REPO / "notebooks"
 PLOTLY_JS = "plotly.min.js"
@@ -191,6 +195,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                         + "\n".join(f"  - {p}" for p in problems) + "\nnothing rendered", 2)
     run_dir = P.resolve_path(params["run_dir"])
     run_id = run_dir.name
+    capture_stems = _capturing_chapters(params, run_dir, books)
     out = Path(out) if out else P.REPO / "reports" / run_id
     stage = out.with_name(f".{out.name}.staging-{os.getpid()}")
     if stage.exists():
@@ -201,8 +206,15 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
     entries, failed = [], None
     t_all = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder:
+    with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder, ExitStack() as locks:
         km_class = _kernel_manager(ipc_folder)
+        if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
+            state = locks.enter_context(clock_lock(params["lock_clocks"]))
+            locks.enter_context(_env({LOCKS_HELD: "1", BOOK_COMMAND: _command(), "KERNELBOOK_CLOCK_STATE":
+                                      json.dumps(state)}))
+            if log is print:
+                print(f"capture: {', '.join(capture_stems)} will capture into {run_dir} (locks held until the "
+                      "last of them ends)", flush=True)
         for i, nb in enumerate(books, 1):
             t = time.perf_counter()
             if log is print:
@@ -236,6 +248,8 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             if error is not None:
                 failed = (nb.stem, error)
                 break
+            if capture_stems and nb.stem == capture_stems[-1]:
+                locks.close()  # the analysis chapters need no lock
     if only and not failed:
         entries = _keep_other_chapters(out, stage, entries)
     if not failed and any(e["stem"] == "05_classification" and "kept" not in e for e in entries):
@@ -268,6 +282,48 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         out.parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage, out)
     return out
+
+
+CAPTURE_PARTS = {"00_setup": "setup", "01_timeline": "timeline", "02_ncu": "ncu"}
+
+
+def _capturing_chapters(params: dict, run_dir: Path, books: list[Path]) -> list[str]:
+    """The capture chapters of this rendering that will capture (capture.chapters.decide); a capture
+    that cannot be honoured (`always` on a machine without a GPU, or over an existing run) stops the
+    book before any chapter runs, exit code 2."""
+    from .capture.chapters import decide
+    from .capture.run import CaptureError
+
+    stems = [nb.stem for nb in books if nb.stem in CAPTURE_PARTS]
+    out = []
+    for stem in stems:
+        try:
+            do, _ = decide(run_dir, CAPTURE_PARTS[stem], params.get("capture", "never"))
+        except CaptureError as e:
+            raise BookError(f"{stem}: {e}\nnothing rendered", 2) from None
+        if do or (out and params.get("capture") != "never"):  # later parts of a capture that began here
+            out.append(stem)
+    return out
+
+
+@contextmanager
+def _env(values: dict):
+    """Environment variables for the chapter kernels (papermill starts them with this process's env)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _command() -> str:
+    return "python -m kernelbook " + " ".join(sys.argv[1:]) if sys.argv and "kernelbook" in " ".join(sys.argv) \
+        else "kernelbook.runner.render_book"
 
 
 def _keep_other_chapters(out: Path, stage: Path, entries: list[dict]) -> list[dict]:

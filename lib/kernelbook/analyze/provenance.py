@@ -89,3 +89,9 @@ def ncu_account(manifest: dict) -> pd.DataFrame:
 
 def _s(v) -> str | None:
     return None if v is None else f"{float(v):.1f} s"
+
+
+def decision(took: dict, part: str) -> str:
+    """The capture chapter's own decision for this rendering, as one sentence."""
+    done = f" ({part} captured in {took['wall_s']:.1f} s)." if took.get("captured") else "."
+    return f"This rendering: {took['why']}{done}"

@@ -97,10 +97,11 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     held = os.environ.get(LOCKS_HELD) == "1"
     from ..clocks import clock_lock
 
-    lock = nullcontext(manifest.get("clock_state")) if held else clock_lock(params["lock_clocks"])
+    runner_state = json.loads(os.environ.get("KERNELBOOK_CLOCK_STATE") or "null")
+    lock = nullcontext(runner_state) if held else clock_lock(params["lock_clocks"])
     try:
         with lock as clock_state:
-            if not held:
+            if clock_state is not None:
                 manifest.setdefault("clock_state", clock_state)
             progress(f"{which}: start ({why})")
             _run(which, params, run_dir, manifest, progress)

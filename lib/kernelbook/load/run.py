@@ -39,9 +39,10 @@ class Run:
         return pd.read_parquet(p) if p.exists() else None
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path, require_timeline: bool = True) -> Run:
     """Manifest, timeline and phases of a run; kernel identity recomputed so that naming improvements
-    apply to old runs without a new capture."""
+    apply to old runs without a new capture. `require_timeline=False`: a run holding only its manifest
+    (chapter 00 while the capture chapters after it have not run yet) loads with empty tables."""
     from ..analyze.kernels import annotate
 
     p = resolve_path(path)
@@ -50,6 +51,8 @@ def load_run(path: str | Path) -> Run:
         raise RunError(f"{p} has no manifest.json: not a kernelbook run (or its capture never started)")
     manifest = json.loads(mf.read_text())
     tl = p / "timeline.parquet"
+    if not tl.exists() and not require_timeline:
+        return Run(p, manifest, pd.DataFrame(), pd.DataFrame())
     if not tl.exists():
         raise RunError(f"{p} has no timeline.parquet (status: {manifest.get('status')}, "
                        f"reason: {manifest.get('reason', '-')})")

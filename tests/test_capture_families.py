@@ -107,9 +107,14 @@ def qwen2_vl(path):
     """Qwen2-VL form: its ViT (14 px patches, 2x2 merge) with the image processor's pixel budget cut to
     16 merged tokens, `<|vision_start|><|image_pad|><|vision_end|>` in the user turn (the reported case:
     an `<image>` string there gave `tokens: 0, features: 252`)."""
-    pytest.importorskip("torchvision", reason="Qwen2VLProcessor needs torchvision for its video processor")
-    from transformers import (Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor,
-                              Qwen2VLProcessor, Qwen2VLVideoProcessor)
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
+
+    try:  # PyPI's torchvision is a CUDA build: beside the CPU torch its ops fail to register
+        from transformers import Qwen2VLVideoProcessor
+
+        video = Qwen2VLVideoProcessor()
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"Qwen2VLProcessor needs a working torchvision for its video processor: {type(e).__name__}")
 
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
                "<|video_pad|>"]
@@ -120,7 +125,7 @@ def qwen2_vl(path):
                 "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16),
-                            tokenizer=tok, video_processor=Qwen2VLVideoProcessor(), chat_template=template)
+                            tokenizer=tok, video_processor=video, chat_template=template)
     cfg = Qwen2VLConfig(vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2),
                         text_config=dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                           "mrope_section": [2, 3, 3]},

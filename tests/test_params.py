@@ -23,6 +23,11 @@ CASES = [
     ({"model": "not a model"}, "unknown model 'not a model'"),
     ({"tpo_n": 3}, "tpo_n: unknown key"),
     ({"omnidocbench_subset": "params/default.yaml"}, "omnidocbench_subset: needs omnidocbench_dir"),
+    ({"prompt": "  "}, "prompt: must not be blank"),
+    ({"prompt": 42}, "prompt: expected str, got int"),
+    ({"prompt_tokens": 0}, "prompt_tokens: 0 is below the minimum 1"),
+    ({"prompt_tokens": 512.0}, "prompt_tokens: expected int, got float"),
+    ({"prompt_tokens": 10**6}, "prompt_tokens: 1000000 is above the maximum 131072"),
 ]
 
 
@@ -81,3 +86,18 @@ def test_every_yaml_key_is_a_parameter_of_the_notebooks_it_feeds():
         for consumer in spec.feeds:
             if consumer in declared:
                 assert key in declared[consumer], f"schema says {key} feeds {consumer}"
+
+
+def test_llm_workload_params_reach_the_manifest_and_chapter_00():
+    """prompt, prompt_tokens, batch_size and max_new_tokens are capture params: the manifest records them
+    (for_consumer) and chapter 00's parameter table shows them with their meaning."""
+    from kernelbook.analyze.setup import params_table
+
+    params = P.validate({"prompt": "Summarize the report.", "prompt_tokens": 2048, "batch_size": 8,
+                         "max_new_tokens": 256})
+    recorded = P.for_consumer(params, P.CAPTURE)
+    assert {k: recorded[k] for k in ("prompt", "prompt_tokens", "batch_size", "max_new_tokens")} == {
+        "prompt": "Summarize the report.", "prompt_tokens": 2048, "batch_size": 8, "max_new_tokens": 256}
+    table = params_table({"params": recorded}).set_index("parameter")
+    assert table.loc["prompt_tokens", "value"] == "2048" and table.loc["batch_size", "value"] == "8"
+    assert table.loc["prompt_tokens", "meaning"].startswith("prompt made exactly this many tokens")

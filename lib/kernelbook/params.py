@@ -83,6 +83,10 @@ def _weights(v) -> str | None:
     return f"weights {v!r} is neither 'random', 'pretrained', a hub id nor an existing checkpoint directory"
 
 
+def _nonblank(v) -> str | None:
+    return "must not be blank (null keeps the reference request)" if not v.strip() else None
+
+
 def _device(v) -> str | None:
     from .devices import UnknownDeviceError, lookup
 
@@ -107,7 +111,14 @@ SCHEMA: dict[str, Param] = {
     "trust_remote_code": Param(bool, False, (CAPTURE,), "allow custom model code (DeepSeek-OCR v1 needs it)"),
     "dtype": Param(str, "bfloat16", (CAPTURE,), "weights and activations dtype",
                    choices=("bfloat16", "float16", "float32")),
-    "batch_size": Param(int, 1, (CAPTURE,), "images (or prompts) per generate call", min=1, max=64),
+    "batch_size": Param(int, 1, (CAPTURE,), "prompts per generate call (one page each for an image model)",
+                        min=1, max=64),
+    "prompt": Param(str, None, (CAPTURE,), "text of the prompt; null: the reference request 'Convert the document "
+                    "to markdown.' (an image model's image goes where its chat template puts it)",
+                    check=_nonblank, nullable=True),
+    "prompt_tokens": Param(int, None, (CAPTURE,), "prompt made exactly this many tokens (the prompt repeated and "
+                           "cut): a text model's whole prefill, an image model's text beside its image tokens; "
+                           "null: the prompt as written", min=1, max=131072, nullable=True),
     "max_new_tokens": Param(int, 64, (CAPTURE,), "decode steps; min_new_tokens is set equal", min=1, max=4096),
     "no_repeat_ngram_size": Param(int, 20, (CAPTURE,), "as in the reference experiment", min=0, max=1000),
     "crop_mode": Param(bool, True, (CAPTURE,), "local 768 crops beside the global view"),

@@ -11,7 +11,8 @@ import math
 import random
 from pathlib import Path
 
-PROMPT = "<image>\nConvert the document to markdown."
+INSTRUCTION = "Convert the document to markdown."  # the reference experiment's request
+PROMPT = "<image>\n" + INSTRUCTION  # DeepSeek-OCR-2's reference prompt; its processor knows `<image>`
 PAGE_SIZE = (1224, 1584)  # width, height in px
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
 
@@ -100,6 +101,13 @@ def prompt_token_ids(text: str, vocab_size: int, reserved: set[int]) -> list[int
             v = (v + 1) % span
         ids.append(v + lo)
     return ids
+
+
+def exactly(ids: list[int], n: int) -> list[int]:
+    """`ids` repeated and cut to exactly `n` (a prompt of n tokens made from a shorter one)."""
+    if not ids:
+        raise ValueError("cannot make a prompt of n tokens from an empty one")
+    return (ids * -(-n // len(ids)))[:n]
 
 
 def deepseek_ocr2_image_tokens(n_crops: int, base_size: int = 1024, tile: int = 768,

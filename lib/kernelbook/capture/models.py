@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .inputs import INSTRUCTION
+
 BUILTIN_MODELS = ("deepseek-ocr-2",)
 
 # The published DeepSeek-OCR-2 architecture: SAM ViT-B + a Qwen2-0.5B-sized encoder with learned
@@ -37,7 +39,7 @@ DEEPSEEK_OCR2_ARCH: dict[str, Any] = {
 @dataclass
 class LoadedModel:
     model: Any
-    processor: Any | None  # None for random weights: inputs are built without a tokenizer
+    processor: Any | None  # the checkpoint's processor/tokenizer; None without one (stand-in ids)
     weights: str           # what the report states: "random", a hub id or a local path
     n_params: int
     kind: str              # "image-text-to-text" | "causal-lm"
@@ -68,34 +70,99 @@ def _is_vlm_config(config) -> bool:
     return hasattr(config, "vision_config")
 
 
+@dataclass
+class ModelSpec:
+    """What a model's inputs are built from, without its weights (CPU only, no GPU work): its config,
+    its own processor (AutoProcessor for image-text-to-text, AutoTokenizer for a causal LM, None when
+    the checkpoint has no processor files), its kind and the class `generate` will run."""
+
+    config: Any
+    processor: Any | None
+    kind: str
+    model_class: str
+    source: str | None  # where weights come from (None: the built-in architecture, random weights)
+
+
+def _source(model: str, weights: str) -> str | None:
+    """The checkpoint that config, processor and (unless random) weights come from."""
+    if model in BUILTIN_MODELS:
+        return None if weights == "random" else weights
+    return model if weights in ("random", "pretrained") else weights
+
+
+def model_spec(model: str, weights: str, trust_remote_code: bool = False) -> ModelSpec:
+    """Config and processor of `model` (see `load_model` for the arguments), without its weights."""
+    from transformers import AutoConfig
+
+    source = _source(model, weights)
+    if source is None:
+        return ModelSpec(deepseek_ocr2_config(), None, "image-text-to-text", "DeepseekOcr2ForConditionalGeneration",
+                         None)
+    cfg = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    vlm = _is_vlm_config(cfg)
+    return ModelSpec(cfg, _processor(source, vlm, trust_remote_code), "image-text-to-text" if vlm else "causal-lm",
+                     _class_name(cfg, vlm), source)
+
+
+def _processor(source: str, vlm: bool, trust_remote_code: bool):
+    """The checkpoint's own processor (image models) or tokenizer (text models); None without its files:
+    a text model then gets stand-in ids, an image model other than DeepSeek-OCR-2 cannot be fed."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    try:
+        proc = (AutoProcessor if vlm else AutoTokenizer).from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - any missing or unreadable processor file means "no processor"
+        return None
+    # an image processor alone (no tokenizer) cannot write the prompt either
+    return proc if _usable(proc if not vlm else getattr(proc, "tokenizer", None)) else None
+
+
+def _usable(tokenizer) -> bool:
+    """Whether `tokenizer` has a vocabulary: transformers 5 builds an empty tokenizer (a vocabulary of 1)
+    for a checkpoint without tokenizer files instead of failing, and it turns any prompt into no ids,
+    or into unknown tokens only."""
+    if tokenizer is None:
+        return False
+    ids = tokenizer(INSTRUCTION, add_special_tokens=False)["input_ids"]
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return bool(len(tokenizer) > 1 and ids and any(i != unk for i in ids))
+
+
+def _class_name(cfg, vlm: bool) -> str:
+    """The class `from_pretrained` will build, named before any weights are read (for error messages)."""
+    if getattr(cfg, "architectures", None):
+        return cfg.architectures[0]
+    from transformers.models.auto import modeling_auto as ma
+
+    names = ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES if vlm else ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return names.get(getattr(cfg, "model_type", ""), type(cfg).__name__.replace("Config", "Model"))
+
+
 def load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat16",
                trust_remote_code: bool = False) -> LoadedModel:
-    """Load `model` with `weights` ("random", a hub id, or a local path).
+    """Load `model` with `weights` ("random", "pretrained", a hub id, or a local path).
 
     For `deepseek-ocr-2`, weights="random" builds the published architecture; any other weights
     value is a checkpoint for `from_pretrained`. For other model names, `model` itself is the
-    checkpoint unless weights="random", which builds its config with random weights.
+    checkpoint unless weights names another; weights="random" builds its config with random weights
+    and still takes the checkpoint's own processor, so inputs are what the model expects.
     """
     import torch
-    from transformers import AutoConfig
 
     dtype = getattr(torch, dtype_name)
-    if model == "deepseek-ocr-2" and weights == "random":
+    source = _source(model, weights)
+    if source is None:
         m = build_random(deepseek_ocr2_config(), device, dtype)
         return LoadedModel(m, None, "random", _count(m), "image-text-to-text")
-    source = model if (weights == "random" or model not in BUILTIN_MODELS) else weights
-    if model not in BUILTIN_MODELS and weights not in ("random", "pretrained"):
-        source = weights
     if weights == "random":
-        cfg = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
-        m = build_random(cfg, device, dtype)
-        return LoadedModel(m, None, "random", _count(m),
-                           "image-text-to-text" if _is_vlm_config(cfg) else "causal-lm")
+        spec = model_spec(model, weights, trust_remote_code)
+        m = build_random(spec.config, device, dtype)
+        return LoadedModel(m, spec.processor, "random", _count(m), spec.kind)
     return _from_pretrained(source, device, dtype, trust_remote_code)
 
 
 def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool) -> LoadedModel:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     cfg = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     vlm = _is_vlm_config(cfg)
@@ -120,11 +187,7 @@ def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool) -
     if not hasattr(m, "generate"):
         raise ValueError(f"{source} loads as {type(m).__name__}, which has no generate(): kernelbook profiles "
                          "generation, so give a causal-LM or image-text-to-text checkpoint")
-    try:
-        proc = AutoProcessor.from_pretrained(source, trust_remote_code=trust_remote_code) if vlm else \
-            AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-    except Exception:  # a checkpoint without processor files: inputs are synthesized like random weights
-        proc = None
+    proc = _processor(source, vlm, trust_remote_code)
     label = str(Path(source).resolve()) if Path(source).exists() else source
     return LoadedModel(m.eval(), proc, label, _count(m), "image-text-to-text" if vlm else "causal-lm")
 

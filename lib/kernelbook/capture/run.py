@@ -105,6 +105,11 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise CaptureError(f"{out_dir} already exists; captures never overwrite a run. Choose another --out.")
+    from .workload import check_inputs
+
+    # the model's inputs from its config and processor alone, on the CPU: a model whose inputs cannot
+    # be built stops here (InputsError, exit 2), before a GPU is asked for or a weight is loaded
+    check_inputs(params)
     require_gpu()
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     if tmp.exists():

@@ -1,0 +1,321 @@
+"""Hugging Face model families through the real loading path, on CPU with tiny checkpoints the tests make.
+
+Each checkpoint is what a hub repository holds, made offline: a config, a processor built from a
+`tokenizers` BPE tokenizer (trained here on two sentences) and the model's own image-processor class,
+a chat template in the form of the model's published one, and random weights, all written with
+`save_pretrained`. The capture then loads it with `load_model` (from_pretrained), builds its inputs the
+way its processor wants them and generates under the phase hooks. The image placeholders differ per
+family: LLaVA's `<image>` (expanded by the processor to one token per patch), Gemma 3's
+`<start_of_image>` (expanded to `<image_soft_token>`s between begin/end-of-image tokens), Qwen2-VL's
+`<|vision_start|><|image_pad|><|vision_end|>` (needs torchvision for its video processor: skipped
+without it).
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kernelbook.capture.inputs import INSTRUCTION  # noqa: E402
+from kernelbook.capture.models import load_model  # noqa: E402
+from kernelbook.capture.phases import PhaseTracker, parse_record_name  # noqa: E402
+from kernelbook.capture.run import CaptureError  # noqa: E402
+from kernelbook.capture.workload import InputsError, build_workload, check_inputs  # noqa: E402
+from kernelbook.params import validate  # noqa: E402
+
+NEW = 4  # decode steps: prefill + 3 decode forwards
+PARAMS = validate({"max_new_tokens": NEW, "batch_size": 2})
+
+
+def bpe_tokenizer(special: list[str], **kwargs):
+    """A byte-level BPE tokenizer (the kind Qwen, Llama 3 and Gemma ship), trained here on two sentences."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([INSTRUCTION, "The quick brown fox jumps over the lazy dog."] * 5, trainer)
+    if kwargs.get("bos_token"):  # Llama-style: the tokenizer puts BOS before every prompt
+        from tokenizers.processors import TemplateProcessing
+
+        bos = kwargs["bos_token"]
+        tok.post_processor = TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+
+
+TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+            vocab_size=512, max_position_embeddings=512)
+
+
+def llava(path):
+    """LLaVA-1.5 form: CLIP tower (28 px, 14 px patches: 4 image tokens), `USER: <image>\\n... ASSISTANT:`."""
+    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+
+    tok = bpe_tokenizer(["<unk>", "<s>", "</s>", "<image>", "<pad>"], bos_token="<s>", eos_token="</s>",
+                        pad_token="<pad>", unk_token="<unk>")
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<s>", "</s>", "<pad>", "<image>")}
+    template = ("{% for m in messages %}{% if m['role'] == 'user' %}USER: {% for c in m['content'] %}"
+                "{% if c['type'] == 'image' %}<image>\n{% endif %}{% endfor %}{% for c in m['content'] %}"
+                "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %} {% endif %}{% endfor %}"
+                "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+    proc = LlavaProcessor(image_processor=CLIPImageProcessorPil(size={"shortest_edge": 28},
+                                                                crop_size={"height": 28, "width": 28}),
+                          tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
+                          num_additional_image_tokens=1, chat_template=template)
+    cfg = LlavaConfig(vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14,
+                                         projection_dim=32),
+                      text_config=dict(model_type="llama", bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
+                                       pad_token_id=ids["<pad>"], **TEXT),
+                      image_token_index=ids["<image>"], vision_feature_select_strategy="default")
+    return LlavaForConditionalGeneration, cfg, proc, ids["<image>"], 4
+
+
+def gemma3(path):
+    """Gemma 3 form: SigLIP tower (28 px, 7 px patches pooled to 4 soft tokens), `<start_of_image>` in the
+    user turn, which the processor expands to `\\n\\n<start_of_image><image_soft_token>x4<end_of_image>\\n\\n`."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor
+
+    special = ["<pad>", "<eos>", "<bos>", "<start_of_image>", "<end_of_image>", "<image_soft_token>",
+               "<start_of_turn>", "<end_of_turn>"]
+    tok = bpe_tokenizer(special, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+                        extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                                              "image_token": "<image_soft_token>"})
+    ids = {t: tok.convert_tokens_to_ids(t) for t in special}
+    template = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+                "{% for c in m['content'] %}{% if c['type'] == 'image' %}<start_of_image>{% elif c['type'] == 'text' %}"
+                "{{ c['text'] }}{% endif %}{% endfor %}<end_of_turn>\n{% endfor %}"
+                "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    proc = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 28, "width": 28}), tokenizer=tok,
+                           chat_template=template, image_seq_length=4)
+    cfg = Gemma3Config(vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
+                                          num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=7),
+                       text_config=dict(head_dim=16, sliding_window=16, bos_token_id=ids["<bos>"],
+                                        eos_token_id=ids["<eos>"], pad_token_id=ids["<pad>"], **TEXT),
+                       mm_tokens_per_image=4, boi_token_index=ids["<start_of_image>"],
+                       eoi_token_index=ids["<end_of_image>"], image_token_index=ids["<image_soft_token>"])
+    return Gemma3ForConditionalGeneration, cfg, proc, ids["<image_soft_token>"], 4
+
+
+def qwen2_vl(path):
+    """Qwen2-VL form: its ViT (14 px patches, 2x2 merge) with the image processor's pixel budget cut to
+    16 merged tokens, `<|vision_start|><|image_pad|><|vision_end|>` in the user turn (the reported case:
+    an `<image>` string there gave `tokens: 0, features: 252`)."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
+
+    try:  # PyPI's torchvision is a CUDA build: beside the CPU torch its ops fail to register
+        from transformers import Qwen2VLVideoProcessor
+
+        video = Qwen2VLVideoProcessor()
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"Qwen2VLProcessor needs a working torchvision for its video processor: {type(e).__name__}")
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+               "<|video_pad|>"]
+    tok = bpe_tokenizer(special, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {t: tok.convert_tokens_to_ids(t) for t in special}
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
+                "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+                "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16),
+                            tokenizer=tok, video_processor=video, chat_template=template)
+    cfg = Qwen2VLConfig(vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2),
+                        text_config=dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                          "mrope_section": [2, 3, 3]},
+                                         eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], **TEXT),
+                        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    return Qwen2VLForConditionalGeneration, cfg, proc, ids["<|image_pad|>"], None  # tokens: by the page's shape
+
+
+FAMILIES = {"llava": llava, "gemma3": gemma3, "qwen2_vl": qwen2_vl}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def vlm(request, tmp_path_factory):
+    """(checkpoint dir, model class name, image token id, image tokens per prompt or None)."""
+    path = tmp_path_factory.mktemp("ckpt") / request.param
+    cls, cfg, proc, image_id, n_image = FAMILIES[request.param](path)
+    torch.manual_seed(0)
+    cls(cfg).save_pretrained(path)
+    proc.save_pretrained(path)
+    return path, cls.__name__, image_id, n_image
+
+
+def phases_of(wl):
+    """One generate under the phase hooks: (output ids, sorted (phase, step) ranges, tracker)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tracker = PhaseTracker(wl.loaded.model, nvtx=False).install()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        tracker.start()
+        out = wl.generate()
+        tracker.stop()
+    tracker.remove()
+    names = {parse_record_name(e.name) for e in prof.events() if e.name.startswith("kb::")}
+    return out, sorted(names, key=lambda p: (p[1], p[0])), tracker
+
+
+def test_an_image_model_gets_its_own_image_tokens_through_its_chat_template(vlm):
+    path, cls, image_id, n_image = vlm
+    lm = load_model(str(path), "pretrained", "cpu", "float32")
+    assert type(lm.model).__name__ == cls and lm.kind == "image-text-to-text" and lm.processor is not None
+    wl = build_workload(lm, PARAMS, "cpu")
+    assert "chat template" in wl.describe["inputs_built_with"]
+    per_prompt = (wl.inputs["input_ids"] == image_id).sum(dim=1).tolist()
+    assert per_prompt[0] == per_prompt[1] == wl.describe["image_tokens_per_prompt"] > 0
+    if n_image is not None:
+        assert per_prompt[0] == n_image
+    assert check_inputs({**PARAMS, "model": str(path), "weights": "pretrained"}) == {
+        k: v for k, v in wl.describe.items()}  # the pre-GPU check builds the same inputs from config + processor
+    out, phases, tracker = phases_of(wl)
+    assert out.shape == (2, wl.describe["prompt_tokens"] + NEW)
+    assert tracker.vision_calls >= 1
+    assert phases == [("prefill", 0), ("vision_encode", 0), ("decode", 1), ("decode", 2), ("decode", 3)]
+
+
+def test_without_a_chat_template_the_processors_own_placeholder_goes_before_the_text(vlm):
+    path, _, image_id, _ = vlm
+    lm = load_model(str(path), "pretrained", "cpu", "float32")
+    lm.processor.chat_template = None
+    lm.processor.tokenizer.chat_template = None
+    wl = build_workload(lm, {**PARAMS, "batch_size": 1}, "cpu")
+    assert wl.describe["inputs_built_with"].startswith(f"the processor's image placeholder "
+                                                       f"{lm.processor.image_token!r}")
+    assert int((wl.inputs["input_ids"] == image_id).sum()) == wl.describe["image_tokens_per_prompt"] > 0
+    out, phases, _ = phases_of(wl)
+    assert ("vision_encode", 0) in phases and out.shape[1] == wl.describe["prompt_tokens"] + NEW
+
+
+def test_prompt_tokens_makes_an_image_models_text_exactly_n_tokens(vlm):
+    path, _, image_id, _ = vlm
+    lm = load_model(str(path), "pretrained", "cpu", "float32")
+    base = build_workload(lm, PARAMS, "cpu")
+    n_instruction = len(lm.processor.tokenizer(INSTRUCTION, add_special_tokens=False)["input_ids"])
+    wl = build_workload(lm, {**PARAMS, "prompt_tokens": 37}, "cpu")
+    # image and template tokens as the processor made them; the instruction's tokens replaced by 37
+    assert wl.describe["prompt_tokens"] == base.describe["prompt_tokens"] - n_instruction + 37
+    assert wl.describe["text_tokens"] == 37
+    assert (wl.inputs["input_ids"] == image_id).sum() == (base.inputs["input_ids"] == image_id).sum()
+    for key, v in wl.inputs.items():  # every sequence-long tensor stretched alike
+        if hasattr(v, "shape") and v.dim() == 2 and key != "input_ids" and v.shape[0] == 2:
+            assert v.shape[1] == wl.describe["prompt_tokens"], key
+    assert wl.inputs["attention_mask"].all()
+    out, phases, _ = phases_of(wl)
+    assert out.shape == (2, wl.describe["prompt_tokens"] + NEW) and ("vision_encode", 0) in phases
+
+
+@pytest.fixture(scope="module")
+def qwen3_moe(tmp_path_factory):
+    """A Qwen3-MoE-shaped text checkpoint (4 experts, top 2) with a Llama-style tokenizer that adds BOS."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    path = tmp_path_factory.mktemp("ckpt") / "qwen3-moe"
+    tok = bpe_tokenizer(["<|endoftext|>", "<s>"], bos_token="<s>", eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    cfg = Qwen3MoeConfig(**{**TEXT, "num_hidden_layers": 2}, head_dim=16, moe_intermediate_size=16, num_experts=4,
+                         num_experts_per_tok=2, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    Qwen3MoeForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("n", [1, 2, 61, 300])
+def test_prompt_tokens_gives_a_text_model_exactly_n_prompt_tokens(qwen3_moe, n):
+    lm = load_model(str(qwen3_moe), "pretrained", "cpu", "float32")
+    assert type(lm.model).__name__ == "Qwen3MoeForCausalLM" and lm.kind == "causal-lm"
+    wl = build_workload(lm, {**PARAMS, "prompt_tokens": n}, "cpu")
+    ids = wl.inputs["input_ids"]
+    assert ids.shape == (2, n) and wl.describe["prompt_tokens"] == n
+    assert ids[0, 0] == lm.processor.bos_token_id  # the tokenizer's own BOS counts as one of the n
+    if n > 1:
+        assert lm.processor.decode(ids[0, 1:]).startswith(INSTRUCTION[:n - 1] if n < 4 else "Convert")
+
+
+def test_a_text_moe_model_generates_with_prefill_and_decode_phases(qwen3_moe):
+    lm = load_model(str(qwen3_moe), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "prompt": "Summarize the quick brown fox.", "prompt_tokens": 24}, "cpu")
+    out, phases, tracker = phases_of(wl)
+    assert out.shape == (2, 24 + NEW)
+    assert phases == [("prefill", 0), ("decode", 1), ("decode", 2), ("decode", 3)] and tracker.vision_calls == 0
+    assert wl.describe["prompt"] == "Summarize the quick brown fox."
+
+
+def test_without_a_tokenizer_prompt_tokens_gives_n_stand_in_ids(qwen3_moe, tmp_path):
+    bare = _without_processor(qwen3_moe, tmp_path / "bare")
+    lm = load_model(str(bare), "pretrained", "cpu", "float32")
+    assert lm.processor is None
+    wl = build_workload(lm, {**PARAMS, "prompt_tokens": 50}, "cpu")
+    assert wl.inputs["input_ids"].shape == (2, 50) and wl.describe["tokenizer"].startswith("none: 50 stand-in ids")
+
+
+def test_random_weights_of_a_checkpoint_still_take_its_processor(vlm):
+    path, cls, image_id, _ = vlm
+    lm = load_model(str(path), "random", "cpu", "float32")
+    assert lm.weights == "random" and lm.processor is not None and type(lm.model).__name__ == cls
+    wl = build_workload(lm, {**PARAMS, "batch_size": 1}, "cpu")
+    assert int((wl.inputs["input_ids"] == image_id).sum()) > 0
+
+
+def _without_processor(src, dst):
+    """A copy of checkpoint `src` with its weights and config only, as a bare `model.save_pretrained` leaves it."""
+    import shutil
+
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name in ("config.json", "generation_config.json") or f.suffix == ".safetensors":
+            shutil.copy(f, dst / f.name)
+    return dst
+
+
+def test_an_image_model_without_processor_files_cannot_be_fed(vlm, tmp_path):
+    path, cls, _, _ = vlm
+    bare = _without_processor(path, tmp_path / "bare")
+    with pytest.raises(InputsError, match=f"{cls} takes images, and its checkpoint has no processor files"):
+        check_inputs({**PARAMS, "model": str(bare), "weights": "pretrained"})
+    assert issubclass(InputsError, CaptureError)  # what the CLI maps to exit code 2
+
+
+def test_the_capture_cli_stops_before_any_gpu_work_on_inputs_it_cannot_build(tmp_path):
+    """Exit 2, one message naming the class and what is missing, nothing written: the check runs on the
+    CPU from config and processor files, before a GPU is asked for (so on this CPU machine too)."""
+    cls, cfg, _, _, _ = llava(None)
+    torch.manual_seed(0)
+    cls(cfg).save_pretrained(tmp_path / "bare")  # weights and config, no processor
+    params = tmp_path / "p.yaml"
+    params.write_text(f"model: {tmp_path / 'bare'}\nweights: pretrained\n")
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "capture", "--params", str(params), "--out",
+                           str(tmp_path / "run")], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "LlavaForConditionalGeneration takes images" in proc.stderr and "NVIDIA GPU" not in proc.stderr
+    assert not (tmp_path / "run").exists() and not list(tmp_path.glob(".run.tmp-*"))
+
+
+def test_a_processor_that_does_not_match_the_config_stops_before_any_gpu_work(vlm, tmp_path):
+    """The reported failure (`Image features and image tokens do not match, tokens: 0`) caught from
+    config + processor: the config's image token is one the processor never writes."""
+    import shutil
+
+    path, cls, _, _ = vlm
+    bad = tmp_path / "bad"
+    shutil.copytree(path, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    key = "image_token_id" if "image_token_id" in cfg else "image_token_index"
+    cfg[key] = 511  # inside the model's vocabulary (512), outside the tokenizer's (about 400): never written
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputsError, match=f"{cls}: its inputs carry no image token \\(id 511\\)"):
+        check_inputs({**PARAMS, "model": str(bad), "weights": "pretrained"})
+
+
+def test_a_prompt_longer_than_the_model_takes_stops_before_any_gpu_work(qwen3_moe):
+    with pytest.raises(InputsError, match="Qwen3MoeForCausalLM: a prompt of 600 tokens plus max_new_tokens 4 is "
+                                          "604 positions, above the model's max_position_embeddings 512"):
+        check_inputs({**PARAMS, "model": str(qwen3_moe), "weights": "pretrained", "prompt_tokens": 600})

@@ -91,6 +91,10 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
         params = P.load(params_file, {}, consumer="capture")
     except P.ParamError as e:
         raise CaptureError(str(e)) from e
+    if which == "setup" or not present(run_dir, "setup"):
+        from .workload import check_inputs
+
+        check_inputs(params)  # a model whose inputs cannot be built stops before any GPU work (exit 2)
     progress = progress or Progress()
     t = time.perf_counter()
     manifest = _begin(run_dir, params, params_file)

@@ -221,7 +221,7 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
             skip_check = key == "run_dir" and capturing and consumer != CAPTURE
             problems += _check_one(key, SCHEMA[key], v, CAPTURE if skip_check else consumer)
             merged[key] = v
-    if capturing and consumer in (None, "book") and "run_dir" in values:
+    if capturing and consumer in (None, "book"):
         problems += _run_to_capture(merged)
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")

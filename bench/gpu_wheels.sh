@@ -10,8 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ex=$(git rev-parse --git-path info/exclude); mkdir -p "$(dirname "$ex")"; grep -qx "/.whl/" "$ex" 2>/dev/null || echo /.whl/ >> "$ex"
 lock=requirements/lock.txt
-# on the GPU image already, or only needed by transformers / the tests
-have='torch|transformers|nvidia-.*|triton|sympy|networkx|mpmath|tokenizers|safetensors|huggingface.hub|hf-xet|pillow|numpy|pandas|pyarrow|pyyaml|jinja2|markupsafe|filelock|fsspec|packaging|typing.extensions|regex|requests|urllib3|idna|certifi|charset.normalizer|tqdm|psutil|setuptools|six|python-dateutil|attrs|pygments|click|pytest|iniconfig|pluggy|httpx2?|httpcore2?|h11|anyio|typer|rich|shellingham|annotated-.*|pydantic(_core)?|typing-inspection|truststore|markdown-it-py|mdurl|narwhals|tzdata|kernelbook'
+# on the GPU image already, or only needed by transformers, the tests or JupyterLab
+have='torch|transformers|nvidia-.*|triton|sympy|networkx|mpmath|tokenizers|safetensors|huggingface.hub|hf-xet|pillow|numpy|pandas|pyarrow|pyyaml|jinja2|markupsafe|filelock|fsspec|packaging|typing.extensions|regex|requests|urllib3|idna|certifi|charset.normalizer|tqdm|psutil|setuptools|six|python-dateutil|attrs|pygments|click|pytest|iniconfig|pluggy|httpx2?|httpcore2?|h11|anyio|typer|rich|shellingham|annotated-.*|pydantic(_core)?|typing-inspection|truststore|markdown-it-py|mdurl|narwhals|tzdata|kernelbook|jupyterlab|jupyterlab_server|jupyter_server|jupyter_server_terminals|jupyter-lsp|jupyter-events|jupyter_builder|notebook_shim|selenium|trio|trio-websocket|outcome|sortedcontainers|pysocks|wsproto|babel|json5|argon2-cffi|argon2-cffi-bindings|cffi|pycparser|arrow|isoduration|fqdn|rfc3339-validator|rfc3986-validator|rfc3987-syntax|jsonpointer|lark|uri-template|webcolors|overrides|prometheus_client|python-json-logger|send2trash|terminado|async-lru|sniffio|websocket-client'
 if [ "${1:-}" = book ]; then
   grep -v '^#' "$lock" | grep -v -i -E "^($have)==" > /tmp/kb-gpu-reqs.txt
 else

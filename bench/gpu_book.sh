@@ -11,7 +11,7 @@ start=$(date +%s.%N)
 python -m kernelbook book --params "$params" --run "data/runs/$id" --out "reports/$id" 2>&1 | tee "$OUT/book.log"
 rc=${PIPESTATUS[0]}
 end=$(date +%s.%N)
-echo "{\"command\": \"python -m kernelbook book --params $params --run data/runs/$id --out reports/$id\", \"rc\": $rc, \"wall_s\": $(echo "$end - $start" | bc)}" | tee "$OUT/book_wall.json"
+echo "{\"command\": \"python -m kernelbook book --params $params --run data/runs/$id --out reports/$id\", \"rc\": $rc, \"wall_s\": $(python3 -c "print(round($end - $start, 1))")}" | tee "$OUT/book_wall.json"
 tar --exclude='*.ncu-rep' --exclude='raw' -cf "$OUT/run.tar" -C data/runs "$id"
 cp "data/runs/$id/raw/trace.json.gz" "$OUT/" 2>/dev/null
 tar -cf "$OUT/report.tar" -C reports "$id" 2>/dev/null || tar -cf "$OUT/report.tar" -C reports "$id.failed"

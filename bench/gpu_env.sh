@@ -2,4 +2,6 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "installing .whl/*.whl failed: run bench/gpu_wheels.sh on the machine with registry access"; return 1; }
 export PYTHONPATH=/tmp/site:$PWD/lib${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# data files of the wheels (nbconvert's templates, the widget and plotly extensions) land under /tmp/site/share
+export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH} PATH=/tmp/site/bin:$PATH
 python3 -c "from kernelbook.load.ncu import reader_origin; print('ncu_report reader:', reader_origin())"

@@ -235,7 +235,10 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                 error = None
             src.unlink()
             if executed.exists():
-                _html(executed, stage / f"{nb.stem}.html")
+                try:
+                    _html(executed, stage / f"{nb.stem}.html")
+                except Exception as e:  # e.g. nbconvert's templates missing: the book fails with its reason
+                    error = error or e
             dt = time.perf_counter() - t
             summary = _summary(executed) if executed.exists() else ""
             if note is not None:

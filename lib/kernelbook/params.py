@@ -153,6 +153,7 @@ SCHEMA: dict[str, Param] = {
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),
     "phase": Param(str, "decode", ("03_histograms", "04_roofline", "05_classification"),
                    "phase whose profiled kernels the analysis chapters show", choices=PHASE_NAMES),
+    "measure_here": Param(bool, False, ("00_setup",), "chapter 00 also measures this machine's GPU peaks now"),
     "capture": Param(str, "auto", ("00_setup", "01_timeline", "02_ncu"),
                      "auto: the capture chapters capture what run_dir lacks when this machine can (GPU, ncu), else "
                      "read; never: read; always: capture into a new run_dir", choices=("auto", "never", "always")),

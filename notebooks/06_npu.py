@@ -65,7 +65,7 @@ kb.table(tr.calib, "Latency L and slowdown b per kernel class, fitted on the run
 # blocks the host at device-to-host copies; device time is compared with the measured GPU-busy time.
 
 # %%
-kb.table(val.set_index("phase").T, "Predicted against measured, each phase held out of the fit")
+kb.table(val, "Predicted against measured, each phase held out of the fit")
 
 # %%
 kb.md(W.validation_prose(val, tr))

@@ -231,8 +231,8 @@ def test_cli_book_exit_2_for_what_the_run_does_not_hold(tmp_path, yaml_text, say
 def test_help_lists_exactly_the_commands_that_exist():
     out = subprocess.run([sys.executable, "-m", "kernelbook", "--help"], capture_output=True, text=True,
                          cwd=REPO).stdout
-    assert "{book,capture,lab}" in out
-    assert "diff" not in out and "SUPPRESS" not in out and "_worker" not in out
+    assert "{book,capture,diff,lab}" in out
+    assert "SUPPRESS" not in out and "_worker" not in out
 
 
 def test_capture_always_on_a_cpu_machine_stops_at_once_with_exit_2(tmp_path):
@@ -254,4 +254,22 @@ def test_capture_auto_on_a_cpu_machine_reads_and_says_so(report):
         page = (report / f"{stem}.html").read_text()
         assert f"capture: auto — the run already holds its {part} part, so the chapter reads it" in page
     steps = (report / "00_setup.html").read_text()
-    assert "Nsight Compute capture" in steps and "python -m kernelbook capture" in steps
+    # the bundled run was captured by the book itself: each step names the chapter that took it
+    assert "Nsight Compute capture" in steps and "02_ncu" in steps and "01_timeline" in steps
+
+
+def test_diff_compares_two_runs_and_refuses_a_non_run(partial_run, tmp_path):
+    """`diff` on the bundled run and its partial twin (same timeline, no ncu counters): every phase at
+    ratio 1.00, no kernel family only on one side, and each side's ncu coverage; a folder that is no run
+    is exit 2 with the reason."""
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "diff", str(RUN), str(partial_run)],
+                          capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "ncu decode 20/20, prefill 20/20" in out and "ncu decode 0/20" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith(("  vision_encode ", "  prefill ", "  decode "))]
+    assert len(rows) == 3 and all(ln.count(" 1.00 ") == 2 for ln in rows), rows
+    assert out.count("0 only in B, 0 only in A") == 3
+    bad = subprocess.run([sys.executable, "-m", "kernelbook", "diff", str(RUN), str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2 and "has no manifest.json" in bad.stderr and "Traceback" not in bad.stderr

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return launch(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m kernelbook", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,capture,lab}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,capture,diff,lab}")
     b = sub.add_parser("book", help="render the chapters of a run into HTML")
     b.add_argument("--params", help="params YAML (overrides)")
     b.add_argument("--run", help=f"run directory (default: {P.BUNDLED_RUN})")
@@ -34,9 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("capture", help="capture a run on a GPU machine")
     c.add_argument("--params", help="params YAML (overrides)")
     c.add_argument("--out", required=True, help="new run directory, e.g. data/runs/<run-id>")
+    d = sub.add_parser("diff", help="compare two runs: per-phase time, category shares, matched kernels, ncu deltas")
+    d.add_argument("run_a")
+    d.add_argument("run_b")
     sub.add_parser("lab", help="open the chapters in JupyterLab as notebooks (any further arguments go to "
                    "`jupyter lab`, e.g. --no-browser --port 8888)")
     args = ap.parse_args(argv)
+    if args.cmd == "diff":
+        return _diff(args.run_a, args.run_b)
     try:
         overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
         if args.cmd == "book" and args.params:  # the capture chapters take their capture parameters from it
@@ -73,6 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: {run}")
         return 0
     return 1
+
+
+def _diff(a: str, b: str) -> int:
+    from .analyze.compare import text_report
+    from .load.run import RunError, load_run
+    from .params import resolve_path
+
+    try:
+        runs = [load_run(resolve_path(x)) for x in (a, b)]
+    except RunError as e:
+        _err(f"diff: {e}")
+        return EXIT_BAD_PARAMS
+    print(text_report(*runs))
+    return 0
 
 
 def _worker(argv: list[str]) -> int:

@@ -48,6 +48,22 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
         raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
 
 
+def _profile(cmd, log: Path, report: Path, timeout_s: int, progress, expected: int | None = None):
+    """Run ncu and read what it wrote: (metrics, results, error, stop, wall s). `stop` is the
+    NcuStopped to re-raise once the tables are written (a capture stopped by a signal)."""
+    t = time.perf_counter()
+    error = stop = None
+    try:
+        run_ncu(cmd, log, timeout_s, expected=expected, progress=progress)
+    except NcuStopped as e:
+        error, stop = str(e), e
+    except NcuError as e:
+        error = str(e)
+    wall = time.perf_counter() - t
+    metrics, results, error = _read(report.with_suffix(".ncu-rep"), log.parent, error)
+    return metrics, results, error, stop, wall
+
+
 def _read(rep: Path, ncu_dir: Path, error: str | None):
     from ..load.ncu import NcuReportError, read_ncu_report_isolated
 
@@ -74,16 +90,8 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     label = "+".join(s.phase for s in sels)
     say(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
         f"op calls for {len(reps)} kernels")
-    t = time.perf_counter()
-    error, stop = None, None
-    try:
-        run_ncu(cmd, ncu_dir / "ncu.log", params["ncu_timeout_s"], expected=len(exp), progress=ncu_progress(label, say))
-    except NcuStopped as e:
-        error, stop = str(e), e
-    except NcuError as e:
-        error = str(e)
-    wall = time.perf_counter() - t
-    metrics, results, error = _read(report.with_suffix(".ncu-rep"), ncu_dir, error)
+    metrics, results, error, stop, wall = _profile(cmd, ncu_dir / "ncu.log", report, params["ncu_timeout_s"],
+                                                    ncu_progress(label, say), len(exp))
     selected = pd.concat([s.kernels.assign(phase=s.phase) for s in sels], ignore_index=True)
     selected = selected[["phase"] + [c for c in selected.columns if c != "phase"]]
     kernels, launches = kernel_table_by_position(selected, exp, metrics, results, error, timeline=timeline)
@@ -142,16 +150,8 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say) -
         report = ncu_dir / f"{phase}"
         cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, phase, sel.step),
                           params["clock_control"], params["cache_control"])
-        t = time.perf_counter()
-        error, stop = None, None
-        try:
-            run_ncu(cmd, ncu_dir / f"{phase}.log", params["ncu_timeout_s"], progress=ncu_progress(phase, say))
-        except NcuStopped as e:
-            error, stop = str(e), e
-        except NcuError as e:
-            error = str(e)
-        wall = time.perf_counter() - t
-        metrics, results, error = _read(report.with_suffix(".ncu-rep"), ncu_dir, error)
+        metrics, results, error, stop, wall = _profile(cmd, ncu_dir / f"{phase}.log", report,
+                                                        params["ncu_timeout_s"], ncu_progress(phase, say))
         kernels = kernel_table(sel, metrics, results, timeline, error)
         kernels.insert(0, "phase", phase)
         if metrics is not None:

@@ -242,3 +242,14 @@ def test_designs_predict_from_the_yaml(tr):
     m = tr.measured.set_index("phase").loc["decode"]
     assert t.loc[tr.gpu.key, "decode bound"] == "host/launch"
     assert t.loc[tr.gpu.key, "decode ms/token"] == pytest.approx(m.plain_wall_ms_per_step, rel=0.05)
+
+
+def test_every_decode_gemv_sits_left_of_the_dram_ridge(k, roofs, dev):
+    """Cache control `all`: a batch-1 GEMV reads its weights from DRAM once per launch, so its DRAM
+    intensity is a few FLOP per byte (tensor FLOPs include the MMA padding), far left of the ridge."""
+    p = R.points(k, roofs).set_index(["kernel_id", "level"])
+    gemv = [r.kernel_id for r in k.itertuples() if r.phase == "decode" and r.kernel_id in ("d000", "d004", "d005")]
+    assert len(gemv) == 3
+    for kid in gemv:
+        q = p.loc[(kid, "DRAM")]
+        assert q.bound == "memory" and q.intensity < dev.ridge("bf16") / 10, (kid, q.intensity)

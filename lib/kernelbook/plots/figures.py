@@ -152,7 +152,7 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                 marker=dict(symbol=sym, size=8 + 40 * np.sqrt(q.share), color=CATEGORY_COLOURS[j % 11],
                             line=dict(width=2, color=np.where(q.above_roof, "red", "white"))),
                 customdata=np.c_[q.friendly_name, q.duration_us, q.pct_of_roof.round(1), q.kernel_id],
-                hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3g} FLOP/s"
+                hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3s} FLOP/s"
                               "<br>%{customdata[1]:.1f} µs, %{customdata[2]} % of roof<extra></extra>"))
     # the legend goes under the plot, wrapping, so every roof (L2, L1 included) shows without a scroll box
     fig.update_layout(template=TEMPLATE, height=640 + 22 * (len(fig.data) // 4),
@@ -210,7 +210,7 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
             fig.add_trace(go.Scatter(x=[pt.intensity], y=[pt.flops_per_s], mode="markers", showlegend=False,
                                      marker=dict(size=9, color=colours[pt.level],
                                                  line=dict(width=2, color="red" if pt.above_roof else "white")),
-                                     hovertemplate=f"{pt.level}: {pt.intensity:.3g} FLOP/B, {pt.flops_per_s:.3g} FLOP/s, "
+                                     hovertemplate=f"{pt.level}: {pt.intensity:.3g} FLOP/B, {eng(pt.flops_per_s, 'FLOP/s')}, "
                                                    f"{pt.pct_of_roof:.1f} % of roof<extra></extra>"), row=r, col=c)
         fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
         fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1, **FLOPS_TICKS)

@@ -234,7 +234,8 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict)
             verdict = f"agrees with the reads: the {write / 1e6:.2f} MB output is still in L2 at the kernel's end"
         elif ratio < 1:
             verdict = ("cache-resident under replay (cache control none): the counters saw a warm L2"
-                       if cache == "none" else f"below the operands' bytes (×{ratio:.2f}): part served from L2")
+                       if cache == "none" else f"below the operands' bytes (×{ratio:.2f}): it read less than the shapes say; for a "
+                       "grouped GEMM, experts that got no routed rows are skipped (routing is not in the shapes)")
         else:
             verdict = f"over-fetching ×{ratio:.2f}: operands read from DRAM more than once"
         rows.append({"kernel_id": r["kernel_id"], "phase": r["phase"], "friendly_name": r.get("friendly_name"),

@@ -281,8 +281,8 @@ def cache_control_note(manifest: dict, chapter: str) -> str:
     distorts; under `all`, that the DRAM counters are what a cold launch moves."""
     cache = (manifest.get("ncu") or {}).get("cache_control") or (manifest.get("params") or {}).get("cache_control")
     if cache == "none":
-        return ("**This run was captured with ncu `--cache-control none`.** ncu replays each kernel about 25 "
-                "passes; after the first, its operands sit in L2, so DRAM counters read a warm cache that the real "
+        return ("**This run was captured with ncu `--cache-control none`.** ncu replays each kernel in "
+                "several passes; after the first, its operands sit in L2, so DRAM counters read a warm cache that the real "
                 f"decode loop never sees. Distorted here: {_DISTORTED[chapter]}. Re-capture with "
                 "`cache_control: all` (the default) for figures to trust.")
     if cache == "all":

@@ -30,7 +30,7 @@ import pandas as pd
 import yaml
 
 from .histograms import weighted_mean
-from .ncu_report import expected_gemm_flops
+from .ncu_report import expected_gemm_flops, implied_bytes
 from .timeline import gemm_dims, phase_summary, work_category
 
 NPUS_YAML = Path(__file__).resolve().parents[3] / "params" / "npus.yaml"
@@ -180,9 +180,9 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
         dims = gemm_dims(r.op_shapes) if r.category in ("GEMM", "GEMV") else None
         att = attention_work(r.op_shapes) if r.category == "attention" else None
         if dims is not None:
-            bsz, m_, n_, k_, _ = dims  # compulsory traffic: each operand read once, the output written once
-            nbytes = 2.0 * bsz * (m_ * k_ + k_ * n_ + m_ * n_) if r.op != "aten::_grouped_mm" else \
-                2.0 * (m_ * k_ + dims[4] + m_ * n_)
+            # compulsory traffic: each operand read once, the output written once (bf16)
+            read, write, _ = implied_bytes(r.op, r.op_shapes, r.category, 2)
+            nbytes = read + write
             if p is not None:  # counted FLOPs include MMA padding: the work the unit really does
                 row = (p.flops_tensor, p.flops_cuda or 0.0, nbytes, nbytes, "ncu FLOPs + bytes from shapes")
             else:

@@ -82,12 +82,18 @@ def _assign_op_index(timeline: pd.DataFrame, op_ranges: list[tuple]) -> np.ndarr
     if not op_ranges:
         return out
     r = np.array(sorted(op_ranges))
-    s, e, idx = r[:, 0] * US_TO_NS, r[:, 1] * US_TO_NS, r[:, 2].astype("int64")
     t = timeline["launch_ns"].to_numpy()
-    j = np.searchsorted(s, t, side="right") - 1
-    ok = ~np.isnan(t) & (j >= 0) & (t <= e[np.clip(j, 0, None)])
-    out[ok] = idx[j[ok]]
+    j, ok = _containing(r[:, 0] * US_TO_NS, r[:, 1] * US_TO_NS, t)
+    ok &= ~np.isnan(t)
+    out[ok] = r[j[ok], 2].astype("int64")
     return out
+
+
+def _containing(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each time in `t`: the index of the last range (sorted by start, not overlapping) that starts
+    at or before it, and whether that range still holds it."""
+    idx = np.searchsorted(start, t, side="right") - 1
+    return idx, (idx >= 0) & (t <= end[np.clip(idx, 0, None)])
 
 
 def _phase_table(ranges: list[tuple]) -> pd.DataFrame:
@@ -166,10 +172,7 @@ def _assign_phase(launch_ns: np.ndarray, start_ns: np.ndarray, phases: pd.DataFr
     for outer in (phases[phases.phase != "vision_encode"], phases[phases.phase == "vision_encode"]):
         if outer.empty:
             continue
-        s = outer["start_ns"].to_numpy()
-        e = outer["end_ns"].to_numpy()
-        idx = np.searchsorted(s, t, side="right") - 1
-        ok = (idx >= 0) & (t <= e[np.clip(idx, 0, None)])
+        idx, ok = _containing(outer["start_ns"].to_numpy(), outer["end_ns"].to_numpy(), t)
         phase[ok] = outer["phase"].to_numpy()[idx[ok]]
         step[ok] = outer["step"].to_numpy()[idx[ok]]
     return phase, step

@@ -31,17 +31,28 @@ PLOTLY_JS = "plotly.min.js"
 
 
 def _kernel_manager(folder: str):
-    """The kernel manager for chapters: on POSIX it talks to the kernel over IPC sockets in `folder`
-    (private, temporary) instead of TCP on localhost, so there is no port another user could connect
-    to and no ipykernel warning about unencrypted TCP cutting into the progress lines. ZeroMQ has no
-    IPC transport on Windows, where the default (TCP) manager stays."""
+    """The kernel manager for chapters.
+
+    - On POSIX it talks to the kernel over IPC sockets in `folder` (private, temporary) instead of TCP
+      on localhost, so there is no port another user could connect to and no ipykernel warning about
+      unencrypted TCP cutting into the progress lines. ZeroMQ has no IPC transport on Windows, where
+      TCP stays.
+    - It does not interrupt a kernel it is shutting down. jupyter_client sends SIGINT before every
+      shutdown request; a chapter's kernel is idle by then (or stopped by its own error), and the
+      signal only made ipykernel log "KeyboardInterrupt caught in kernel" into the runner's output,
+      depending on timing. The shutdown request and, past the wait time, the kill still stop it."""
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import CaselessStrEnum
 
-    if os.name != "posix":
-        return AsyncKernelManager
+    class ChapterKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self) -> None:
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
 
-    class IPCKernelManager(AsyncKernelManager):
+    if os.name != "posix":
+        return ChapterKernelManager
+
+    class IPCKernelManager(ChapterKernelManager):
         transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
 
         def _ip_default(self):

@@ -223,3 +223,43 @@ def test_op_calls_are_numbered_the_same_in_the_record_pass_and_the_ncu_worker(ti
     seen = {(p, s, i): "::".join(op.split(".")[:2]) for p, s, i, op in worker.op_seen}
     assert set(seen) == {(k[0], k[1], i) for k, idx in targets.items() for i in idx}
     assert all(seen[c] == recorded[c] for c in seen), {c: (seen[c], recorded[c]) for c in seen}
+
+
+def test_attention_implementation_is_a_capture_parameter(tiny_ocr2):
+    """`attn_implementation: eager` builds the language model with eager attention: its decode then runs
+    matmul + softmax, and no SDPA op at all."""
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32", attn_implementation="eager")
+    assert lm.model.config.text_config._attn_implementation == "eager"
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    _, events, _ = profiled(wl.generate, lm.model)
+    ops = {e.name for e in events}
+    assert "aten::scaled_dot_product_attention" not in ops and "aten::softmax" in ops
+    default = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    assert default.model.config.text_config._attn_implementation == "sdpa"
+
+
+def test_a_static_cache_with_a_compiled_decode_step_keeps_every_phase_mark(tiny_ocr2):
+    """`cache_implementation: static`: generate preallocates the cache and compiles each decode step
+    (on a GPU with CUDA graphs; here with dynamo's eager backend, forced on the CPU). The phase hooks run
+    outside the compiled graph: every step is marked, and the step counter does not make dynamo
+    recompile the decode step once per token."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    from kernelbook.capture.workload import generate_kwargs
+
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    params = {**PARAMS, "crop_mode": False, "cache_implementation": "static", "max_new_tokens": 6}
+    wl = build_workload(lm, params, "cpu")
+    assert wl.gen_kwargs["cache_implementation"] == "static" and wl.gen_kwargs["disable_compile"] is False
+    assert generate_kwargs({**params, "compile_decode": False}, lm.model.config)["disable_compile"] is True
+    cc = CompileConfig(backend="eager", fullgraph=False)
+    cc._compile_all_devices = True  # transformers compiles the decode step on GPUs only
+    wl.gen_kwargs["compile_config"] = cc
+    torch._dynamo.reset()
+    counters.clear()
+    out, phases = phases_of(wl, lm.model)
+    assert out.shape[1] == wl.inputs["input_ids"].shape[1] + 6
+    assert phases == [("prefill", 0), ("vision_encode", 0)] + [("decode", i) for i in range(1, 6)]
+    assert counters["stats"]["calls_captured"] > 0  # the decode step was compiled
+    assert counters["stats"]["unique_graphs"] <= 6  # not one graph per token

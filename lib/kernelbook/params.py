@@ -84,7 +84,7 @@ def _weights(v) -> str | None:
 
 
 def _nonblank(v) -> str | None:
-    return "must not be blank (null keeps the reference request)" if not v.strip() else None
+    return "must not be blank (write null instead)" if not v.strip() else None
 
 
 def _device(v) -> str | None:
@@ -120,6 +120,16 @@ SCHEMA: dict[str, Param] = {
                            "cut): a text model's whole prefill, an image model's text beside its image tokens; "
                            "null: the prompt as written", min=1, max=131072, nullable=True),
     "max_new_tokens": Param(int, 64, (CAPTURE,), "decode steps; min_new_tokens is set equal", min=1, max=4096),
+    "attn_implementation": Param(str, None, (CAPTURE,), "attention implementation the model is built with "
+                                 "(transformers' attn_implementation); null: the model's default",
+                                 choices=("sdpa", "eager"), nullable=True),
+    "cache_implementation": Param(str, "dynamic", (CAPTURE,), "KV cache of generate: dynamic grows per token; "
+                                  "static is preallocated to the full length (transformers' StaticCache)",
+                                  choices=("dynamic", "static")),
+    "compile_decode": Param(bool, True, (CAPTURE,), "with a static cache, generate compiles each decode step "
+                            "(torch.compile, mode reduce-overhead: CUDA graphs); false keeps it eager"),
+    "variant": Param(str, None, (CAPTURE,), "label of this run as a variant of a baseline run (what was changed, "
+                     "e.g. 'batch 8'); null: not a variant", check=_nonblank, nullable=True),
     "no_repeat_ngram_size": Param(int, 20, (CAPTURE,), "as in the reference experiment", min=0, max=1000),
     "crop_mode": Param(bool, True, (CAPTURE,), "local 768 crops beside the global view"),
     "base_size": Param(int, 1024, (CAPTURE,), "global view size (px)", choices=(512, 640, 1024, 1280)),

@@ -54,7 +54,7 @@ def deepseek_ocr2_config(**overrides: Any):
     return DeepseekOcr2Config(**arch)
 
 
-def build_random(config, device: str, dtype) -> Any:
+def build_random(config, device: str, dtype, attn_implementation: str | None = None) -> Any:
     """Instantiate `config` with random weights directly on `device` (no CPU copy)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoModelForCausalLM
@@ -62,8 +62,13 @@ def build_random(config, device: str, dtype) -> Any:
     torch.manual_seed(0)
     auto = AutoModelForImageTextToText if _is_vlm_config(config) else AutoModelForCausalLM
     with torch.device(device):
-        model = auto.from_config(config, dtype=dtype)
+        model = auto.from_config(config, dtype=dtype, **_attn(attn_implementation))
     return model.eval()
+
+
+def _attn(impl: str | None) -> dict:
+    """transformers' attn_implementation argument; none given keeps the model's default."""
+    return {"attn_implementation": impl} if impl else {}
 
 
 def _is_vlm_config(config) -> bool:
@@ -139,29 +144,31 @@ def _class_name(cfg, vlm: bool) -> str:
 
 
 def load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat16",
-               trust_remote_code: bool = False) -> LoadedModel:
+               trust_remote_code: bool = False, attn_implementation: str | None = None) -> LoadedModel:
     """Load `model` with `weights` ("random", "pretrained", a hub id, or a local path).
 
     For `deepseek-ocr-2`, weights="random" builds the published architecture; any other weights
     value is a checkpoint for `from_pretrained`. For other model names, `model` itself is the
     checkpoint unless weights names another; weights="random" builds its config with random weights
     and still takes the checkpoint's own processor, so inputs are what the model expects.
+    `attn_implementation` ("sdpa", "eager"; None: the model's default) is transformers' own argument.
     """
     import torch
 
     dtype = getattr(torch, dtype_name)
     source = _source(model, weights)
     if source is None:
-        m = build_random(deepseek_ocr2_config(), device, dtype)
+        m = build_random(deepseek_ocr2_config(), device, dtype, attn_implementation)
         return LoadedModel(m, None, "random", _count(m), "image-text-to-text")
     if weights == "random":
         spec = model_spec(model, weights, trust_remote_code)
-        m = build_random(spec.config, device, dtype)
+        m = build_random(spec.config, device, dtype, attn_implementation)
         return LoadedModel(m, spec.processor, "random", _count(m), spec.kind)
-    return _from_pretrained(source, device, dtype, trust_remote_code)
+    return _from_pretrained(source, device, dtype, trust_remote_code, attn_implementation)
 
 
-def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool) -> LoadedModel:
+def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool,
+                     attn_implementation: str | None = None) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     cfg = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
@@ -172,14 +179,16 @@ def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool) -
     # device_map places weights straight on the GPU but needs accelerate; without it, load then move
     place = {"device_map": device} if importlib.util.find_spec("accelerate") else {}
     try:
-        m = auto.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code, **place)
+        m = auto.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code, **place,
+                                 **_attn(attn_implementation))
     except ValueError as e:
         if "Unrecognized configuration class" not in str(e):
             raise
         # custom-code models (DeepSeek-OCR v1) register only AutoModel
         from transformers import AutoModel
 
-        m = AutoModel.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code)
+        m = AutoModel.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code,
+                                      **_attn(attn_implementation))
         vlm = True
         place = {}
     if not place:

@@ -81,11 +81,16 @@ class PhaseTracker:
     _mode: object = None
 
     def install(self) -> "PhaseTracker":
-        self._handles.append(self.model.register_forward_pre_hook(self._top_pre))
-        self._handles.append(self.model.register_forward_hook(self._top_post))
+        """Hooks on the top-level forward and the vision modules. They run eagerly also when generate
+        compiles the decode step (static cache): torch.compile does not trace into them (it would guard
+        on the step counter and recompile every step), so the marks stay outside the compiled graph."""
+        from torch.compiler import disable
+
+        self._handles.append(self.model.register_forward_pre_hook(disable(self._top_pre)))
+        self._handles.append(self.model.register_forward_hook(disable(self._top_post)))
         for mod in vision_modules(self.model):
-            self._handles.append(mod.register_forward_pre_hook(self._vision_pre))
-            self._handles.append(mod.register_forward_hook(self._vision_post))
+            self._handles.append(mod.register_forward_pre_hook(disable(self._vision_pre)))
+            self._handles.append(mod.register_forward_hook(disable(self._vision_post)))
         return self
 
     def remove(self) -> None:

@@ -186,7 +186,8 @@ def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None):
     from .workload import build_workload
 
     t = time.perf_counter()
-    loaded = load_model(params["model"], params["weights"], "cuda", params["dtype"], params["trust_remote_code"])
+    loaded = load_model(params["model"], params["weights"], "cuda", params["dtype"], params["trust_remote_code"],
+                        params.get("attn_implementation"))
     wl = build_workload(loaded, params, "cuda")
     torch.cuda.synchronize()
     load_s = time.perf_counter() - t

@@ -56,9 +56,16 @@ def pages_for(params: dict) -> tuple[list, str]:
 
 
 def generate_kwargs(params: dict, cfg) -> dict:
+    """Greedy generation of exactly `max_new_tokens`. `cache_implementation: static` preallocates the KV
+    cache; generate then compiles each decode step (mode reduce-overhead: CUDA graphs) unless
+    `compile_decode` is false. The prefill step stays eager either way (transformers' own choice)."""
     n_new = params["max_new_tokens"]
-    return dict(max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
-                no_repeat_ngram_size=params.get("no_repeat_ngram_size", 20), pad_token_id=_pad_id(cfg))
+    kw = dict(max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
+              no_repeat_ngram_size=params.get("no_repeat_ngram_size", 20), pad_token_id=_pad_id(cfg))
+    if params.get("cache_implementation", "dynamic") == "static":
+        kw["cache_implementation"] = "static"
+        kw["disable_compile"] = not params.get("compile_decode", True)
+    return kw
 
 
 def build_workload(loaded: LoadedModel, params: dict, device: str) -> Workload:

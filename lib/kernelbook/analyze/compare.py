@@ -3,8 +3,10 @@
 Per phase: wall and GPU-busy time per step, per-category shares; per kernel: matched by identity that
 survives template-parameter and tile changes (the aten op that launched it and its kernel family, e.g.
 `aten::mm` → `nvjet GEMM`, whatever the tile), with time per step and, where both runs profiled it,
-ncu metric deltas; kernels only in one run; ncu coverage on each side. All times per step in µs/ms as
-the column names say; B − A deltas, and B ÷ A ratios.
+ncu metric deltas; kernels only in one run; ncu coverage on each side. A kernel launched from a
+torch.compile'd graph (CUDA graph replay: the profiler names the graph call, not the aten op) matches
+the other run's kernels of its family whatever their ops. All times per step in µs/ms as the column
+names say; B − A deltas, and B ÷ A ratios.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from .timeline import PHASE_ORDER, category_shares, phase_summary
 
 METRICS = ("duration_ns", "sm_pct", "dram_pct", "memory_pct", "achieved_occupancy_pct", "dram_bytes")
 _TILE = re.compile(r",?\s*\d+x\d+(x\d+)?\s*tile")
+COMPILED = "compiled graph"
+_COMPILED_OP = re.compile(r"CompiledFxGraph|Torch-Compiled Region|CompiledFunction|cudaGraphLaunch")
 
 
 def family(friendly_name: str | None) -> str:
@@ -57,10 +61,18 @@ def categories(a, b) -> pd.DataFrame:
     return m.sort_values(["phase", "pct_a"], ascending=[True, False]).reset_index(drop=True)
 
 
+def op_label(op: str | None) -> str:
+    """The aten op that launched a kernel; `compiled graph` for a launch from a torch.compile'd graph
+    (its profiler name carries a per-compile hash that no other run shares)."""
+    if op is None or op != op:
+        return "-"
+    return COMPILED if _COMPILED_OP.search(op) else op
+
+
 def _per_step(run) -> pd.DataFrame:
     tl = run.timeline[(run.timeline.kind == "kernel") & run.timeline.phase.isin(PHASE_ORDER[:3])]
     steps = run.phases.groupby("phase")["step"].nunique()
-    tl = tl.assign(family=tl.friendly_name.map(family), op=tl.op.fillna("-"))
+    tl = tl.assign(family=tl.friendly_name.map(family), op=tl.op.map(op_label))
     g = tl.groupby(["phase", "op", "family"]).agg(total_ns=("duration_ns", "sum"), launches=("duration_ns", "size"),
                                                   names=("name", "nunique"), name=("name", "first"))
     g = g.reset_index()
@@ -72,9 +84,12 @@ def _per_step(run) -> pd.DataFrame:
 
 def kernels(a, b, phase: str | None = None) -> pd.DataFrame:
     """Kernel families matched across the runs by (phase, aten op, family): µs per step in A and B,
-    the change, and `only_in` ('A' / 'B') for those one run lacks; sorted by the larger time."""
+    the change, and `only_in` ('A' / 'B') for those one run lacks; sorted by the larger time. Families
+    left unmatched where one side launched them from a compiled graph are matched by (phase, family)
+    alone, the other side's ops summed (`op` then reads 'aten::mm, aten::bmm → compiled graph')."""
     ka, kb = _per_step(a), _per_step(b)
     m = ka.merge(kb, on=["phase", "op", "family"], how="outer", suffixes=("_a", "_b"))
+    m = _match_compiled(m)
     m["only_in"] = np.where(m.us_per_step_a.isna(), "B", np.where(m.us_per_step_b.isna(), "A", ""))
     m[["us_per_step_a", "us_per_step_b"]] = m[["us_per_step_a", "us_per_step_b"]].fillna(0.0)
     m["change_us_per_step"] = m.us_per_step_b - m.us_per_step_a
@@ -84,6 +99,28 @@ def kernels(a, b, phase: str | None = None) -> pd.DataFrame:
     m["_order"] = m[["us_per_step_a", "us_per_step_b"]].max(axis=1)
     m = m.sort_values(["phase", "_order"], ascending=[True, False]).drop(columns="_order")
     return m.reset_index(drop=True)
+
+
+def _match_compiled(m: pd.DataFrame) -> pd.DataFrame:
+    only_a, only_b = m.us_per_step_b.isna(), m.us_per_step_a.isna()
+    graph = m.op == COMPILED
+    pairs = []
+    for (ph, fam), g in m[only_a | only_b].groupby(["phase", "family"]):
+        ga, gb = g[g.us_per_step_b.isna()], g[g.us_per_step_a.isna()]
+        if ga.empty or gb.empty or not (graph[ga.index].any() or graph[gb.index].any()):
+            continue
+        ops = lambda x: ", ".join(sorted(set(x.op)))  # noqa: E731
+        row = {"phase": ph, "family": fam, "op": f"{ops(ga)} → {ops(gb)}"}
+        for tag, side in (("a", ga), ("b", gb)):
+            row[f"us_per_step_{tag}"] = side[f"us_per_step_{tag}"].sum()
+            row[f"launches_per_step_{tag}"] = side[f"launches_per_step_{tag}"].sum()
+            row[f"names_{tag}"] = side[f"names_{tag}"].sum()
+            row[f"name_{tag}"] = side[f"name_{tag}"].iloc[0]
+        pairs.append((ga.index.union(gb.index), row))
+    if not pairs:
+        return m
+    drop = pd.Index([]).append([ix for ix, _ in pairs])
+    return pd.concat([m.drop(index=drop), pd.DataFrame([r for _, r in pairs])], ignore_index=True)
 
 
 def metrics(a, b) -> pd.DataFrame:

@@ -93,6 +93,35 @@ COLUMNS: dict[str, Col] = {
     "idle_pct": Col("GPU idle %", "pct"),
     "kernels": Col("Kernels", "count"),
     "steps": Col("Steps", "count"),
+    # chapter 07: variants and the comparison of two runs (A, B)
+    "variant": Col("Variant", "text"),
+    "run": Col("Run", "text"),
+    "op": Col("aten op", "text"),
+    "family": Col("Kernel family", "text"),
+    "baseline_ms": Col("Baseline", "ms"),
+    "predicted_ms": Col("Predicted", "ms"),
+    "measured_ms": Col("Measured", "ms"),
+    "predicted_gain": Col("Predicted gain", "ratio"),
+    "measured_gain": Col("Measured gain", "ratio"),
+    "gain_error_pct": Col("Error of the predicted gain %", "signed"),
+    "plain_generate_s": Col("Plain generate", "s"),
+    "speedup": Col("Speed-up", "ratio"),
+    "wall_ms_per_step_a": Col("Wall per step A", "ms"),
+    "wall_ms_per_step_b": Col("Wall per step B", "ms"),
+    "gpu_busy_ms_per_step_a": Col("GPU busy per step A", "ms"),
+    "gpu_busy_ms_per_step_b": Col("GPU busy per step B", "ms"),
+    "launches_per_step_a": Col("Launches per step A", "count"),
+    "launches_per_step_b": Col("Launches per step B", "count"),
+    "wall_ratio": Col("Wall B ÷ A", "ratio"),
+    "gpu_busy_ratio": Col("GPU busy B ÷ A", "ratio"),
+    "pct_a": Col("A %", "pct"),
+    "pct_b": Col("B %", "pct"),
+    "change_pts": Col("Change (points)", "signed"),
+    "us_per_step_a": Col("Per step A", "us"),
+    "us_per_step_b": Col("Per step B", "us"),
+    "change_us_per_step": Col("Change per step", "us"),
+    "only_in": Col("Only in", "text"),
+    "ratio": Col("B ÷ A", "ratio"),
     "launches_per_step": Col("Launches per step", "count"),
     "kernel_time_ms": Col("Kernel time", "ms"),
     "pct": Col("% of kernel time", "pct"),
@@ -387,7 +416,8 @@ def cell(v, kind: str) -> str:
     if kind == "share":
         return pct(100 * float(v))
     if kind == "signed":
-        return ("+" if float(v) > 0 else "") + pct(v)
+        text = pct(v)
+        return text if text.startswith(("<", ">")) else ("+" if float(v) > 0 else "") + text
     if kind == "ratio":
         return f"{sig(v)}×"
     if kind == "int":

@@ -15,7 +15,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED_RUN = "data/runs/h100-deepseek-ocr-2"
 CAPTURE = "capture"
-CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu")
+CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu",
+            "07_summary")
+VARIANT_RUNS = ["data/runs/h100-variant-static-graphs"]
 ALL_CHAPTERS = CHAPTERS
 PHASE_NAMES = ("vision_encode", "prefill", "decode")
 
@@ -155,9 +157,13 @@ SCHEMA: dict[str, Param] = {
     "lock_clocks": Param(bool, False, (CAPTURE, "00_setup"),
                          "lock GPU clocks with scripts/lock-gpu-clock.sh for the capture (own machines only)"),
     # --- book (any machine) ---
-    "run_dir": Param(str, BUNDLED_RUN, ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline",
-                                        "05_classification", "06_npu"), "run directory the chapters read",
-                 check=_run_dir),
+    "run_dir": Param(str, BUNDLED_RUN, CHAPTERS, "run directory the chapters read", check=_run_dir),
+    "variant_runs": Param(list, VARIANT_RUNS, ("07_summary",), "variant runs of run_dir (captured with a `variant` "
+                          "label) whose measured gains chapter 07 sets against the what-if's predictions",
+                          check=lambda v: next((p for p in map(_run_dir, v) if p), None)),
+    "baseline_run": Param(str, "", ("07_summary",), "a run to compare run_dir against (chapter 07's comparison "
+                          "section, as `python -m kernelbook diff baseline_run run_dir`); empty: no comparison",
+                          check=lambda v: _run_dir(v) if v else None),
     "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",
                     check=_device, nullable=True),
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),

@@ -1,0 +1,323 @@
+"""Chapter 07: the book in one page, and the optimization loop (variants: predicted against measured).
+
+- `phase_table`: where the generate call's time goes, per phase (profiled pass), beside GPU-busy time.
+- `decode_limit`: one decode step against its physical limit: the weight and KV-cache bytes a step must
+  read ÷ the measured DRAM copy bandwidth, and the measured step as a multiple of it.
+- `variant_rows`: for each variant run (a run whose capture parameters carry a `variant` label), the
+  gain chapter 06's what-if model predicts from the baseline beside the gain measured, and the error.
+  Like for like: both sides are the profiled pass's wall time per step (the what-if replays the
+  baseline's own recorded host gaps, `host_scale=1`), so the profiler's overhead cancels in the ratio;
+  the plain (unprofiled) generate time of each run is shown beside it.
+- `host_control`: a phase a variant does not change (same kernels, GPU-busy time within 3 %) whose wall
+  time changed anyway says the two captures ran on hosts of different speed; host-bound gains across
+  the two runs then carry that factor.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..i18n import tr
+from . import whatif as W
+from .timeline import PHASE_ORDER, phase_summary
+
+GRAPH_HOST_US = 2.0  # host time per launch under CUDA graphs, as chapter 06 assumes
+SAME_BUSY = 0.03     # GPU-busy times within 3 %: the phase's device work did not change
+HOST_DIFFERS = 0.10  # its wall time moved by more than 10 %: the hosts differ
+
+
+def phase_table(run) -> pd.DataFrame:
+    """Per phase: steps, wall ms (all steps), share of the phases' wall, GPU-busy ms, busy % of wall."""
+    s = phase_summary(run.timeline, run.phases)
+    s = s[s.phase.isin(PHASE_ORDER[:3])].copy()
+    total = s.wall_ms.sum()
+    return pd.DataFrame({"phase": s.phase, "steps": s.steps.clip(lower=1), "wall_ms": s.wall_ms,
+                         "share_pct": 100 * s.wall_ms / total, "gpu_busy_ms": s.gpu_busy_ms,
+                         "busy_pct": 100 * s.gpu_busy_ms / s.wall_ms}).reset_index(drop=True)
+
+
+@dataclass
+class DecodeLimit:
+    weight_bytes: float      # per decode step (all GEMM/GEMV weight operands)
+    kv_bytes: float          # per decode step (attention operands: the KV cache read)
+    dram_bytes_per_s: float  # measured DRAM copy bandwidth (read + write)
+    dram_source: str
+    batch: int
+    limit_ms: float          # (weights + KV) ÷ bandwidth, per step
+    wall_ms: float           # measured wall per step (profiled pass)
+    busy_ms: float           # measured GPU-busy per step
+
+    @property
+    def wall_multiple(self) -> float:
+        return self.wall_ms / self.limit_ms
+
+    @property
+    def busy_multiple(self) -> float:
+        return self.busy_ms / self.limit_ms
+
+    def table(self) -> pd.DataFrame:
+        rows = [("weights read per step", self.weight_bytes / 1e6, "MB"),
+                ("KV cache read per step", self.kv_bytes / 1e6, "MB"),
+                (f"DRAM bandwidth ({self.dram_source})", self.dram_bytes_per_s / 1e9, "GB/s"),
+                ("physical limit per step (bytes ÷ bandwidth)", self.limit_ms, "ms"),
+                ("GPU busy per step (measured)", self.busy_ms, "ms"),
+                ("wall per step (measured, profiled pass)", self.wall_ms, "ms"),
+                ("GPU busy ÷ limit", self.busy_multiple, "×"),
+                ("wall ÷ limit", self.wall_multiple, "×")]
+        return pd.DataFrame(rows, columns=["quantity", "value", "unit"])
+
+
+def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
+    """The decode step against the bytes it must move; None when the run has no decode phase."""
+    if "decode" not in set(tr_.measured.phase):
+        return None
+    w = tr_.work[tr_.work.phase == "decode"]
+    steps = max(1, tr_.steps["decode"])
+    kv = float((w.dram_bytes * w.launches)[w.category == "attention"].sum() / steps)
+    measured = {k: v for k, v in roofs.measured.items() if k.startswith("DRAM")}
+    if measured:
+        (src, bw), = measured.items()
+        src = "measured device-to-device copy"
+    else:
+        bw, src = roofs.bandwidth["dram"], "spec sheet"
+    m = tr_.measured.set_index("phase").loc["decode"]
+    weights = W.active_weight_bytes(tr_)
+    batch = int(run.manifest.get("params", {}).get("batch_size", 1))
+    return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),
+                       float(m.busy_ms_per_step))
+
+
+def decode_limit_prose(d: DecodeLimit) -> str:
+    return tr("A decode step must read {weights:.0f} MB of weights and {kv:.1f} MB of KV cache; at the measured "
+              "{bw:,.0f} GB/s that takes {limit:.2f} ms. The GPU is busy {busy:.2f} ms per step "
+              "({busy_x:.1f}× the limit) and the step takes {wall:.2f} ms of wall time under the profiler "
+              "({wall_x:.1f}× the limit): the distance between the last two is host and launch time, the "
+              "distance between the first two is kernels that do not stream at full bandwidth.",
+              weights=d.weight_bytes / 1e6, kv=d.kv_bytes / 1e6, bw=d.dram_bytes_per_s / 1e9, limit=d.limit_ms,
+              busy=d.busy_ms, busy_x=d.busy_multiple, wall=d.wall_ms, wall_x=d.wall_multiple)
+
+
+# --- variants ------------------------------------------------------------------------------------
+
+VARIANT_KEYS = ("cache_implementation", "compile_decode", "batch_size", "attn_implementation")
+
+
+def changed_params(base: dict, variant: dict) -> dict:
+    """The capture parameters a variant changed (workload keys only; ncu selection and labels aside)."""
+    from ..params import CAPTURE, SCHEMA
+
+    skip = {"variant", "ncu_top_n", "ncu_phases", "ncu_timeout_s", "timing_trials", "measure_peaks"}
+    # a key one run's manifest lacks (captured before the key existed) had its schema default
+    defaults = {k: p.default for k, p in SCHEMA.items() if CAPTURE in p.feeds}
+    base, variant = {**defaults, **base}, {**defaults, **variant}
+    return {k: variant.get(k) for k in sorted(set(base) | set(variant))
+            if k not in skip and base.get(k) != variant.get(k)}
+
+
+@dataclass
+class Lever:
+    """What chapter 06's model changes to predict a variant, or why it cannot."""
+    label: str
+    design: dict | None   # Design fields changed for the decode phase (None: no prediction)
+    batch: int = 1
+    why_not: str = ""
+
+
+def lever(changed: dict) -> Lever:
+    """The what-if change that stands for a variant's parameter change."""
+    unknown = [k for k in changed if k not in VARIANT_KEYS]
+    if unknown:
+        return Lever(", ".join(f"{k}={changed[k]}" for k in changed), None,
+                     why_not=tr("the what-if model has no lever for {keys}", keys=", ".join(unknown)))
+    if "attn_implementation" in changed:
+        return Lever(tr("attention implementation {impl}", impl=changed["attn_implementation"]), None,
+                     why_not=tr("the what-if model prices attention by its work (FLOPs and bytes), which "
+                                "does not depend on the implementation"))
+    design, label = {}, []
+    if changed.get("cache_implementation") == "static" and changed.get("compile_decode", True) is not False:
+        design.update(launch_overhead_us=GRAPH_HOST_US, fuse_elementwise=True)
+        label.append(tr("decode step as one CUDA graph ({us:g} µs per launch) with elementwise ops fused",
+                        us=GRAPH_HOST_US))
+    batch = int(changed.get("batch_size", 1))
+    if batch > 1:
+        label.append(tr("batch {n}", n=batch))
+    if not design and batch == 1:
+        return Lever(", ".join(f"{k}={v}" for k, v in changed.items()), None,
+                     why_not=tr("no what-if lever for this change"))
+    return Lever("; ".join(label), design, batch)
+
+
+def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple]) -> pd.DataFrame:
+    """One row per (variant, phase) for decode (ms per token) and prefill (ms per call): baseline
+    measured, predicted, variant measured (profiled pass, per token = per step ÷ batch), predicted and
+    measured gains (baseline ÷ variant), error of the predicted gain in %. `variants`: (run, Trace)."""
+    base_pred = W.predict(base_tr, gpu, host_scale=1.0).set_index("phase")
+    base_m = base_tr.measured.set_index("phase")
+    rows = []
+    for run, vtr in variants:
+        p = run.manifest.get("params", {})
+        lv = lever(changed_params(base_run.manifest.get("params", {}), p))
+        pred = None
+        if lv.design is not None:
+            pred = W.predict(base_tr, gpu.with_(**lv.design), batch=lv.batch, host_scale=1.0).set_index("phase")
+        vm = vtr.measured.set_index("phase")
+        vb = int(p.get("batch_size", 1))
+        bb = int(base_run.manifest.get("params", {}).get("batch_size", 1))
+        for ph, unit in (("decode", "ms/token"), ("prefill", "ms/call")):
+            if ph not in base_m.index or ph not in vm.index:
+                continue
+            per = (lambda x, b: x / b) if ph == "decode" else (lambda x, b: x)
+            base_ms = per(base_m.loc[ph, "wall_ms_per_step"], bb)
+            var_ms = per(vm.loc[ph, "wall_ms_per_step"], vb)
+            if pred is not None and (ph == "decode" or lv.batch > 1):
+                # the graph lever applies to the decode step only (prefill stays eager in the variant);
+                # the model's own baseline replay is the reference, so its bias cancels in the ratio
+                pred_ms = per(pred.loc[ph, "wall_ms_per_step"], lv.batch)
+                pred_gain = per(base_pred.loc[ph, "wall_ms_per_step"], bb) / pred_ms
+            elif pred is not None:
+                pred_ms, pred_gain = base_ms, 1.0
+            else:
+                pred_ms = pred_gain = np.nan
+            gain = base_ms / var_ms
+            rows.append({"variant": p.get("variant") or run.run_id, "run": run.run_id, "phase": ph, "unit": unit,
+                         "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
+                         "predicted_gain": pred_gain, "measured_gain": gain,
+                         "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})
+    return pd.DataFrame(rows)
+
+
+def plain_generate(base_run, variants: list) -> pd.DataFrame:
+    """Each run's plain (unprofiled) generate call: median seconds over its timing trials, and the
+    baseline ÷ variant ratio."""
+    def med(r):
+        return r.manifest.get("timeline_info", {}).get("plain_generate", {}).get("median_s", np.nan)
+
+    b = med(base_run)
+    rows = [{"run": base_run.run_id, "variant": "baseline", "plain_generate_s": b, "speedup": 1.0}]
+    for run, _ in variants:
+        v = med(run)
+        rows.append({"run": run.run_id, "variant": run.manifest.get("params", {}).get("variant") or run.run_id,
+                     "plain_generate_s": v, "speedup": b / v})
+    return pd.DataFrame(rows)
+
+
+def host_control(base_run, run) -> pd.DataFrame:
+    """Phases whose device work did not change (GPU busy within 3 %) but whose wall time moved by more
+    than 10 %: the two captures' hosts differ by that factor (`wall_ratio`)."""
+    from .compare import phases
+
+    ph = phases(base_run, run)
+    same = (ph.gpu_busy_ratio - 1).abs() <= SAME_BUSY
+    moved = (ph.wall_ratio - 1).abs() > HOST_DIFFERS
+    return ph[same & moved][["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]]
+
+
+def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame]) -> str:
+    """What the predicted-vs-measured table says (with each variant's what-if lever), and where it
+    cannot be trusted."""
+    out = []
+    for v, g in rows.groupby("variant", sort=False):
+        d = g[g.phase == "decode"]
+        if d.empty:
+            continue
+        r = d.iloc[0]
+        if r.predicted_gain == r.predicted_gain:
+            out.append(tr("**{v}** — what-if lever: {lever}.", v=v, lever=r.lever))
+            verdict = (tr("within the {tol:.0f} % target", tol=25) if abs(r.gain_error_pct) <= 25
+                       else tr("outside the {tol:.0f} % target", tol=25))
+            out.append(tr("  Decode predicted {p:.1f}× faster, measured {m:.1f}× ({e:+.0f} %, {verdict}).",
+                          p=r.predicted_gain, m=r.measured_gain, e=r.gain_error_pct, verdict=verdict))
+        else:
+            out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=v, m=r.measured_gain,
+                          why=r.why_no_prediction))
+        c = controls.get(r.run)
+        if c is not None and len(c):
+            cells = ", ".join(f"{x.phase} {x.wall_ratio:.2f}×" for x in c.itertuples())
+            out.append(tr("  Host control: phases this variant does not change ran at a different wall time "
+                          "({cells}) with the same GPU-busy time, so the two captures ran on hosts of "
+                          "different speed; host-bound figures between them carry that factor.", cells=cells))
+    return "\n\n".join(out)
+
+
+def trace_for(run):
+    """(what-if trace, the run's GPU as a design, roofs, profiled kernels) of a run, as chapter 06 builds them."""
+    from ..devices import lookup
+    from . import roofline as R
+
+    k = R.profiled_kernels(run)
+    dev = lookup(run.manifest["device"])
+    roofs = R.roofs(dev, run.manifest, k, run.ncu_metrics())
+    gpu = W.run_gpu_design(dev, roofs)
+    return W.build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu), gpu, roofs, k
+
+
+def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame) -> str:
+    """The chapter's one line: the biggest phase, decode against its limit, the best measured variant."""
+    top = phases.sort_values("wall_ms", ascending=False).iloc[0]
+    out = [tr("{phase} holds {share:.0f} % of the generate call's phase time", phase=top.phase, share=top.share_pct)]
+    if limit is not None:
+        out.append(tr("a decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV bytes need "
+                      "at measured DRAM bandwidth", wall=limit.wall_ms, x=limit.wall_multiple, limit=limit.limit_ms))
+    d = rows[rows.phase == "decode"] if len(rows) else rows
+    if len(d):
+        best = d.sort_values("measured_gain", ascending=False).iloc[0]
+        pred = (tr(" (predicted {p:.1f}×)", p=best.predicted_gain) if best.predicted_gain == best.predicted_gain
+                else "")
+        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=best.variant, m=best.measured_gain, pred=pred))
+    return "; ".join(out) + "."
+
+
+def limit_table(limit: DecodeLimit | None) -> pd.DataFrame:
+    return limit.table() if limit is not None else pd.DataFrame(columns=["quantity", "value", "unit"])
+
+
+def limit_prose(limit: DecodeLimit | None) -> str:
+    return decode_limit_prose(limit) if limit is not None else tr("The run has no decode phase.")
+
+
+def contract(run, k: pd.DataFrame, roofs) -> str:
+    """The profiler output contract (`report.md`): per-phase bound and top opportunities."""
+    from ..devices import lookup
+    from . import classify as C
+
+    if not len(k):
+        return tr("The run has no ncu counters: bounds and opportunities need chapter 02's capture.")
+    c = C.classify(k, lookup(run.manifest["device"]).ridge("bf16"))
+    summary = phase_summary(run.timeline, run.phases)
+    text = C.contract_markdown(run, summary, c, C.all_opportunities(run, summary, c, roofs))
+    return re.sub(r"^## ", "#### ", text, flags=re.M)  # the contract's sections sit under this chapter's heading
+
+
+def comparison_pair(baseline_run, run, variants: list) -> tuple | None:
+    """(A, B) for the comparison section: `baseline_run` against this run when given, else this run
+    against its first variant, else None."""
+    if baseline_run is not None:
+        return baseline_run, run
+    return (run, variants[0][0]) if variants else None
+
+
+def comparison(pair: tuple | None) -> dict[str, pd.DataFrame]:
+    """Chapter 07's comparison section: `diff A B` as tables (empty ones without a pair)."""
+    from . import compare as D
+
+    if pair is None:
+        return {k: pd.DataFrame() for k in ("phases", "categories", "kernels", "metrics")}
+    a, b = pair
+    kern = D.kernels(a, b).groupby("phase", sort=False).head(12)
+    return {"phases": D.phases(a, b), "categories": D.categories(a, b),
+            "kernels": kern[["phase", "op", "family", "us_per_step_a", "us_per_step_b", "change_us_per_step", "ratio",
+                             "only_in"]],
+            "metrics": D.metrics(a, b)}
+
+
+def comparison_note(pair: tuple | None) -> str:
+    from .compare import coverage
+
+    if pair is None:
+        return tr("No `baseline_run` given and no variant run to compare with.")
+    a, b = pair
+    return tr("A = `{a}` (ncu {ca}), B = `{b}` (ncu {cb}); ratios are B ÷ A.", a=a.run_id, ca=coverage(a),
+              b=b.run_id, cb=coverage(b))

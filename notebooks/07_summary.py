@@ -1,0 +1,120 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · Summary: where the time goes, what bounds it, and what changing it measured
+#
+# The book on one page: time per phase, the decode step against the bytes it must move, each phase's
+# bound and its top opportunities, the NPU what-if's headline, and the optimization loop — for each
+# variant of this run (a capture that changed one thing), the gain chapter 06's model predicted from
+# this run beside the gain measured.
+
+# %% tags=["parameters"]
+run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the baseline of the variants)
+variant_runs: list = ["data/runs/h100-variant-static-graphs"]  # variant runs of run_dir
+baseline_run: str = ""  # a run to compare run_dir against; empty: no comparison section
+
+# %%
+from kernelbook import notebook as kb
+from kernelbook.analyze import summary as S
+from kernelbook.analyze import timeline as T
+from kernelbook.analyze import whatif as W
+from kernelbook.plots import figures as F
+
+kb.setup()
+r = kb.open_run(run_dir)
+tr, gpu, roofs, k = S.trace_for(r)
+variants = [(v, S.trace_for(v)[0]) for v in (kb.open_run(p) for p in variant_runs)]
+phases = S.phase_table(r)
+limit = S.decode_limit(tr, r, roofs)
+rows = S.variant_rows(tr, gpu, r, variants)
+kb.summary(S.headline(phases, limit, rows))
+
+# %% [markdown]
+# ## Where the time goes
+# Wall time of each phase in the profiled generate call and the GPU-busy time inside it.
+
+# %%
+kb.table(phases, "Time per phase (profiled pass)")
+
+# %%
+F.phase_bars(T.phase_summary(r.timeline, r.phases))
+
+# %% [markdown]
+# ## The decode step against its physical limit
+# Every decode step must stream the active weights and the KV cache from DRAM once; nothing can make
+# it faster than those bytes at the measured bandwidth.
+
+# %%
+kb.table(S.limit_table(limit), "One decode step: bytes, limit and measured time", empty="the run has no decode phase")
+
+# %%
+kb.md(S.limit_prose(limit))
+
+# %% [markdown]
+# ## Bounds and the top opportunities
+# The class that holds most of each profiled phase's kernel time (chapter 05) and its three largest
+# opportunities, with their estimated gains; the same block is the run's `report.md`, the profiler
+# output contract.
+
+# %%
+kb.md(S.contract(r, k, roofs))
+
+# %% [markdown]
+# ## The NPU what-if in one line
+
+# %%
+kb.md(W.headline(W.validation(tr), tr))
+
+# %% [markdown]
+# ## Variants: predicted against measured
+# Each variant changed one capture parameter. The prediction is chapter 06's model on this run with
+# the matching lever; both sides are the profiled pass's wall time (the model replays this run's own
+# host gaps), so the profiler's overhead cancels in each gain. A gain is baseline ÷ variant.
+
+# %%
+kb.table(rows[["variant", "phase", "unit", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain", "measured_gain",
+              "gain_error_pct"]], "Predicted vs measured gain per variant", empty="no variant runs given (variant_runs)")
+
+# %%
+F.variant_gains(rows)
+
+# %%
+kb.table(S.plain_generate(r, variants), "Plain generate calls (no profiler), median of the timing trials")
+
+# %%
+kb.md(S.variants_prose(rows, {v.run_id: S.host_control(r, v) for v, _ in variants}))
+
+# %% [markdown]
+# ## Comparison of two runs
+# `baseline_run` against this run when it is set, else this run against its first variant: the same as
+# `python -m kernelbook diff A B`. Kernels are matched by the aten op that launched them and their
+# family, whatever the tile; a kernel launched from a compiled graph matches its family.
+
+# %%
+pair = S.comparison_pair(kb.open_run(baseline_run) if baseline_run else None, r, variants)
+cmp = S.comparison(pair)
+kb.md(S.comparison_note(pair))
+
+# %%
+kb.table(cmp["phases"], "Per phase, per step: A and B", empty="nothing to compare")
+
+# %%
+kb.table(cmp["categories"], "Share of kernel time per category (%)", empty="nothing to compare")
+
+# %%
+kb.table(cmp["kernels"], "Kernel families matched by aten op and family (top 12 per phase)", empty="nothing to compare")
+
+# %%
+kb.table(cmp["metrics"], "ncu metrics of the kernels profiled in both", empty="no kernel profiled in both runs")
+
+# %% [markdown]
+# ## The chapters
+# [00 · Setup](00_setup.html) · [01 · Timeline](01_timeline.html) · [02 · Nsight Compute](02_ncu.html) ·
+# [03 · Histograms](03_histograms.html) · [04 · Roofline](04_roofline.html) ·
+# [05 · Classification](05_classification.html) · [06 · NPU what-if](06_npu.html)

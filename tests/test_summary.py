@@ -1,0 +1,104 @@
+"""Chapter 07's analysis on the committed H100 runs: the baseline (bundled) and its static-cache + CUDA
+graphs variant, both captured on the H100 by the current capture code."""
+import pandas as pd
+import pytest
+
+from conftest import REPO, RUN
+from kernelbook.analyze import compare as D
+from kernelbook.analyze import summary as S
+from kernelbook.analyze import whatif as W
+from kernelbook.capture.models import DEEPSEEK_OCR2_ARCH
+from kernelbook.load.run import load_run
+
+VARIANT = REPO / "data" / "runs" / "h100-variant-static-graphs"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    base, var = load_run(RUN), load_run(VARIANT)
+    tb, gpu, roofs, _ = S.trace_for(base)
+    tv = S.trace_for(var)[0]
+    return base, var, tb, tv, gpu, roofs
+
+
+def test_the_variant_run_records_what_it_changed(runs):
+    base, var, *_ = runs
+    assert var.manifest["params"]["variant"] == "static cache + CUDA graphs"
+    assert S.changed_params(base.manifest["params"], var.manifest["params"]) == {"cache_implementation": "static"}
+    assert var.manifest["timeline_info"]["generate_kwargs"]["cache_implementation"] == "static"
+
+
+def test_decode_weight_bytes_are_what_the_architecture_implies(runs):
+    """The weights one decode step reads, from the run's aten shapes, against the published config:
+    attention q/k/v/o, the dense MLP of layer 0, 6 routed + 2 shared experts and the router in each of
+    the 11 sparse layers, and the lm_head, in bf16."""
+    _, _, tb, _, _, roofs = runs
+    t = DEEPSEEK_OCR2_ARCH["text_config"]
+    h, b = t["hidden_size"], 2
+    sparse = t["mlp_layer_types"].count("sparse")
+    expected = b * (t["num_hidden_layers"] * 4 * h * h + (t["num_hidden_layers"] - sparse) * 3 * h * t["intermediate_size"]
+                    + sparse * ((t["num_experts_per_tok"] + t["n_shared_experts"]) * 3 * h * t["moe_intermediate_size"]
+                                + h * t["n_routed_experts"])
+                    + h * t["vocab_size"])
+    lim = S.decode_limit(tb, load_run(RUN), roofs)
+    assert lim.weight_bytes == pytest.approx(expected, rel=0.01)
+    # K and V of every layer over the context (image + prompt tokens, then the tokens decoded so far)
+    ctx = load_run(RUN).manifest["timeline_info"]["inputs"]["prompt_tokens"] + 64 / 2
+    kv = 2 * t["num_hidden_layers"] * t["num_key_value_heads"] * (h // t["num_attention_heads"]) * b * ctx
+    assert lim.kv_bytes == pytest.approx(kv, rel=0.03)
+    assert lim.dram_source == "measured device-to-device copy"
+    assert lim.busy_ms > lim.limit_ms and lim.wall_ms > lim.busy_ms  # no step beats its bytes
+
+
+def test_predicted_against_measured_for_the_graph_variant(runs):
+    base, var, tb, tv, gpu, _ = runs
+    rows = S.variant_rows(tb, gpu, base, [(var, tv)]).set_index("phase")
+    d = rows.loc["decode"]
+    ref = W.predict(tb, gpu, host_scale=1.0).set_index("phase").loc["decode", "wall_ms_per_step"]
+    graph = W.predict(tb, gpu.with_(launch_overhead_us=2.0, fuse_elementwise=True), host_scale=1.0)
+    assert d.predicted_ms == pytest.approx(graph.set_index("phase").loc["decode", "wall_ms_per_step"])
+    assert d.predicted_gain == pytest.approx(ref / d.predicted_ms)
+    sb, sv = (D.phases(base, var).set_index("phase").loc["decode", c] for c in ("wall_ms_per_step_a", "wall_ms_per_step_b"))
+    assert d.measured_gain == pytest.approx(sb / sv)
+    assert abs(d.gain_error_pct) <= 25  # the issue's target, met on this pair
+    assert rows.loc["prefill", "predicted_gain"] == 1.0  # the prefill step stays eager in the variant
+
+
+def test_phases_the_variant_does_not_touch_reveal_a_host_difference(runs):
+    base, var, *_ = runs
+    c = S.host_control(base, var).set_index("phase")
+    assert "vision_encode" in c.index and "decode" not in c.index
+    assert (c.gpu_busy_ratio - 1).abs().max() <= S.SAME_BUSY
+
+
+def test_levers_name_what_the_model_cannot_price():
+    assert S.lever({"attn_implementation": "eager"}).design is None
+    assert "implementation" in S.lever({"attn_implementation": "eager"}).why_not
+    b8 = S.lever({"batch_size": 8})
+    assert b8.batch == 8 and b8.design == {}
+    assert S.lever({"dtype": "float16"}).why_not.startswith("the what-if model has no lever for dtype")
+
+
+def test_diff_matches_kernels_launched_from_a_compiled_graph(runs):
+    """Under CUDA graphs the profiler names the graph call, not the aten op: the variant's decode GEMMs
+    match the baseline's mm and bmm GEMMs of the same family, and the matched time is their sum."""
+    base, var, *_ = runs
+    k = D.kernels(base, var, "decode")
+    row = k[k.op == "aten::bmm, aten::mm → compiled graph"]
+    assert len(row) == 1 and row.iloc[0].family == "nvjet GEMM (mixed)"
+    tl = base.timeline
+    dec = tl[(tl.phase == "decode") & (tl.kind == "kernel") & tl.op.isin(["aten::mm", "aten::bmm"])]
+    fam = dec.friendly_name.map(D.family) == "nvjet GEMM (mixed)"
+    steps = base.phases[base.phases.phase == "decode"].step.nunique()
+    assert row.iloc[0].us_per_step_a == pytest.approx(dec[fam].duration_ns.sum() / steps / 1e3)
+    assert not (k.op.str.contains("CompiledFxGraph")).any()
+
+
+def test_comparison_section_pairs_the_run_with_its_first_variant(runs):
+    base, var, *_ = runs
+    pair = S.comparison_pair(None, base, [(var, None)])
+    assert pair == (base, var)
+    tables = S.comparison(pair)
+    assert set(tables["phases"].phase) >= {"vision_encode", "prefill", "decode"}
+    assert all(isinstance(t, pd.DataFrame) for t in tables.values())
+    assert S.comparison(None)["phases"].empty and "No `baseline_run`" in S.comparison_note(None)

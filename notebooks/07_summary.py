@@ -63,7 +63,12 @@ kb.md(S.limit_prose(limit))
 # output contract.
 
 # %%
-kb.md(S.contract(r, k, roofs))
+stages, sections = S.contract(r, k, roofs)
+kb.table(stages, "Stages: duration, tensor-core, DRAM and occupancy % (time-weighted), bound, key issue",
+         empty="no profiled kernels")
+
+# %%
+kb.md(sections)
 
 # %% [markdown]
 # ## The NPU what-if in one line

@@ -278,17 +278,23 @@ def limit_prose(limit: DecodeLimit | None) -> str:
     return decode_limit_prose(limit) if limit is not None else tr("The run has no decode phase.")
 
 
-def contract(run, k: pd.DataFrame, roofs) -> str:
-    """The profiler output contract (`report.md`): per-phase bound and top opportunities."""
+def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
+    """The profiler output contract (`report.md`) as chapter 07 shows it: its Stages table as a frame
+    (bound and key issue per phase) and its per-phase sections (root cause, top 3 opportunities)."""
     from ..devices import lookup
     from . import classify as C
 
     if not len(k):
-        return tr("The run has no ncu counters: bounds and opportunities need chapter 02's capture.")
+        return (pd.DataFrame(), tr("The run has no ncu counters: bounds and opportunities need chapter 02's "
+                                   "capture."))
     c = C.classify(k, lookup(run.manifest["device"]).ridge("bf16"))
     summary = phase_summary(run.timeline, run.phases)
     text = C.contract_markdown(run, summary, c, C.all_opportunities(run, summary, c, roofs))
-    return re.sub(r"^## ", "#### ", text, flags=re.M)  # the contract's sections sit under this chapter's heading
+    head, _, sections = text.partition("\n## Stages\n")
+    rows = [[x.strip() for x in ln.strip("|").split("|")] for ln in sections.splitlines() if ln.startswith("|")]
+    stages = pd.DataFrame(rows[2:], columns=rows[0])  # header, separator, then one row per phase
+    rest = "\n".join(ln for ln in sections.splitlines() if not ln.startswith("|")).strip()
+    return stages, re.sub(r"^## ", "#### ", rest, flags=re.M)  # under this chapter's own heading
 
 
 def comparison_pair(baseline_run, run, variants: list) -> tuple | None:

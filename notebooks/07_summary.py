@@ -79,11 +79,13 @@ kb.md(W.headline(W.validation(tr), tr))
 # %% [markdown]
 # ## Variants: predicted against measured
 # Each variant changed one capture parameter. The prediction is chapter 06's model on this run with
-# the matching lever; both sides are the profiled pass's wall time (the model replays this run's own
-# host gaps), so the profiler's overhead cancels in each gain. A gain is baseline ÷ variant.
+# the matching lever. Where both captures timed their plain generate calls per phase, measured times are
+# those and the model predicts a plain run; otherwise both sides are the profiled pass's wall time (the
+# model replays this run's own host gaps), so the profiler's overhead cancels in each gain. A gain is
+# baseline ÷ variant.
 
 # %%
-kb.table(rows[["variant", "phase", "unit", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain", "measured_gain",
+kb.table(rows[["variant", "phase", "unit", "basis", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain", "measured_gain",
               "gain_error_pct"]], "Predicted vs measured gain per variant", empty="no variant runs given (variant_runs)")
 
 # %%

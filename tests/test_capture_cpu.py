@@ -263,3 +263,25 @@ def test_a_static_cache_with_a_compiled_decode_step_keeps_every_phase_mark(tiny_
     assert phases == [("prefill", 0), ("vision_encode", 0)] + [("decode", i) for i in range(1, 6)]
     assert counters["stats"]["calls_captured"] > 0  # the decode step was compiled
     assert counters["stats"]["unique_graphs"] <= 6  # not one graph per token
+
+
+def test_plain_generate_calls_time_each_phase(tiny_ocr2):
+    """The plain (unprofiled) trials time every phase with host clocks at the hooks: each phase's
+    exclusive time, decode per step, and together no more than the whole call."""
+    import time
+
+    from kernelbook.capture.run import _plain_trials
+
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    tracker = PhaseTracker(lm.model).install()
+    t = time.perf_counter()
+    totals, phases = _plain_trials(wl, tracker, 2)
+    wall = time.perf_counter() - t
+    tracker.remove()
+    assert set(phases) == {"vision_encode", "prefill", "decode"}
+    assert phases["decode"]["steps"] == PARAMS["max_new_tokens"] - 1 and phases["prefill"]["steps"] == 1
+    assert all(len(p["samples_ms_per_step"]) == 2 and p["ms_per_step"] > 0 for p in phases.values())
+    per_call = sum(p["ms_per_step"] * p["steps"] for p in phases.values()) / 1e3
+    assert per_call <= max(totals) and sum(totals) <= wall
+    assert tracker.record and tracker.nvtx and tracker.clock is None  # the timed pass marks as before

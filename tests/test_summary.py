@@ -102,3 +102,26 @@ def test_comparison_section_pairs_the_run_with_its_first_variant(runs):
     assert set(tables["phases"].phase) >= {"vision_encode", "prefill", "decode"}
     assert all(isinstance(t, pd.DataFrame) for t in tables.values())
     assert S.comparison(None)["phases"].empty and "No `baseline_run`" in S.comparison_note(None)
+
+
+def test_plain_phase_timings_become_the_basis_when_both_runs_have_them(runs, tmp_path):
+    """Captures that timed their plain calls per phase (`plain_phases`, new in the capture) are compared
+    on those, with the model predicting a plain run; the committed runs predate it (profiled basis)."""
+    import json
+    import shutil
+
+    base, var, tb, tv, gpu, _ = runs
+    assert set(S.variant_rows(tb, gpu, base, [(var, tv)]).basis) == {"profiled pass"}
+    copies = []
+    for run, ms in ((RUN, 14.0), (VARIANT, 1.6)):
+        dst = tmp_path / run.name
+        shutil.copytree(run, dst, ignore=shutil.ignore_patterns("raw"))
+        m = json.loads((dst / "manifest.json").read_text())
+        m["timeline_info"]["plain_phases"] = {"decode": {"steps": 63, "ms_per_step": ms}}
+        (dst / "manifest.json").write_text(json.dumps(m))
+        copies.append(load_run(dst))
+    rows = S.variant_rows(tb, gpu, copies[0], [(copies[1], tv)]).set_index("phase")
+    assert rows.loc["decode", "basis"] == "plain runs" and rows.loc["prefill", "basis"] == "profiled pass"
+    assert rows.loc["decode", "measured_gain"] == pytest.approx(14.0 / 1.6)
+    plain = W.predict(tb, gpu.with_(launch_overhead_us=2.0, fuse_elementwise=True)).set_index("phase")
+    assert rows.loc["decode", "predicted_ms"] == pytest.approx(plain.loc["decode", "wall_ms_per_step"])

@@ -121,6 +121,7 @@ COLUMNS: dict[str, Col] = {
     "us_per_step_b": Col("Per step B", "us"),
     "change_us_per_step": Col("Change per step", "us"),
     "only_in": Col("Only in", "text"),
+    "basis": Col("Measured on", "text"),
     "ratio": Col("B ÷ A", "ratio"),
     "launches_per_step": Col("Launches per step", "count"),
     "kernel_time_ms": Col("Kernel time", "ms"),

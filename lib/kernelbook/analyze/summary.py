@@ -150,39 +150,50 @@ def lever(changed: dict) -> Lever:
     return Lever("; ".join(label), design, batch)
 
 
+def _plain(run, phase: str) -> float | None:
+    """Plain (unprofiled) wall ms per step of `phase`, when the capture timed it (`plain_phases`)."""
+    p = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get(phase)
+    return p["ms_per_step"] if p else None
+
+
 def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple]) -> pd.DataFrame:
     """One row per (variant, phase) for decode (ms per token) and prefill (ms per call): baseline
-    measured, predicted, variant measured (profiled pass, per token = per step ÷ batch), predicted and
-    measured gains (baseline ÷ variant), error of the predicted gain in %. `variants`: (run, Trace)."""
-    base_pred = W.predict(base_tr, gpu, host_scale=1.0).set_index("phase")
+    measured, predicted, variant measured (per token = per step ÷ batch), predicted and measured gains
+    (baseline ÷ variant), error of the predicted gain in %. `variants`: (run, Trace).
+
+    Basis: where both captures timed their plain generate calls per phase (`plain_phases`), measured
+    times are those and the model predicts a plain run (host gaps ÷ the profiler's overhead ratio);
+    otherwise both sides are the profiled pass's wall time and the model replays the recorded gaps."""
     base_m = base_tr.measured.set_index("phase")
     rows = []
     for run, vtr in variants:
         p = run.manifest.get("params", {})
         lv = lever(changed_params(base_run.manifest.get("params", {}), p))
-        pred = None
-        if lv.design is not None:
-            pred = W.predict(base_tr, gpu.with_(**lv.design), batch=lv.batch, host_scale=1.0).set_index("phase")
         vm = vtr.measured.set_index("phase")
         vb = int(p.get("batch_size", 1))
         bb = int(base_run.manifest.get("params", {}).get("batch_size", 1))
         for ph, unit in (("decode", "ms/token"), ("prefill", "ms/call")):
             if ph not in base_m.index or ph not in vm.index:
                 continue
+            plain = _plain(base_run, ph) is not None and _plain(run, ph) is not None
+            scale = None if plain else 1.0
             per = (lambda x, b: x / b) if ph == "decode" else (lambda x, b: x)
-            base_ms = per(base_m.loc[ph, "wall_ms_per_step"], bb)
-            var_ms = per(vm.loc[ph, "wall_ms_per_step"], vb)
-            if pred is not None and (ph == "decode" or lv.batch > 1):
+            base_ms = per(_plain(base_run, ph) if plain else base_m.loc[ph, "wall_ms_per_step"], bb)
+            var_ms = per(_plain(run, ph) if plain else vm.loc[ph, "wall_ms_per_step"], vb)
+            if lv.design is not None and (ph == "decode" or lv.batch > 1):
                 # the graph lever applies to the decode step only (prefill stays eager in the variant);
                 # the model's own baseline replay is the reference, so its bias cancels in the ratio
+                ref = W.predict(base_tr, gpu, host_scale=scale).set_index("phase")
+                pred = W.predict(base_tr, gpu.with_(**lv.design), batch=lv.batch, host_scale=scale).set_index("phase")
                 pred_ms = per(pred.loc[ph, "wall_ms_per_step"], lv.batch)
-                pred_gain = per(base_pred.loc[ph, "wall_ms_per_step"], bb) / pred_ms
-            elif pred is not None:
+                pred_gain = per(ref.loc[ph, "wall_ms_per_step"], bb) / pred_ms
+            elif lv.design is not None:
                 pred_ms, pred_gain = base_ms, 1.0
             else:
                 pred_ms = pred_gain = np.nan
             gain = base_ms / var_ms
             rows.append({"variant": p.get("variant") or run.run_id, "run": run.run_id, "phase": ph, "unit": unit,
+                         "basis": tr("plain runs") if plain else tr("profiled pass"),
                          "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
                          "predicted_gain": pred_gain, "measured_gain": gain,
                          "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})

@@ -18,6 +18,7 @@ whatever name they carry (mangled, stale-named, Triton) and nothing that merely 
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 PHASES = ("vision_encode", "prefill", "decode")
@@ -75,6 +76,7 @@ class PhaseTracker:
     active: bool = False
     calls: int = 0
     vision_calls: int = 0  # vision-module forwards marked since `start` (0 on an image model = no vision work)
+    clock: list | None = None  # plain timing: (phase, step, start s, end s) per range, GPU synchronized at its end
     _stack: list = field(default_factory=list)
     _handles: list = field(default_factory=list)
     _op_counts: dict = field(default_factory=dict)
@@ -157,12 +159,16 @@ class PhaseTracker:
         elif self.nvtx:
             torch.cuda.nvtx.range_push(phase)
             pushed = True
-        self._stack.append(_Open(phase, step, rf, pushed, owner))
+        self._stack.append(_Open(phase, step, rf, pushed, owner, time.perf_counter() if self.clock is not None else None))
 
     def _pop(self) -> None:
         import torch
 
         top = self._stack.pop()
+        if self.clock is not None:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # the range ends when its GPU work has
+            self.clock.append((top.phase, top.step, top.t0, time.perf_counter()))
         if top.nvtx_pushed:
             torch.cuda.nvtx.range_pop()
         if top.rf is not None:
@@ -192,6 +198,19 @@ class PhaseTracker:
             self._pop()
 
 
+def plain_phase_times(clock: list) -> dict:
+    """Per phase, from one generate's `clock`: steps and exclusive wall seconds (a range's span less the
+    ranges opened inside it, e.g. a vision encode inside the first forward)."""
+    spans = sorted(clock, key=lambda c: (c[2], -c[3]))
+    out: dict = {}
+    for i, (ph, step, t0, t1) in enumerate(spans):
+        inner = sum(e - s for p2, _, s, e in spans[i + 1:] if s >= t0 and e <= t1 and (p2, s, e) != (ph, t0, t1))
+        d = out.setdefault(ph, {"steps": set(), "s": 0.0})
+        d["steps"].add(step)
+        d["s"] += (t1 - t0) - inner
+    return {ph: {"steps": len(d["steps"]), "s": d["s"]} for ph, d in out.items()}
+
+
 class NoVisionWork(RuntimeError):
     """An image model generated without any vision module forward being marked."""
 
@@ -216,3 +235,4 @@ class _Open:
     rf: object
     nvtx_pushed: bool
     owner: object
+    t0: float | None = None

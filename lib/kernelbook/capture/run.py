@@ -202,15 +202,43 @@ def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None):
 def _timed_generate(wl, tracker=None) -> float:
     import torch
 
-    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
     t = time.perf_counter()
     if tracker:
         tracker.start()
     wl.generate()
-    torch.cuda.synchronize()
+    sync()
     if tracker:
         tracker.stop()
     return time.perf_counter() - t
+
+
+def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict]:
+    """Plain generate calls (no profiler): the whole call's seconds, and per phase the wall ms per step
+    (median over the calls) from host clocks at the phase hooks, the GPU synchronized at each phase end
+    (no profiler ranges, no NVTX)."""
+    import numpy as np
+
+    from .phases import plain_phase_times
+
+    keep = tracker.record, tracker.nvtx
+    tracker.record = tracker.nvtx = False
+    totals, per = [], []
+    try:
+        for _ in range(trials):
+            tracker.clock = []
+            totals.append(_timed_generate(wl, tracker))
+            per.append(plain_phase_times(tracker.clock))
+    finally:
+        tracker.clock = None
+        tracker.record, tracker.nvtx = keep
+    phases = {}
+    for ph in per[0]:
+        ms = [1e3 * p[ph]["s"] / p[ph]["steps"] for p in per if ph in p]
+        phases[ph] = {"steps": per[0][ph]["steps"], "ms_per_step": float(np.median(ms)), "samples_ms_per_step": ms,
+                      "method": "host clock at the phase hooks, GPU synchronized at each phase end"}
+    return totals, phases
 
 
 def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None) -> None:
@@ -241,7 +269,7 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     progress("  model build, inputs, warmup")
     wl, tracker, load_s = prepare(params)
     progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
-    plain = [_timed_generate(wl) for _ in range(params["timing_trials"])]
+    plain, plain_phases = _plain_trials(wl, tracker, params["timing_trials"])
     progress("  profiled generate (timeline pass)")
     two_pass = params.get("shapes_pass", True)
     tracker.op_record = not two_pass  # op calls are numbered in the pass that records shapes
@@ -267,7 +295,7 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
         "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
         "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
         "generate_kwargs": wl.gen_kwargs,
-        "plain_generate": summarize(plain).as_dict(), "profiled_generate_s": profiled_s,
+        "plain_generate": summarize(plain).as_dict(), "plain_phases": plain_phases, "profiled_generate_s": profiled_s,
         "overhead_ratio": profiled_s / summarize(plain).median_s,
         "trace_export_s": export_s, "ingest_s": ingest_s, "kernels": int((timeline.kind == "kernel").sum()),
         "shapes": ({"method": "second pass with record_shapes, joined by (phase, step, kernel, n-th launch)", **shapes}

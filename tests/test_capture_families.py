@@ -1,6 +1,7 @@
 """Hugging Face model families through the real loading path, on CPU with tiny checkpoints the tests make.
 
-Each checkpoint is what a hub repository holds, made offline: a config, a processor built from a
+Each checkpoint is what a hub repository holds, made offline (bench/offline_checkpoints.py, the builders
+bench/make_checkpoint.py uses at published sizes on the GPU machine): a config, a processor built from a
 `tokenizers` BPE tokenizer (trained here on two sentences) and the model's own image-processor class,
 a chat template in the form of the model's published one, and random weights, all written with
 `save_pretrained`. The capture then loads it with `load_model` (from_pretrained), builds its inputs the
@@ -13,6 +14,7 @@ without it).
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,129 +26,27 @@ from kernelbook.capture.models import load_model  # noqa: E402
 from kernelbook.capture.phases import PhaseTracker, parse_record_name  # noqa: E402
 from kernelbook.capture.run import CaptureError  # noqa: E402
 from kernelbook.capture.workload import InputsError, build_workload, check_inputs  # noqa: E402
-from kernelbook.params import validate  # noqa: E402
+from kernelbook.params import load as load_params, validate  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+# the checkpoint builders bench/make_checkpoint.py uses on the GPU machine, here at their tiny shape
+from offline_checkpoints import FAMILIES, TEXT, FamilyUnavailable, bpe_tokenizer, llava  # noqa: E402
 
 NEW = 4  # decode steps: prefill + 3 decode forwards
 PARAMS = validate({"max_new_tokens": NEW, "batch_size": 2})
-
-
-def bpe_tokenizer(special: list[str], **kwargs):
-    """A byte-level BPE tokenizer (the kind Qwen, Llama 3 and Gemma ship), trained here on two sentences."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([INSTRUCTION, "The quick brown fox jumps over the lazy dog."] * 5, trainer)
-    if kwargs.get("bos_token"):  # Llama-style: the tokenizer puts BOS before every prompt
-        from tokenizers.processors import TemplateProcessing
-
-        bos = kwargs["bos_token"]
-        tok.post_processor = TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
-
-
-TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-            vocab_size=512, max_position_embeddings=512)
-
-
-def llava(path):
-    """LLaVA-1.5 form: CLIP tower (28 px, 14 px patches: 4 image tokens), `USER: <image>\\n... ASSISTANT:`."""
-    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
-
-    tok = bpe_tokenizer(["<unk>", "<s>", "</s>", "<image>", "<pad>"], bos_token="<s>", eos_token="</s>",
-                        pad_token="<pad>", unk_token="<unk>")
-    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<s>", "</s>", "<pad>", "<image>")}
-    template = ("{% for m in messages %}{% if m['role'] == 'user' %}USER: {% for c in m['content'] %}"
-                "{% if c['type'] == 'image' %}<image>\n{% endif %}{% endfor %}{% for c in m['content'] %}"
-                "{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %} {% endif %}{% endfor %}"
-                "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
-    proc = LlavaProcessor(image_processor=CLIPImageProcessorPil(size={"shortest_edge": 28},
-                                                                crop_size={"height": 28, "width": 28}),
-                          tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
-                          num_additional_image_tokens=1, chat_template=template)
-    cfg = LlavaConfig(vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14,
-                                         projection_dim=32),
-                      text_config=dict(model_type="llama", bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
-                                       pad_token_id=ids["<pad>"], **TEXT),
-                      image_token_index=ids["<image>"], vision_feature_select_strategy="default")
-    return LlavaForConditionalGeneration, cfg, proc, ids["<image>"], 4
-
-
-def gemma3(path):
-    """Gemma 3 form: SigLIP tower (28 px, 7 px patches pooled to 4 soft tokens), `<start_of_image>` in the
-    user turn, which the processor expands to `\\n\\n<start_of_image><image_soft_token>x4<end_of_image>\\n\\n`."""
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor
-
-    special = ["<pad>", "<eos>", "<bos>", "<start_of_image>", "<end_of_image>", "<image_soft_token>",
-               "<start_of_turn>", "<end_of_turn>"]
-    tok = bpe_tokenizer(special, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
-                        extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                                              "image_token": "<image_soft_token>"})
-    ids = {t: tok.convert_tokens_to_ids(t) for t in special}
-    template = ("{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
-                "{% for c in m['content'] %}{% if c['type'] == 'image' %}<start_of_image>{% elif c['type'] == 'text' %}"
-                "{{ c['text'] }}{% endif %}{% endfor %}<end_of_turn>\n{% endfor %}"
-                "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
-    proc = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 28, "width": 28}), tokenizer=tok,
-                           chat_template=template, image_seq_length=4)
-    cfg = Gemma3Config(vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
-                                          num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=7),
-                       text_config=dict(head_dim=16, sliding_window=16, bos_token_id=ids["<bos>"],
-                                        eos_token_id=ids["<eos>"], pad_token_id=ids["<pad>"], **TEXT),
-                       mm_tokens_per_image=4, boi_token_index=ids["<start_of_image>"],
-                       eoi_token_index=ids["<end_of_image>"], image_token_index=ids["<image_soft_token>"])
-    return Gemma3ForConditionalGeneration, cfg, proc, ids["<image_soft_token>"], 4
-
-
-def qwen2_vl(path):
-    """Qwen2-VL form: its ViT (14 px patches, 2x2 merge) with the image processor's pixel budget cut to
-    16 merged tokens, `<|vision_start|><|image_pad|><|vision_end|>` in the user turn (the reported case:
-    an `<image>` string there gave `tokens: 0, features: 252`)."""
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
-
-    try:  # PyPI's torchvision is a CUDA build: beside the CPU torch its ops fail to register
-        from transformers import Qwen2VLVideoProcessor
-
-        video = Qwen2VLVideoProcessor()
-    except (ImportError, RuntimeError) as e:
-        pytest.skip(f"Qwen2VLProcessor needs a working torchvision for its video processor: {type(e).__name__}")
-
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-               "<|video_pad|>"]
-    tok = bpe_tokenizer(special, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    ids = {t: tok.convert_tokens_to_ids(t) for t in special}
-    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
-                "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-                "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
-                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16),
-                            tokenizer=tok, video_processor=video, chat_template=template)
-    cfg = Qwen2VLConfig(vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2),
-                        text_config=dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                          "mrope_section": [2, 3, 3]},
-                                         eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], **TEXT),
-                        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-                        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
-    return Qwen2VLForConditionalGeneration, cfg, proc, ids["<|image_pad|>"], None  # tokens: by the page's shape
-
-
-FAMILIES = {"llava": llava, "gemma3": gemma3, "qwen2_vl": qwen2_vl}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def vlm(request, tmp_path_factory):
     """(checkpoint dir, model class name, image token id, image tokens per prompt or None)."""
     path = tmp_path_factory.mktemp("ckpt") / request.param
-    cls, cfg, proc, image_id, n_image = FAMILIES[request.param](path)
-    torch.manual_seed(0)
-    cls(cfg).save_pretrained(path)
-    proc.save_pretrained(path)
-    return path, cls.__name__, image_id, n_image
+    try:
+        ckpt = FAMILIES[request.param]("tiny")
+    except FamilyUnavailable as e:
+        pytest.skip(str(e))
+    ckpt.save(path)
+    return path, ckpt.model_class.__name__, ckpt.image_token_id, ckpt.image_tokens
 
 
 def phases_of(wl):
@@ -210,6 +110,48 @@ def test_prompt_tokens_makes_an_image_models_text_exactly_n_tokens(vlm):
     assert wl.inputs["attention_mask"].all()
     out, phases, _ = phases_of(wl)
     assert out.shape == (2, wl.describe["prompt_tokens"] + NEW) and ("vision_encode", 0) in phases
+
+
+# made at their published shape on the GPU machine (bench/make_checkpoint.py, bench/gpu_vlm.sh) and captured
+# with params/<family>-local.yaml: the published model's size at full text depth, and its image tokens
+GPU_FAMILIES = {"llava": (32, 7_063_427_072, 576), "gemma3": (34, 4_300_079_472, 256)}
+
+
+@pytest.mark.parametrize("family", list(GPU_FAMILIES))
+def test_the_gpu_checkpoints_config_and_processor_give_the_published_models_inputs(family, tmp_path):
+    """The GPU machine's checkpoint without its weights: config and processor at the published shape go
+    through the capture's pre-GPU input check with its params file; parameters counted on the meta device
+    (llava-1.5-7b's and gemma-3-4b's own counts at full depth; 8 text layers: 2.2 B and 1.8 B)."""
+    full_layers, full_params, n_image = GPU_FAMILIES[family]
+    ckpt = FAMILIES[family]("real")
+    ckpt.config.architectures = [ckpt.model_class.__name__]
+    ckpt.config.save_pretrained(tmp_path)
+    ckpt.processor.save_pretrained(tmp_path)
+    params = load_params(REPO / "params" / f"{family}-local.yaml", {"model": str(tmp_path)}, consumer="capture")
+    assert params["max_new_tokens"] == 32 and params["ncu_top_n"] == 10 and params["weights"] == "pretrained"
+    describe = check_inputs(params)
+    assert describe["image_tokens_per_prompt"] == ckpt.image_tokens == n_image
+    assert n_image < describe["prompt_tokens"] < n_image + 40
+    assert 1.5e9 < ckpt.meta_params() < 2.5e9  # under 5 GB in bfloat16
+    assert FAMILIES[family]("real", full_layers).meta_params() == full_params
+
+
+@pytest.mark.parametrize("family", list(GPU_FAMILIES))
+def test_at_the_published_image_layout_the_capture_workload_generates(family, tmp_path):
+    """The GPU checkpoint's builder with tiny widths but the published image size, patch size, image-token
+    count and vocabulary: its params file's inputs through from_pretrained, build_workload and a generate of
+    2 tokens under the phase hooks, as the GPU run will do them."""
+    ckpt = FAMILIES[family]("layout")
+    ckpt.save(tmp_path)
+    params = load_params(REPO / "params" / f"{family}-local.yaml", {"model": str(tmp_path), "max_new_tokens": 2},
+                         consumer="capture")
+    lm = load_model(params["model"], params["weights"], "cpu", "float32")
+    wl = build_workload(lm, params, "cpu")
+    assert wl.describe["image_tokens_per_prompt"] == GPU_FAMILIES[family][2]
+    assert wl.inputs["pixel_values"].shape[-2:] == (ckpt.config.vision_config.image_size,) * 2
+    out, phases, tracker = phases_of(wl)
+    assert out.shape == (1, wl.describe["prompt_tokens"] + 2) and tracker.vision_calls >= 1
+    assert phases == [("prefill", 0), ("vision_encode", 0), ("decode", 1)]
 
 
 @pytest.fixture(scope="module")
@@ -287,9 +229,9 @@ def test_an_image_model_without_processor_files_cannot_be_fed(vlm, tmp_path):
 def test_the_capture_cli_stops_before_any_gpu_work_on_inputs_it_cannot_build(tmp_path):
     """Exit 2, one message naming the class and what is missing, nothing written: the check runs on the
     CPU from config and processor files, before a GPU is asked for (so on this CPU machine too)."""
-    cls, cfg, _, _, _ = llava(None)
+    ckpt = llava("tiny")
     torch.manual_seed(0)
-    cls(cfg).save_pretrained(tmp_path / "bare")  # weights and config, no processor
+    ckpt.model_class(ckpt.config).save_pretrained(tmp_path / "bare")  # weights and config, no processor
     params = tmp_path / "p.yaml"
     params.write_text(f"model: {tmp_path / 'bare'}\nweights: pretrained\n")
     proc = subprocess.run([sys.executable, "-m", "kernelbook", "capture", "--params", str(params), "--out",

@@ -14,6 +14,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 device: str = ""  # device name for spec peaks; empty means the GPU recorded in the run
 lock_clocks: bool = False  # lock GPU clocks with scripts/lock-gpu-clock.sh while measuring here
 measure_here: bool = False  # also measure this machine's GPU now (the run's own peaks are in its manifest)
@@ -25,7 +26,7 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import setup as S
 
-kb.setup()
+kb.setup(language)
 took = kb.capture_part(run_dir, "setup", capture, params_file)
 r = kb.open_run(run_dir, require_timeline=False)
 dev = S.device_for(r, device or None)

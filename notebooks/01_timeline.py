@@ -15,6 +15,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 top_n: int = 15  # kernels per phase in the top-kernel tables, as in the reference report
 capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
 params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
@@ -25,7 +26,7 @@ from kernelbook.analyze import provenance as V
 from kernelbook.analyze import timeline as T
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 took = kb.capture_part(run_dir, "timeline", capture, params_file)
 r = kb.open_run(run_dir)
 summary = T.phase_summary(r.timeline, r.phases)

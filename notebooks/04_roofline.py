@@ -17,6 +17,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 phase: str = "decode"  # phase whose profiled kernels are shown
 
 # %%
@@ -26,7 +27,7 @@ from kernelbook.analyze import roofline as R
 from kernelbook.devices import lookup
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir, needs="ncu", phase=phase)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])

@@ -16,6 +16,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 phase: str = "decode"  # phase whose profiled kernels are classified
 high_pct: float = 60.0  # SM or memory throughput at or above this is high
 low_pct: float = 30.0  # below this is low
@@ -31,7 +32,7 @@ from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.devices import lookup
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])

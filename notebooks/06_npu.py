@@ -17,6 +17,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 
 # %%
 from kernelbook import notebook as kb
@@ -26,7 +27,7 @@ from kernelbook.analyze import whatif as W
 from kernelbook.devices import lookup
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir)
 k = R.profiled_kernels(r)
 gpu = W.run_gpu_design(lookup(r.manifest["device"]), R.roofs(lookup(r.manifest["device"]), r.manifest, k, r.ncu_metrics()))

@@ -16,6 +16,7 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 from .display import sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
+from .i18n import language, tr, use_language  # noqa: F401  (chapters call kb.tr / kb.use_language)
 
 
 class FigureRenderer(PlotlyRenderer):
@@ -27,9 +28,12 @@ class FigureRenderer(PlotlyRenderer):
         return bundle
 
 
-def setup() -> None:
-    """Call once at the top of a chapter."""
+def setup(language: str = "en") -> None:
+    """Call once at the top of a chapter, with the chapter's `language` parameter: every sentence,
+    caption, header and figure title the chapter writes from here on is in that language (`tr`)."""
     import pandas as pd
+
+    use_language(language)
 
     pio.renderers["kernelbook"] = FigureRenderer(config=PLOTLY_CONFIG)
     pio.renderers.default = "kernelbook"

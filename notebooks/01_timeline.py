@@ -40,7 +40,7 @@ kb.summary(T.headline(summary, shares, r.manifest))
 # intervals. A large idle share means the GPU waits for the CPU to launch work: the launch-bound signal.
 
 # %%
-kb.table(summary, "Phases of one generate", notes=T.PHASE_SUMMARY_MISSING)
+kb.table(summary, kb.tr("Phases of one generate"), notes=T.PHASE_SUMMARY_MISSING)
 
 # %%
 F.phase_bars(summary)
@@ -70,15 +70,15 @@ F.top_kernel_bars(T.top_kernels_by_phase(r.timeline, top_n))
 
 # %%
 kb.table(T.top_table_display(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n),
-         empty="This run has no decode kernels.")
+         empty=kb.tr("This run has no decode kernels."))
 
 # %%
 kb.table(T.top_table_display(r.timeline, "prefill", top_n), T.top_caption(r.timeline, "prefill", top_n),
-         empty="This run has no prefill kernels.")
+         empty=kb.tr("This run has no prefill kernels."))
 
 # %%
 kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), T.top_caption(r.timeline, "vision_encode", top_n),
-         empty="This run has no vision-encode kernels.")
+         empty=kb.tr("This run has no vision-encode kernels."))
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report
@@ -89,8 +89,8 @@ kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), T.top_caption(
 F.category_bars(shares)
 
 # %%
-kb.table(cmp, "Decode kernel time by category: this run against the reference report",
-         notes={"reference_pct": "the reference report does not break this category out"})
+kb.table(cmp, kb.tr("Decode kernel time by category: this run against the reference report"),
+         notes={"reference_pct": kb.tr("the reference report does not break this category out")})
 
 # %%
 F.reference_bars(cmp)
@@ -107,7 +107,8 @@ kb.md(T.reference_prose(cmp, r))
 kb.md(V.decision(took, "timeline"))
 
 # %%
-kb.table(V.timeline_account(r.manifest), "Timeline capture", empty="This run records no timeline capture details.")
+kb.table(V.timeline_account(r.manifest), kb.tr("Timeline capture"),
+         empty=kb.tr("This run records no timeline capture details."))
 
 # %% [markdown]
 # ## Appendix: friendly names → full kernel names (decode)

@@ -43,8 +43,9 @@ F.histogram_grid(H.histogram_table(k), cap)
 
 # %%
 kb.table(cap[["metric", "unit", "kernels", "median", "time_weighted_median", "threshold", "time_pct_at_or_above"]],
-         f"The {phase} histograms in numbers", notes={"threshold": "the profiling skill gives no healthy level for "
-                                                      "this metric", "time_pct_at_or_above": "no healthy level"})
+         kb.tr("The {phase} histograms in numbers", phase=kb.phase_label(phase)),
+         notes={"threshold": kb.tr("the profiling skill gives no healthy level for this metric"),
+                "time_pct_at_or_above": kb.tr("no healthy level")})
 
 # %%
 kb.md(H.prose(cap, phase))

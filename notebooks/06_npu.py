@@ -47,7 +47,7 @@ kb.missing_note(run_dir, "ncu")
 # %%
 kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launches", "sum"),
                                                   kernel_ms=("total_ns", lambda s: s.sum() / 1e6)).reset_index(),
-         "Work table rows by source")
+         kb.tr("Work table rows by source"))
 
 # %% [markdown]
 # ## Kernel latency and slowdown, fitted on the run
@@ -57,7 +57,7 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 # vectorised elementwise path is fitted apart from its strided/broadcast path.
 
 # %%
-kb.table(tr.calib, "Latency L and slowdown b per kernel class, fitted on the run")
+kb.table(tr.calib, kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
 
 # %% [markdown]
 # ## Validation on the run's own GPU
@@ -66,7 +66,7 @@ kb.table(tr.calib, "Latency L and slowdown b per kernel class, fitted on the run
 # blocks the host at device-to-host copies; device time is compared with the measured GPU-busy time.
 
 # %%
-kb.table(val, "Predicted against measured, each phase held out of the fit")
+kb.table(val, kb.tr("Predicted against measured, each phase held out of the fit"))
 
 # %%
 kb.md(W.validation_prose(val, tr))
@@ -75,7 +75,7 @@ kb.md(W.validation_prose(val, tr))
 # Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.
 
 # %%
-kb.table(W.error_by_class(tr), "Held-out error per phase and kernel class")
+kb.table(W.error_by_class(tr), kb.tr("Held-out error per phase and kernel class"))
 
 # %% [markdown]
 # ## Designs
@@ -83,7 +83,7 @@ kb.table(W.error_by_class(tr), "Held-out error per phase and kernel class")
 # `params/npus.yaml`; designs that leave latency or efficiency null carry the run's fitted values.
 
 # %%
-kb.table(W.design_table(designs, tr), "Predicted times per design")
+kb.table(W.design_table(designs, tr), kb.tr("Predicted times per design"))
 
 # %% [markdown]
 # ## Sensitivity
@@ -101,4 +101,4 @@ F.sensitivity_grid(sens, W.knees_both(sens))
 # Evidence from this run, the what-if number, a confidence, and the reference report's claim beside.
 
 # %%
-kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)), "Recommendations with their what-if numbers")
+kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)), kb.tr("Recommendations with their what-if numbers"))

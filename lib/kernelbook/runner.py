@@ -272,8 +272,9 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             summary = _summary(executed) if executed.exists() else ""
             if note is not None:
                 with in_language(language):
-                    summary = tr("Not shown: {note}", note=note.replace("**", "").split(": this chapter")[0]
-                                 .split("：本章")[0].split("\n")[0])
+                    # the note's first clause, up to its first colon (either language's), names what is missing
+                    first = re.split(r"[:：]", note.replace("**", "").split("\n")[0], maxsplit=1)[0]
+                    summary = tr("Not shown: {note}", note=first)
             entries.append({"stem": nb.stem, "title": _title(nb, language), "seconds": dt, "ok": error is None,
                             "summary": summary, **({"stopped": note} if note is not None else {})})
             if log is print:

@@ -2,8 +2,12 @@
 English text. Every `tr("...")` literal in lib/ and notebooks/, every label of the display layer's
 registries and every markdown cell of every chapter must have a zh entry with the same placeholders."""
 import ast
+import json
+import re
 import string
-from pathlib import Path
+import subprocess
+import sys
+from html.parser import HTMLParser
 
 import pytest
 
@@ -100,3 +104,96 @@ def test_tr_formats_numbers_into_either_language():
     assert zh != "Not shown: x" and zh.endswith("x")
     with pytest.raises(ValueError, match="unknown language 'fr'"):
         i18n.use_language("fr")
+
+
+# --- the bundled run's book rendered in zh --------------------------------------------------------
+CJK = re.compile(r"[\u4e00-\u9fff]")
+CHAPTERS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))]
+
+
+class _Visible(HTMLParser):
+    """The text a reader sees: no script, style or code."""
+
+    def __init__(self):
+        super().__init__()
+        self.skip, self.parts = 0, []
+
+    def handle_starttag(self, tag, attrs):
+        self.skip += tag in ("script", "style", "code")
+
+    def handle_endtag(self, tag):
+        self.skip -= tag in ("script", "style", "code") and self.skip > 0
+
+    def handle_data(self, data):
+        if not self.skip:
+            self.parts.append(data)
+
+
+def visible_text(html: str) -> str:
+    p = _Visible()
+    p.feed(html)
+    return " ".join(" ".join(p.parts).split())
+
+
+def english_sentences() -> list[str]:
+    """The catalog's English text, cut at placeholders and lines, markdown markup dropped: the pieces
+    long enough (over 40 characters) that finding one verbatim means a sentence was left in English."""
+    out = set()
+    for key in i18n.catalog("zh"):
+        for line in key.splitlines():
+            for piece in re.split(r"\{[^{}]*\}", line):
+                piece = " ".join(re.sub(r"[*`#]", "", piece).split())
+                if len(piece) > 40:
+                    out.add(piece)
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def zh(rendered_book):
+    return rendered_book("zh")
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_zh_chapter_is_written_in_chinese(zh, stem):
+    html = (zh / f"{stem}.html").read_text(encoding="utf-8")
+    assert '<html lang="zh-CN"' in html
+    text = visible_text(html)
+    assert len(CJK.findall(text)) > 500, f"{stem}: only {len(CJK.findall(text))} CJK characters"
+    plain = re.sub(r"[*`#]", "", text)
+    left = [s for s in english_sentences() if s in plain]
+    assert not left, f"{stem}: English left in the zh chapter: {left[:5]}"
+    assert "Traceback" not in html
+
+
+def test_zh_index_and_report_md(zh, rendered_book):
+    index = (zh / "index.html").read_text(encoding="utf-8")
+    assert '<html lang="zh-CN"' in index and "性能分析器输出约定" in index
+    timings = json.loads((zh / "timings.json").read_text(encoding="utf-8"))
+    assert all(t["ok"] and CJK.search(t["summary"]) and CJK.search(t["title"]) for t in timings), timings
+    report = (zh / "report.md").read_text(encoding="utf-8")
+    en = (rendered_book("en") / "report.md").read_text(encoding="utf-8")
+    header = "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |"
+    assert header in report and header in en  # the contract's table header is the same in both
+    assert "根本原因" in report and "Root cause" not in report and len(CJK.findall(report)) > 200
+    # the same numbers in either language: every stage row keeps its phase, duration and counters
+    rows = [ln.split("|")[1:6] for ln in report.splitlines() if ln.startswith("| decode") or ln.startswith("| prefill")]
+    rows_en = [ln.split("|")[1:6] for ln in en.splitlines() if ln.startswith("| decode") or ln.startswith("| prefill")]
+    assert [[c.replace("每步", "").replace("per step", "").strip() for c in r] for r in rows] == \
+           [[c.replace("每步", "").replace("per step", "").strip() for c in r] for r in rows_en] and rows
+
+
+def test_language_reaches_the_book_from_cli_and_params_file(tmp_path):
+    """`--language zh` and `language: zh` in a params file both render chapter 00 in zh; a bad value
+    is a parameter error (exit 2)."""
+    (tmp_path / "p.yaml").write_text("language: zh\n")
+    for args in (["--language", "zh"], ["--params", str(tmp_path / "p.yaml")]):
+        out = tmp_path / f"out{len(args[0])}"
+        proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--out", str(out), "--chapters",
+                               "00_setup", *args], capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        assert '<html lang="zh-CN"' in (out / "00_setup.html").read_text(encoding="utf-8")
+    (tmp_path / "bad.yaml").write_text("language: fr\n")
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--params", str(tmp_path / "bad.yaml"),
+                           "--out", str(tmp_path / "bad")], capture_output=True, text=True, cwd=REPO,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and "language: 'fr' is not one of ['en', 'zh']" in proc.stderr

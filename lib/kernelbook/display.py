@@ -187,6 +187,21 @@ COLUMNS: dict[str, Col] = {
     "warp_supply_bytes_per_sm": Col("Warps supply / SM", "bytes"),
     "achieved_vs_needed_pct": Col("Achieved ÷ needed %", "pct"),
     "gain_pct": Col("Est. gain (% of phase wall)", "pct"),
+    # chapter 00 and the provenance tables
+    "step": Col("Step", "text"),
+    "by": Col("By", "text"),
+    "wall_s": Col("Wall time", "s"),
+    "meaning": Col("Meaning", "text"),
+    "read_by": Col("Read by", "text"),
+    "measured": Col("Measured", "auto"),
+    "spec": Col("Spec", "auto"),
+    # chapter 06
+    "design": Col("Design", "text"),
+    "area": Col("Area", "text"),
+    "evidence (this run)": Col("Evidence (this run)", "text"),
+    "what-if": Col("What-if", "text"),
+    "confidence": Col("Confidence", "text"),
+    "reference report": Col("Reference report", "text"),
 }
 
 PHASE_LABEL = {"vision_encode": N_("vision encode"), "prefill": N_("prefill"), "decode": N_("decode"),

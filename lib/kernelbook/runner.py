@@ -112,10 +112,14 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
     _stop_notes(nb)
     _plotly_html(nb)
     exp = HTMLExporter(template_name="lab")
+    # the template's require.js and MathJax come from a CDN: the shared HTML is offline and uses neither
+    # (plotly.js ships beside it; the chapters write no TeX), so their script tags are dropped below
+    exp.require_js_url = exp.mathjax_url = OFFLINE_DROP
     exp.exclude_input = True
     exp.exclude_input_prompt = True
     exp.exclude_output_prompt = True
     body, _ = exp.from_notebook_node(nb)
+    body = re.sub(rf'<script src="{re.escape(OFFLINE_DROP)}">\s*</script>', "", body)
     # plotly.js is UMD: hide AMD `define` while it loads so it sets window.Plotly.
     loader = (f'<script>window.__kbdef=window.define;window.define=undefined;</script>'
               f'<script src="{PLOTLY_JS}"></script><script>window.define=window.__kbdef;</script>')
@@ -126,6 +130,7 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+OFFLINE_DROP = "kernelbook:offline-drop"
 
 
 def _static_widgets(nb) -> None:

@@ -122,19 +122,21 @@ def health(c: pd.DataFrame) -> pd.DataFrame:
 
 
 def health_styled(h: pd.DataFrame):
-    """Health values with unhealthy cells highlighted (a pandas Styler, rendered in the HTML)."""
+    """Health values with unhealthy cells highlighted (a pandas Styler, rendered in the HTML); the
+    health headers in the narrative language."""
     labels = list(HEALTH)
-    show = h[["kernel_id", "friendly_name"] + labels]
+    shown = {lab: text(lab) for lab in labels}
+    show = h[["kernel_id", "friendly_name"] + labels].rename(columns=shown)
+    back = {v: k for k, v in shown.items()}
 
     def colour(col):
-        okc = h[f"{col.name} ok"] if f"{col.name} ok" in h else None
+        key = back.get(col.name, col.name)
+        okc = h[f"{key} ok"] if f"{key} ok" in h else None
         if okc is None:
             return [""] * len(col)
         return ["background-color: #f8d0cc" if o is False else ("color: #999" if o is None else "") for o in okc]
 
-    st = show.style.apply(colour, subset=labels).format(precision=1, na_rep="n/a")
-    st.data = st.data.rename(columns={lab: text(lab) for lab in labels})  # headers in the narrative language
-    return st
+    return show.style.apply(colour, subset=list(shown.values())).format(precision=1, na_rep="n/a")
 
 
 def wave_table(c: pd.DataFrame, metrics: pd.DataFrame | None, sm_count: int, family: str = "hopper") -> pd.DataFrame:

@@ -149,7 +149,7 @@ def book_params_table(given: dict) -> pd.DataFrame:
             value = tr("empty: the run's GPU") if k == "device" and not given[k] else _text(given[k])
         else:
             value = tr("{value} (default)", value=_text(spec.default))
-        rows.append({"parameter": k, "value": value, tr("read by"): ", ".join(r.split("_", 1)[0] for r in readers),
+        rows.append({"parameter": k, "value": value, "read_by": ", ".join(r.split("_", 1)[0] for r in readers),
                      "meaning": text(spec.doc)})
     return pd.DataFrame(rows)
 

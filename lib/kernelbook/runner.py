@@ -404,9 +404,9 @@ def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s:
         f'{esc(tr(" (earlier render)")) if e.get("kept") else ""}</td></tr>'
         for e in entries)
     status = manifest.get("status", "?")
-    warn = "" if status == "complete" else (
-        '<p class="warn">' + esc(tr("This run is {status}: {reason}", status=status,
-                                     reason=str(manifest.get("reason", "")))) + "</p>")
+    warn = "" if status == "complete" else (  # the values escaped, the status in bold
+        '<p class="warn">' + tr("This run is {status}: {reason}", status=f"<b>{esc(status)}</b>",
+                                reason=esc(str(manifest.get("reason", "")))) + "</p>")
     lang = HTML_LANG[language()]
     captured = tr("{model} on {gpu}, captured {created}; rendered in {seconds:.0f} s.",
                   model=str(manifest.get("params", {}).get("model", "?")), gpu=str(gpu_name),

@@ -316,8 +316,8 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
         if s.phase == "other":
             continue
         pc = c[c.phase == s.phase]
-        per = (tr("{us:.0f} per step", us=1e3 * s.wall_ms / max(1, s.get("steps", 1))) if s.phase == "decode"
-               else f"{1e3 * s.wall_ms:.0f}")
+        # the stage rows are read by tools: their values stay as the contract writes them in every language
+        per = f"{1e3 * s.wall_ms / max(1, s.get('steps', 1)):.0f} per step" if s.phase == "decode" else f"{1e3 * s.wall_ms:.0f}"
         if len(pc):
             tc = weighted_mean(pc.sm_pct.where(pc.flops_tensor > 0), pc.share)
             dram = weighted_mean(pc.dram_pct, pc.share)
@@ -325,7 +325,7 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
             bott, _ = dominant_class(pc)
             nums = f"{tc:.0f} | {dram:.0f} | {occ:.0f}"
         else:
-            bott, nums = tr("not profiled"), "— | — | —"
+            bott, nums = "not profiled", "— | — | —"
         o = opps.get(s.phase)
         issue = o.iloc[0].opportunity if o is not None and len(o) else "—"
         lines.append(f"| {s.phase} | {per} | {nums} | {bott} | {issue} |")

@@ -14,6 +14,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 device: str = ""  # device name for spec peaks; empty means the GPU recorded in the run
 lock_clocks: bool = False  # lock GPU clocks with scripts/lock-gpu-clock.sh while measuring here
 measure_here: bool = False  # also measure this machine's GPU now (the run's own peaks are in its manifest)
@@ -25,7 +26,7 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import setup as S
 
-kb.setup()
+kb.setup(language)
 took = kb.capture_part(run_dir, "setup", capture, params_file)
 r = kb.open_run(run_dir, require_timeline=False)
 dev = S.device_for(r, device or None)
@@ -38,7 +39,7 @@ kb.summary(S.headline(r, dev))
 # Recorded by the capture on the GPU machine ("absent" where a tool was not installed).
 
 # %%
-kb.table(S.environment_table(r.manifest), "Environment", notes={"value": "not recorded by this capture"})
+kb.table(S.environment_table(r.manifest), kb.tr("Environment"), notes={"value": kb.tr("not recorded by this capture")})
 
 # %% [markdown]
 # ## Spec peaks and ridge points
@@ -46,8 +47,8 @@ kb.table(S.environment_table(r.manifest), "Environment", notes={"value": "not re
 # bytes/s: kernels with a lower arithmetic intensity cannot reach the compute roof.
 
 # %%
-kb.table(S.peaks_table(dev), "Spec peaks" + (f": {dev.display_name}" if dev else ""),
-         notes={"ridge_flop_per_byte": "a ridge point belongs to a compute peak only"})
+kb.table(S.peaks_table(dev), kb.tr("Spec peaks: {device}", device=dev.display_name) if dev else kb.tr("Spec peaks"),
+         notes={"ridge_flop_per_byte": kb.tr("a ridge point belongs to a compute peak only")})
 
 # %% [markdown]
 # ## Measured peaks
@@ -57,7 +58,7 @@ kb.table(S.peaks_table(dev), "Spec peaks" + (f": {dev.display_name}" if dev else
 
 # %%
 measured = S.measured_peaks(r.manifest, measure_here=measure_here, lock_clocks=lock_clocks)
-kb.table(S.measured_table(measured, dev), "Measured peaks against spec")
+kb.table(S.measured_table(measured, dev), kb.tr("Measured peaks against spec"))
 
 # %%
 kb.md(S.measured_prose(measured, dev))
@@ -66,7 +67,8 @@ kb.md(S.measured_prose(measured, dev))
 # ## Clocks and capture settings
 
 # %%
-kb.table(S.clock_table(r.manifest), "Clocks and ncu settings", notes={"value": "not recorded by this capture"})
+kb.table(S.clock_table(r.manifest), kb.tr("Clocks and ncu settings"),
+         notes={"value": kb.tr("not recorded by this capture")})
 
 # %% [markdown]
 # ## Parameters
@@ -74,11 +76,11 @@ kb.table(S.clock_table(r.manifest), "Clocks and ncu settings", notes={"value": "
 # parameters steer this render (which run, which phase, thresholds); each chapter reads its own.
 
 # %%
-kb.table(S.params_table(r.manifest), "Capture parameters (from the run's manifest)")
+kb.table(S.params_table(r.manifest), kb.tr("Capture parameters (from the run's manifest)"))
 
 # %%
-kb.table(S.book_params_table({"run_dir": run_dir, "device": device, "lock_clocks": lock_clocks}),
-         "Book parameters (this render; a value marked default is what the chapters that read it start from)")
+kb.table(S.book_params_table({"run_dir": run_dir, "language": language, "device": device, "lock_clocks": lock_clocks}),
+         kb.tr("Book parameters (this render; a value marked default is what the chapters that read it start from)"))
 
 # %% [markdown]
 # ## How this run was taken
@@ -89,7 +91,7 @@ kb.table(S.book_params_table({"run_dir": run_dir, "device": device, "lock_clocks
 kb.md(V.decision(took, "setup"))
 
 # %%
-kb.table(V.steps(r.manifest), "Capture steps", empty="This run records no capture steps.")
+kb.table(V.steps(r.manifest), kb.tr("Capture steps"), empty=kb.tr("This run records no capture steps."))
 
 # %%
-kb.table(V.versions(r.manifest), "Software and hardware of the capture")
+kb.table(V.versions(r.manifest), kb.tr("Software and hardware of the capture"))

@@ -15,6 +15,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 top_n: int = 15  # kernels per phase in the top-kernel tables, as in the reference report
 capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
 params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
@@ -25,7 +26,7 @@ from kernelbook.analyze import provenance as V
 from kernelbook.analyze import timeline as T
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 took = kb.capture_part(run_dir, "timeline", capture, params_file)
 r = kb.open_run(run_dir)
 summary = T.phase_summary(r.timeline, r.phases)
@@ -39,7 +40,7 @@ kb.summary(T.headline(summary, shares, r.manifest))
 # intervals. A large idle share means the GPU waits for the CPU to launch work: the launch-bound signal.
 
 # %%
-kb.table(summary, "Phases of one generate", notes=T.PHASE_SUMMARY_MISSING)
+kb.table(summary, kb.tr("Phases of one generate"), notes=T.PHASE_SUMMARY_MISSING)
 
 # %%
 F.phase_bars(summary)
@@ -69,15 +70,15 @@ F.top_kernel_bars(T.top_kernels_by_phase(r.timeline, top_n))
 
 # %%
 kb.table(T.top_table_display(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n),
-         empty="This run has no decode kernels.")
+         empty=kb.tr("This run has no decode kernels."))
 
 # %%
 kb.table(T.top_table_display(r.timeline, "prefill", top_n), T.top_caption(r.timeline, "prefill", top_n),
-         empty="This run has no prefill kernels.")
+         empty=kb.tr("This run has no prefill kernels."))
 
 # %%
 kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), T.top_caption(r.timeline, "vision_encode", top_n),
-         empty="This run has no vision-encode kernels.")
+         empty=kb.tr("This run has no vision-encode kernels."))
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report
@@ -88,8 +89,8 @@ kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), T.top_caption(
 F.category_bars(shares)
 
 # %%
-kb.table(cmp, "Decode kernel time by category: this run against the reference report",
-         notes={"reference_pct": "the reference report does not break this category out"})
+kb.table(cmp, kb.tr("Decode kernel time by category: this run against the reference report"),
+         notes={"reference_pct": kb.tr("the reference report does not break this category out")})
 
 # %%
 F.reference_bars(cmp)
@@ -106,7 +107,8 @@ kb.md(T.reference_prose(cmp, r))
 kb.md(V.decision(took, "timeline"))
 
 # %%
-kb.table(V.timeline_account(r.manifest), "Timeline capture", empty="This run records no timeline capture details.")
+kb.table(V.timeline_account(r.manifest), kb.tr("Timeline capture"),
+         empty=kb.tr("This run records no timeline capture details."))
 
 # %% [markdown]
 # ## Appendix: friendly names → full kernel names (decode)

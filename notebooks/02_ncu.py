@@ -15,6 +15,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
 params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
 
@@ -24,7 +25,7 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import provenance as V
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 took = kb.capture_part(run_dir, "ncu", capture, params_file)
 r = kb.open_run(run_dir, needs="ncu")
 kernels = r.ncu_kernels()
@@ -41,14 +42,14 @@ kb.summary(N.headline(cov, fid, r.manifest))
 kb.md(V.decision(took, "ncu"))
 
 # %%
-kb.table(V.ncu_account(r.manifest), "Nsight Compute capture")
+kb.table(V.ncu_account(r.manifest), kb.tr("Nsight Compute capture"))
 
 # %% [markdown]
 # ## Coverage
 # Every selected kernel ends `profiled` or with the reason it is not.
 
 # %%
-kb.table(cov, "Coverage of the selected kernels, per phase")
+kb.table(cov, kb.tr("Coverage of the selected kernels, per phase"))
 
 # %%
 kb.md(N.coverage_prose(cov, kernels, r.manifest))
@@ -59,7 +60,7 @@ kb.md(N.coverage_prose(cov, kernels, r.manifest))
 # Percentages are of the device's sustained peak; bytes and FLOPs are per launch.
 
 # %%
-kb.table(N.metric_table(kernels, r.timeline), "Per-kernel metrics (one representative launch per kernel)",
+kb.table(N.metric_table(kernels, r.timeline), kb.tr("Per-kernel metrics (one representative launch per kernel)"),
          notes=N.METRIC_MISSING)
 
 # %% [markdown]
@@ -70,7 +71,7 @@ kb.table(N.metric_table(kernels, r.timeline), "Per-kernel metrics (one represent
 # GEMM against the sum over its groups).
 
 # %%
-kb.table(fid, "Fidelity: ncu against the timeline, tensor FLOPs against the GEMM shapes", notes=N.FIDELITY_MISSING)
+kb.table(fid, kb.tr("Fidelity: ncu against the timeline, tensor FLOPs against the GEMM shapes"), notes=N.FIDELITY_MISSING)
 
 # %%
 F.fidelity_scatter(fid)
@@ -87,8 +88,8 @@ kb.md(N.fidelity_prose(fid))
 
 # %%
 bf = N.byte_fidelity(kernels, r.timeline, r.manifest)
-kb.table(bf, "Byte fidelity: DRAM bytes against the bytes the shapes imply",
-         empty="No profiled matrix or attention kernel has shapes that say what it must move.")
+kb.table(bf, kb.tr("Byte fidelity: DRAM bytes against the bytes the shapes imply"),
+         empty=kb.tr("No profiled matrix or attention kernel has shapes that say what it must move."))
 
 # %%
 kb.md(N.byte_fidelity_prose(bf, r.manifest))

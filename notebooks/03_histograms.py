@@ -16,6 +16,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 phase: str = "decode"  # phase whose profiled kernels are shown
 
 # %%
@@ -25,7 +26,7 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze.roofline import profiled_kernels
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir, needs="ncu", phase=phase)
 k = profiled_kernels(r)
 k = k[k.phase == phase]
@@ -42,8 +43,9 @@ F.histogram_grid(H.histogram_table(k), cap)
 
 # %%
 kb.table(cap[["metric", "unit", "kernels", "median", "time_weighted_median", "threshold", "time_pct_at_or_above"]],
-         f"The {phase} histograms in numbers", notes={"threshold": "the profiling skill gives no healthy level for "
-                                                      "this metric", "time_pct_at_or_above": "no healthy level"})
+         kb.tr("The {phase} histograms in numbers", phase=kb.phase_label(phase)),
+         notes={"threshold": kb.tr("the profiling skill gives no healthy level for this metric"),
+                "time_pct_at_or_above": kb.tr("no healthy level")})
 
 # %%
 kb.md(H.prose(cap, phase))

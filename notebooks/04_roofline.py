@@ -17,6 +17,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 phase: str = "decode"  # phase whose profiled kernels are shown
 
 # %%
@@ -26,7 +27,7 @@ from kernelbook.analyze import roofline as R
 from kernelbook.devices import lookup
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir, needs="ncu", phase=phase)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])
@@ -40,7 +41,7 @@ kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])
 # Every roof drawn below, with its source.
 
 # %%
-kb.table(roofs.table(), "Roofs")
+kb.table(roofs.table(), kb.tr("Roofs"))
 
 # %%
 kb.md("\n\n".join([*roofs.notes, N.cache_control_note(r.manifest, "04")]))
@@ -66,8 +67,8 @@ kb.md(R.prose(pts, bw_only, roofs, phase))
 # from the data (it is also outlined red in the plots).
 
 # %%
-kb.table(R.above_roof_causes(pts, k, roofs, N.fidelity(k, r.timeline)), "Points above a roof",
-         empty=f"No point lies more than {R.ABOVE_TOLERANCE * 100 - 100:.0f} % above its roof.")
+kb.table(R.above_roof_causes(pts, k, roofs, N.fidelity(k, r.timeline)), kb.tr("Points above a roof"),
+         empty=kb.tr("No point lies more than {tol:.0f} % above its roof.", tol=R.ABOVE_TOLERANCE * 100 - 100))
 
 # %% [markdown]
 # ## Every point
@@ -75,8 +76,10 @@ kb.table(R.above_roof_causes(pts, k, roofs, N.fidelity(k, r.timeline)), "Points 
 
 # %%
 kb.table(pts[pts.phase == phase].sort_values(["share", "level"], ascending=[False, True]),
-         f"Every {phase} point, largest kernel time first", empty=f"No profiled {phase} kernel issues FLOPs.",
-         notes={"roof_flops_per_s": "no bandwidth roof at this level", "pct_of_roof": "no roof at this level"})
+         kb.tr("Every {phase} point, largest kernel time first", phase=kb.phase_label(phase)),
+         empty=kb.tr("No profiled {phase} kernel issues FLOPs.", phase=kb.phase_label(phase)),
+         notes={"roof_flops_per_s": kb.tr("no bandwidth roof at this level"),
+                "pct_of_roof": kb.tr("no roof at this level")})
 
 # %% [markdown]
 # ## Kernels without FLOPs
@@ -84,9 +87,10 @@ kb.table(pts[pts.phase == phase].sort_values(["share", "level"], ascending=[Fals
 # bandwidth roof they reach.
 
 # %%
-kb.table(bw_only[bw_only.phase == phase], f"{phase.capitalize()} kernels without FLOPs: % of each bandwidth roof",
-         empty=f"Every profiled {phase} kernel issues FLOPs.", notes={"l1_pct_of_roof": "no L1 roof in this capture",
-                                                                    "l2_pct_of_roof": "no L2 roof in this capture"})
+kb.table(bw_only[bw_only.phase == phase],
+         kb.tr("{phase} kernels without FLOPs: % of each bandwidth roof", phase=kb.phase_label(phase).capitalize()),
+         empty=kb.tr("Every profiled {phase} kernel issues FLOPs.", phase=kb.phase_label(phase)),
+         notes={"l1_pct_of_roof": kb.tr("no L1 roof in this capture"), "l2_pct_of_roof": kb.tr("no L2 roof in this capture")})
 
 # %% [markdown]
 # ## Per-kernel rooflines

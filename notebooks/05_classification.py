@@ -16,6 +16,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 phase: str = "decode"  # phase whose profiled kernels are classified
 high_pct: float = 60.0  # SM or memory throughput at or above this is high
 low_pct: float = 30.0  # below this is low
@@ -31,7 +32,7 @@ from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.devices import lookup
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])
@@ -48,11 +49,11 @@ kb.summary(C.headline(cp, opps.get(phase), phase))
 # Counts, and the share of profiled time in each class.
 
 # %%
-kb.table(C.class_counts(cp), f"Bottleneck classes of the profiled {phase} kernels")
+kb.table(C.class_counts(cp), kb.tr("Bottleneck classes of the profiled {phase} kernels", phase=kb.phase_label(phase)))
 
 # %%
 kb.table(cp[["kernel_id", "friendly_name", "category", "class", "roofline_side", "locality_issue", "reason"]],
-         "Each kernel's class and why")
+         kb.tr("Each kernel's class and why"))
 
 # %%
 kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.manifest["ncu"]["cache_control"]))
@@ -65,19 +66,20 @@ kb.md(N.cache_control_note(r.manifest, "05"))
 # The reference report's table: plain means over kernels, then means weighted by time.
 
 # %%
-kb.table(C.class_table(cp, weighted=False), "Metrics per class: plain mean over kernels (each kernel counts once)",
-         notes="— : no kernel of this class has the metric")
+kb.table(C.class_table(cp, weighted=False), kb.tr("Metrics per class: plain mean over kernels (each kernel counts once)"),
+         notes=kb.tr("— : no kernel of this class has the metric"))
 
 # %%
-kb.table(C.class_table(cp, weighted=True), "Metrics per class: mean weighted by each kernel's share of "
-         f"{phase} kernel time", notes="— : no kernel of this class has the metric")
+kb.table(C.class_table(cp, weighted=True),
+         kb.tr("Metrics per class: mean weighted by each kernel's share of {phase} kernel time", phase=kb.phase_label(phase)),
+         notes=kb.tr("— : no kernel of this class has the metric"))
 
 # %% [markdown]
 # ## Metric health
 # The skill's healthy levels; unhealthy cells are shaded, — where a metric does not apply.
 
 # %%
-kb.styler_table(C.health_styled(C.health(cp)), "Metric health per kernel (shaded: unhealthy; — : does not apply)")
+kb.styler_table(C.health_styled(C.health(cp)), kb.tr("Metric health per kernel (shaded: unhealthy; — : does not apply)"))
 
 # %% [markdown]
 # ## Wave quantization
@@ -86,7 +88,7 @@ kb.styler_table(C.health_styled(C.health(cp)), "Metric health per kernel (shaded
 
 # %%
 waves = C.wave_table(cp, r.ncu_metrics(), dev.sm_count)
-kb.table(waves, f"Waves on {dev.sm_count} SMs")
+kb.table(waves, kb.tr("Waves on {sms} SMs", sms=dev.sm_count))
 
 # %%
 kb.md(C.wave_prose(waves, dev.sm_count))
@@ -99,7 +101,7 @@ kb.md(C.wave_prose(waves, dev.sm_count))
 
 # %%
 tiles = C.tile_table(cp, dev, rules)
-kb.table(tiles, "Tiles decoded from the kernel names", empty="No GEMM/GEMV kernel name carries its tile shape.")
+kb.table(tiles, kb.tr("Tiles decoded from the kernel names"), empty=kb.tr("No GEMM/GEMV kernel name carries its tile shape."))
 
 # %%
 kb.md(C.tile_prose(tiles, rules))
@@ -109,15 +111,17 @@ kb.md(C.tile_prose(tiles, rules))
 # Little's law: to run at the DRAM roof each SM needs bandwidth-per-SM × latency bytes in flight.
 
 # %%
-kb.table(C.littles_law(cp, dev, rules), "Bytes in flight per SM (Little's law)",
-         empty=f"No profiled {phase} kernel is memory-bound, so none needs the DRAM roof's bytes in flight.")
+kb.table(C.littles_law(cp, dev, rules), kb.tr("Bytes in flight per SM (Little's law)"),
+         empty=kb.tr("No profiled {phase} kernel is memory-bound, so none needs the DRAM roof's bytes in flight.",
+                     phase=kb.phase_label(phase)))
 
 # %% [markdown]
 # ## Top opportunities
 # Ranked by estimated gain in % of the phase's wall time (upper bounds: the roof assumed reachable).
 
 # %%
-kb.table(opps.get(phase), f"Top opportunities in {phase}", empty=f"No profiled kernels in {phase}.")
+kb.table(opps.get(phase), kb.tr("Top opportunities in {phase}", phase=kb.phase_label(phase)),
+         empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase)))
 
 # %%
 kb.md("```\n" + C.contract_markdown(r, summary, c, opps) + "\n```")

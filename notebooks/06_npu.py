@@ -17,6 +17,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 
 # %%
 from kernelbook import notebook as kb
@@ -26,7 +27,7 @@ from kernelbook.analyze import whatif as W
 from kernelbook.devices import lookup
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir)
 k = R.profiled_kernels(r)
 gpu = W.run_gpu_design(lookup(r.manifest["device"]), R.roofs(lookup(r.manifest["device"]), r.manifest, k, r.ncu_metrics()))
@@ -46,7 +47,7 @@ kb.missing_note(run_dir, "ncu")
 # %%
 kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launches=("launches", "sum"),
                                                   kernel_ms=("total_ns", lambda s: s.sum() / 1e6)).reset_index(),
-         "Work table rows by source")
+         kb.tr("Work table rows by source"))
 
 # %% [markdown]
 # ## Kernel latency and slowdown, fitted on the run
@@ -56,7 +57,7 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 # vectorised elementwise path is fitted apart from its strided/broadcast path.
 
 # %%
-kb.table(tr.calib, "Latency L and slowdown b per kernel class, fitted on the run")
+kb.table(tr.calib, kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
 
 # %% [markdown]
 # ## Validation on the run's own GPU
@@ -65,7 +66,7 @@ kb.table(tr.calib, "Latency L and slowdown b per kernel class, fitted on the run
 # blocks the host at device-to-host copies; device time is compared with the measured GPU-busy time.
 
 # %%
-kb.table(val, "Predicted against measured, each phase held out of the fit")
+kb.table(val, kb.tr("Predicted against measured, each phase held out of the fit"))
 
 # %%
 kb.md(W.validation_prose(val, tr))
@@ -74,7 +75,7 @@ kb.md(W.validation_prose(val, tr))
 # Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.
 
 # %%
-kb.table(W.error_by_class(tr), "Held-out error per phase and kernel class")
+kb.table(W.error_by_class(tr), kb.tr("Held-out error per phase and kernel class"))
 
 # %% [markdown]
 # ## Designs
@@ -82,7 +83,7 @@ kb.table(W.error_by_class(tr), "Held-out error per phase and kernel class")
 # `params/npus.yaml`; designs that leave latency or efficiency null carry the run's fitted values.
 
 # %%
-kb.table(W.design_table(designs, tr), "Predicted times per design")
+kb.table(W.design_table(designs, tr), kb.tr("Predicted times per design"))
 
 # %% [markdown]
 # ## Sensitivity
@@ -100,4 +101,4 @@ F.sensitivity_grid(sens, W.knees_both(sens))
 # Evidence from this run, the what-if number, a confidence, and the reference report's claim beside.
 
 # %%
-kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)), "Recommendations with their what-if numbers")
+kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)), kb.tr("Recommendations with their what-if numbers"))

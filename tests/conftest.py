@@ -50,3 +50,21 @@ def partial_run(tmp_path_factory):
     manifest.update(run_id=run.name, status="partial", reason=f"ncu: NcuError: decode: {error}")
     (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return run
+
+
+@pytest.fixture(scope="session")
+def rendered_book(tmp_path_factory):
+    """The bundled run's book rendered once per language per test session: `rendered_book("zh")`."""
+    from kernelbook import params as P
+    from kernelbook.runner import render_book
+
+    done = {}
+
+    def render(language: str = "en"):
+        if language not in done:
+            out = tmp_path_factory.mktemp(f"book-{language}") / "report"
+            done[language] = render_book(P.validate({"language": language}, consumer="book"), out,
+                                         log=lambda *_: None)
+        return done[language]
+
+    return render

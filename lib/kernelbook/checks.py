@@ -92,25 +92,35 @@ def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[
     return problems
 
 
-def missing(run_dir: str | Path, needs: str) -> str | None:
+def missing(run_dir: str | Path, needs: str, renders_without: bool = False) -> str | None:
     """Why the run cannot serve a chapter that needs `needs` ("ncu"), in words with the manifest's
-    status and reason, or None when it can."""
+    status and reason (in the narrative language), or None when it can. `renders_without`: the note
+    of a chapter that renders without them. The note's first clause, up to its first colon, names
+    what is missing (the index's 'Not shown' line)."""
+    from .i18n import tr
+
     if needs != "ncu":
         raise ValueError(f"unknown need {needs!r}")
     if profiled_phases(run_dir):
         return None
     m = _manifest(run_dir)
     status = m.get("status", "?")
-    why = f"The run's capture is **{status}**" + (f": {m['reason']}" if m.get("reason") else "") + "."
+    why = (tr("The run's capture is **{status}**: {reason}.", status=status, reason=m["reason"]) if m.get("reason")
+           else tr("The run's capture is **{status}**.", status=status))
     k = ncu_table(run_dir)
     if k is not None and len(k) and "status" in k:
         reasons = k.status.value_counts()
-        held = (f"It selected {len(k)} kernels for ncu and profiled none of them ("
-                + "; ".join(f"{n}: {s}" for s, n in reasons.items()) + ").")
+        held = tr("It selected {n} kernels for ncu and profiled none of them ({reasons}).", n=len(k),
+                  reasons="; ".join(f"{n}: {s}" for s, n in reasons.items()))
     elif m.get("params", {}).get("ncu_top_n") == 0:
-        held = "It was captured with `ncu_top_n: 0`, so it holds no ncu counters."
+        held = tr("It was captured with `ncu_top_n: 0`, so it holds no ncu counters.")
     else:
-        held = "It holds no ncu tables (`ncu/kernels.parquet`)."
-    return (f"**No Nsight Compute counters in {Path(str(run_dir)).name}**: this chapter needs them. {why} {held} "
-            f"The timeline chapters (00, 01, 06) still read the run. To get counters, capture again on a GPU "
-            f"machine where ncu can read them, with `ncu_top_n` > 0: `{CAPTURE_CMD}`.")
+        held = tr("It holds no ncu tables (`ncu/kernels.parquet`).")
+    values = dict(run=Path(str(run_dir)).name, why=why, held=held, command=CAPTURE_CMD)
+    if renders_without:
+        return tr("**No Nsight Compute counters in {run}**: this chapter renders without them, from the timeline "
+                  "alone. {why} {held} The timeline chapters (00, 01, 06) still read the run. To get counters, capture "
+                  "again on a GPU machine where ncu can read them, with `ncu_top_n` > 0: `{command}`.", **values)
+    return tr("**No Nsight Compute counters in {run}**: this chapter needs them. {why} {held} The timeline chapters "
+              "(00, 01, 06) still read the run. To get counters, capture again on a GPU machine where ncu can read "
+              "them, with `ncu_top_n` > 0: `{command}`.", **values)

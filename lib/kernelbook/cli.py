@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--run", help=f"run directory (default: {P.BUNDLED_RUN})")
     b.add_argument("--out", help="report folder (default: reports/<run-id>)")
     b.add_argument("--chapters", help="comma-separated chapter stems to render (default: all)")
+    b.add_argument("--language", choices=P.SCHEMA["language"].choices,
+                   help="narrative language of the book (default: the params file's, else en)")
     c = sub.add_parser("capture", help="capture a run on a GPU machine")
     c.add_argument("--params", help="params YAML (overrides)")
     c.add_argument("--out", required=True, help="new run directory, e.g. data/runs/<run-id>")
@@ -46,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
         if args.cmd == "book" and args.params:  # the capture chapters take their capture parameters from it
             overrides["params_file"] = args.params
+        if getattr(args, "language", None):
+            overrides["language"] = args.language
         params = P.load(args.params, overrides, consumer=args.cmd)
     except P.ParamError as e:
         _err(str(e))

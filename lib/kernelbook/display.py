@@ -11,7 +11,9 @@ Analysis functions return DataFrames with machine columns (`pct_of_roof`, `flops
 - kernel names whole, monospace, wrapped and copyable; aten shapes as `1×10×1×128 · 1×10×1130×128`;
 - a caption saying what the table is; a box that scrolls sideways inside the page with its first
   column (the kernel) kept in view;
-- an empty result as one sentence instead of a header-only table.
+- an empty result as one sentence instead of a header-only table;
+- headers, yes/no, phase names and notes in the narrative language (`i18n`): a `Col` label is the
+  catalog key of its header.
 
 `table()` returns an object whose `_repr_html_` is the table, so a notebook cell ends with it; the
 chapter setup also registers it as the HTML formatter of every DataFrame, so a table a chapter
@@ -29,6 +31,8 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
+
+from .i18n import N_, text, tr
 
 MISSING = "—"
 
@@ -213,9 +217,30 @@ COLUMNS: dict[str, Col] = {
     "warp_supply_bytes_per_sm": Col("Warps supply / SM", "bytes"),
     "achieved_vs_needed_pct": Col("Achieved ÷ needed %", "pct"),
     "gain_pct": Col("Est. gain (% of phase wall)", "pct"),
+    # chapter 00 and the provenance tables
+    "step": Col("Step", "text"),
+    "by": Col("By", "text"),
+    "wall_s": Col("Wall time", "s"),
+    "meaning": Col("Meaning", "text"),
+    "read_by": Col("Read by", "text"),
+    "measured": Col("Measured", "auto"),
+    "spec": Col("Spec", "auto"),
+    # chapter 06
+    "design": Col("Design", "text"),
+    "area": Col("Area", "text"),
+    "evidence (this run)": Col("Evidence (this run)", "text"),
+    "what-if": Col("What-if", "text"),
+    "confidence": Col("Confidence", "text"),
+    "reference report": Col("Reference report", "text"),
 }
 
-PHASE_LABEL = {"vision_encode": "vision encode", "prefill": "prefill", "decode": "decode", "other": "other"}
+PHASE_LABEL = {"vision_encode": N_("vision encode"), "prefill": N_("prefill"), "decode": N_("decode"),
+               "other": N_("other")}
+
+
+def phase_label(phase: str) -> str:
+    """A phase as a reader names it, in the narrative language ('vision encode', '视觉编码')."""
+    return text(PHASE_LABEL.get(str(phase), str(phase)))
 
 # unit suffix of a machine column → cell kind (first match wins; order matters: _per_s before _s)
 _SUFFIX = [("_pct_of_roof", "pct"), ("_pct", "pct"), ("_bytes_per_s", "bytes_per_s"), ("_flops_per_s", "flop_per_s"),
@@ -316,7 +341,7 @@ def quantity(v, unit: str) -> str:
     if missing(v):
         return MISSING
     if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
+        return tr("yes") if v else tr("no")
     if not isinstance(v, (int, float, np.integer, np.floating)):
         return str(v)
     u = (unit or "").strip()
@@ -356,7 +381,7 @@ def label(col) -> str:
     """The reader's header for a machine column."""
     col = str(col)
     if col in COLUMNS:
-        return COLUMNS[col].label
+        return text(COLUMNS[col].label)
     low = col.lower()
     for suf, unit in (("_pct_of_roof", "% of roof"), ("_pct", "%"), ("_bytes_per_s", ""), ("_flops_per_s", ""),
                       ("_per_s", "/s"), ("_gbps", ""), ("_tflops", ""), ("_bytes", ""), ("_flops", ""),
@@ -364,8 +389,8 @@ def label(col) -> str:
         if low.endswith(suf):
             stem = col[: -len(suf)].replace("_", " ")
             return (stem[:1].upper() + stem[1:] + (f" {unit}" if unit else "")).strip()
-    text = col.replace("_", " ")
-    return text[:1].upper() + text[1:]
+    words = col.replace("_", " ")
+    return words[:1].upper() + words[1:]
 
 
 def shapes(s) -> str:
@@ -405,13 +430,13 @@ def cell(v, kind: str) -> str:
     if missing(v):
         return MISSING
     if kind == "bool" or isinstance(v, (bool, np.bool_)):
-        return "yes" if bool(v) else "no"
+        return tr("yes") if bool(v) else tr("no")
     if kind == "code":
         return f"<code>{html.escape(str(v))}</code>"
     if kind == "phase":
-        return html.escape(PHASE_LABEL.get(str(v), str(v)))
+        return html.escape(phase_label(v))
     if kind == "text" or isinstance(v, str):
-        return html.escape(str(v))
+        return html.escape(text(str(v)))  # a value that is a catalog key (a class, a side) shows translated
     if kind == "pct":
         return pct(v)
     if kind == "share":
@@ -538,7 +563,7 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
     if isinstance(df, pd.Series):
         df = df.to_frame()
     if df is None or len(df) == 0 or len(df.columns) == 0:
-        sentence = empty or "No rows."
+        sentence = empty or tr("No rows.")
         cap = f'<p class="kb-caption">{html.escape(caption)}</p>' if caption else ""
         return Shown(f'{cap}<p class="kb-empty">{html.escape(sentence)}</p>', None, sentence)
     frame = df
@@ -586,8 +611,10 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
     foot = ""
     if notes:
         any_missing = any(df[c].map(missing).any() for c in df.columns)
-        items = ([notes] if any_missing else []) if isinstance(notes, str) else [
-            f"{MISSING} in {heads.get(c, label(c))}: {why}" for c, why in notes.items()
+        # a note may be a catalog key declared with N_ (a module's table of reasons): shown translated
+        items = ([text(notes)] if any_missing else []) if isinstance(notes, str) else [
+            tr("{missing} in {column}: {why}", missing=MISSING, column=heads.get(c, label(c)), why=text(why))
+            for c, why in notes.items()
             if c in df.columns and df[c].map(missing).any()]
         foot = "".join(f'<p class="kb-note">{html.escape(n)}</p>' for n in items)
     return Shown(STYLE + cap + body + foot, frame, caption or "")

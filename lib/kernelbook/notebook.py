@@ -15,7 +15,8 @@ from plotly.io._base_renderers import PlotlyRenderer
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
-from .display import sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
+from .display import phase_label, sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
+from .i18n import language, tr, use_language  # noqa: F401  (chapters call kb.tr / kb.use_language)
 
 
 class FigureRenderer(PlotlyRenderer):
@@ -27,9 +28,12 @@ class FigureRenderer(PlotlyRenderer):
         return bundle
 
 
-def setup() -> None:
-    """Call once at the top of a chapter."""
+def setup(language: str = "en") -> None:
+    """Call once at the top of a chapter, with the chapter's `language` parameter: every sentence,
+    caption, header and figure title the chapter writes from here on is in that language (`tr`)."""
     import pandas as pd
+
+    use_language(language)
 
     pio.renderers["kernelbook"] = FigureRenderer(config=PLOTLY_CONFIG)
     pio.renderers.default = "kernelbook"
@@ -119,7 +123,7 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
         raise ChapterStop(str(e)) from None
     problems = parameter_problems({k: params[k] for k in ("run_dir", *asked)})
     if problems:
-        raise ChapterStop("This chapter cannot be shown with these parameters:\n" +
+        raise ChapterStop(tr("This chapter cannot be shown with these parameters:") + "\n" +
                           "\n".join(f"  - {p}" for p in problems)) from None
     if needs is not None:
         note = missing(run_dir, needs)
@@ -149,9 +153,8 @@ def missing_note(run_dir: str, needs: str):
     a chapter that renders without it; None (nothing shown) when the run has it."""
     from .checks import missing
 
-    note = missing(run_dir, needs)
-    return None if note is None else md("> " + note.replace(": this chapter needs them.", ": this chapter "
-                                                             "renders without them, from the timeline alone."))
+    note = missing(run_dir, needs, renders_without=True)
+    return None if note is None else md("> " + note)
 
 
 def explorer(cards: dict[str, dict], first: str = ""):
@@ -164,13 +167,14 @@ def explorer(cards: dict[str, dict], first: str = ""):
 
     from .display import demangle
 
+    nopoint = tr("No roofline point: this kernel issues no FLOPs.")
     static = "".join(f"<details><summary><b>{html_escape(k)}</b> — {html_escape(c['class'])}</summary>"
                      f"<p><code style='white-space:pre-wrap;word-break:break-all'>{html_escape(demangle(c['name']))}"
-                     f"</code></p>{table(c['metrics'], 'Metrics (one representative launch)')._repr_html_()}"
-                     f"{table(c['roofline'], 'Roofline points', empty='No roofline point: this kernel issues no FLOPs.')._repr_html_()}"
+                     f"</code></p>{table(c['metrics'], tr('Metrics (one representative launch)'))._repr_html_()}"
+                     f"{table(c['roofline'], tr('Roofline points'), empty=nopoint)._repr_html_()}"
                      "</details>" for k, c in cards.items())
     bundle = {"text/html": f"<div class='kb-explorer'>{static}</div>",
-              "text/plain": f"{len(cards)} kernels (open in JupyterLab for the picker)"}
+              "text/plain": tr("{n} kernels (open in JupyterLab for the picker)", n=len(cards))}
     try:
         import ipywidgets as W
     except ImportError:
@@ -184,8 +188,8 @@ def explorer(cards: dict[str, dict], first: str = ""):
         c = cards[pick.value]
         out.clear_output()
         with out:
-            display(md(f"**{c['class']}**\n\n`{demangle(c['name'])}`"), table(c["metrics"], "Metrics"),
-                    table(c["roofline"], "Roofline points", empty="No roofline point: this kernel issues no FLOPs."))
+            display(md(f"**{c['class']}**\n\n`{demangle(c['name'])}`"), table(c["metrics"], tr("Metrics")),
+                    table(c["roofline"], tr("Roofline points"), empty=nopoint))
 
     pick.observe(show, names="value")
     show()

@@ -17,8 +17,8 @@ BUNDLED_RUN = "data/runs/h100-deepseek-ocr-2"
 CAPTURE = "capture"
 CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu",
             "07_summary")
-VARIANT_RUNS = ["data/runs/h100-variant-static-graphs"]
 ALL_CHAPTERS = CHAPTERS
+VARIANT_RUNS = ["data/runs/h100-variant-static-graphs"]
 PHASE_NAMES = ("vision_encode", "prefill", "decode")
 
 
@@ -164,6 +164,8 @@ SCHEMA: dict[str, Param] = {
     "baseline_run": Param(str, "", ("07_summary",), "a run to compare run_dir against (chapter 07's comparison "
                           "section, as `python -m kernelbook diff baseline_run run_dir`); empty: no comparison",
                           check=lambda v: _run_dir(v) if v else None),
+    "language": Param(str, "en", ALL_CHAPTERS, "narrative language of the chapters, index and report.md: en | zh",
+                      choices=("en", "zh")),
     "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",
                     check=_device, nullable=True),
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),

@@ -6,6 +6,10 @@ staging folder, which is renamed `<out>.failed` and named in the error. plotly.j
 report (`plotly.min.js` beside the chapters), so the HTML works offline: each figure output is plotly's
 own JSON mimetype (see `notebook`), drawn in the HTML by that local copy.
 
+The narrative language (`language`: en | zh) reaches every chapter as a parameter (its kernel's `tr`);
+the runner translates the chapters' markdown cells through the same catalog before executing them,
+marks the HTML with its `lang`, and writes the index and report.md in it (`i18n`).
+
 Parameters are checked against the run before any chapter runs (`checks.parameter_problems`: exit 2,
 nothing written). A chapter the run cannot serve (no ncu counters in a partial run) stops with a
 note (`notebook.ChapterStop`); the book keeps it, its HTML shows the note, and the index says so.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -23,6 +28,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from . import params as P
+from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import BOOK_COMMAND, LOCKS_HELD
 from .clocks import clock_lock
 
@@ -85,15 +91,19 @@ def notebook_parameters(nb_path: Path) -> dict:
     return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(ipynb)).items()}
 
 
-def to_ipynb(py_path: Path, out: Path) -> Path:
+def to_ipynb(py_path: Path, out: Path, language: str = "en") -> Path:
+    """The chapter as a notebook, its markdown cells (headings and prose) in `language`."""
     import jupytext
 
     nb = jupytext.read(py_path)  # the chapter names its kernel (kernelspec in the .py header)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = translate_markdown(cell.source, language)
     jupytext.write(nb, out, fmt="ipynb")
     return out
 
 
-def _html(executed: Path, out_html: Path) -> None:
+def _html(executed: Path, out_html: Path, language: str = "en") -> None:
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -102,18 +112,25 @@ def _html(executed: Path, out_html: Path) -> None:
     _stop_notes(nb)
     _plotly_html(nb)
     exp = HTMLExporter(template_name="lab")
+    # the template's require.js and MathJax come from a CDN: the shared HTML is offline and uses neither
+    # (plotly.js ships beside it; the chapters write no TeX), so their script tags are dropped below
+    exp.require_js_url = exp.mathjax_url = OFFLINE_DROP
     exp.exclude_input = True
     exp.exclude_input_prompt = True
     exp.exclude_output_prompt = True
     body, _ = exp.from_notebook_node(nb)
+    body = re.sub(rf'<script src="{re.escape(OFFLINE_DROP)}">\s*</script>', "", body)
     # plotly.js is UMD: hide AMD `define` while it loads so it sets window.Plotly.
     loader = (f'<script>window.__kbdef=window.define;window.define=undefined;</script>'
               f'<script src="{PLOTLY_JS}"></script><script>window.define=window.__kbdef;</script>')
     body = body.replace("<head>", "<head>\n" + loader, 1)
-    out_html.write_text(body)
+    body = re.sub(r"<html(?![^>]*\blang=)", f'<html lang="{HTML_LANG[language]}"', body, count=1)
+    body = re.sub(r'<html([^>]*)\blang="[^"]*"', rf'<html\1lang="{HTML_LANG[language]}"', body, count=1)
+    out_html.write_text(body, encoding="utf-8")
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+OFFLINE_DROP = "kernelbook:offline-drop"
 
 
 def _static_widgets(nb) -> None:
@@ -185,10 +202,15 @@ def _summary(executed: Path) -> str:
     return ""
 
 
-def _title(py_path: Path) -> str:
-    for line in py_path.read_text().splitlines():
-        if line.startswith("# # "):
-            return line[4:].strip()
+def _title(py_path: Path, language: str = "en") -> str:
+    """The chapter's title: the heading of its first markdown cell, in `language`."""
+    import jupytext
+
+    for cell in jupytext.read(py_path).cells:
+        if cell.cell_type == "markdown":
+            for line in translate_markdown(cell.source, language).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
     return py_path.stem
 
 
@@ -198,6 +220,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
 
     from .checks import parameter_problems
 
+    language = params.get("language", "en")
     only = chapters
     books = list_chapters(only)
     problems = parameter_problems(params, [nb.stem for nb in books])
@@ -230,7 +253,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             t = time.perf_counter()
             if log is print:
                 print(f"[{i}/{len(books)}] {nb.stem} ...", end="", flush=True)
-            src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb")
+            src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb", language)
             executed = stage / f"{nb.stem}.ipynb"
             declared = notebook_parameters(nb)
             nb_params = {k: _to_nb(v) for k, v in params.items() if k in declared}
@@ -247,14 +270,17 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             src.unlink()
             if executed.exists():
                 try:
-                    _html(executed, stage / f"{nb.stem}.html")
+                    _html(executed, stage / f"{nb.stem}.html", language)
                 except Exception as e:  # e.g. nbconvert's templates missing: the book fails with its reason
                     error = error or e
             dt = time.perf_counter() - t
             summary = _summary(executed) if executed.exists() else ""
             if note is not None:
-                summary = "Not shown: " + note.replace("**", "").split(": this chapter")[0].split("\n")[0]
-            entries.append({"stem": nb.stem, "title": _title(nb), "seconds": dt, "ok": error is None,
+                with in_language(language):
+                    # the note's first clause, up to its first colon (either language's), names what is missing
+                    first = re.split(r"[:：]", note.replace("**", "").split("\n")[0], maxsplit=1)[0]
+                    summary = tr("Not shown: {note}", note=first)
+            entries.append({"stem": nb.stem, "title": _title(nb, language), "seconds": dt, "ok": error is None,
                             "summary": summary, **({"stopped": note} if note is not None else {})})
             if log is print:
                 state = "ok" if note is None else "stopped: the run cannot serve it (see its note)"
@@ -273,10 +299,12 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
 
         # chapter 05's parameters are the Rules fields by name: report.md uses the same thresholds
         rules = Rules(**{f.name: params[f.name] for f in fields(Rules) if f.name in params})
-        text = report_for_run(run_dir, rules)
+        with in_language(language):
+            text = report_for_run(run_dir, rules)
         if text:
-            (stage / "report.md").write_text(text)
-    _index(stage, run_id, params, entries, time.perf_counter() - t_all)
+            (stage / "report.md").write_text(text, encoding="utf-8")
+    with in_language(language):
+        _index(stage, run_id, params, entries, time.perf_counter() - t_all)
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
         dest = out.with_name(out.name + ".failed")
@@ -364,28 +392,36 @@ def _to_nb(v):
 
 
 def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float) -> None:
+    """index.html: one row per chapter with its summary, in the current language (`i18n`)."""
     manifest = json.loads((P.resolve_path(params["run_dir"]) / "manifest.json").read_text())
     gpu = manifest.get("environment", {}).get("gpu", {})
     gpu_name = gpu.get("name", "?") if isinstance(gpu, dict) else gpu
+    esc = html.escape
     rows = "\n".join(
-        f'<tr><td><a href="{e["stem"]}.html">{html.escape(e["title"])}</a></td>'
-        f'<td>{html.escape(e["summary"]) or ("" if e["ok"] else "<b>failed</b>")}</td>'
-        f'<td class="num">{e["seconds"]:.1f} s{" (earlier render)" if e.get("kept") else ""}</td></tr>'
+        f'<tr><td><a href="{e["stem"]}.html">{esc(e["title"])}</a></td>'
+        f'<td>{esc(e["summary"]) or ("" if e["ok"] else "<b>" + esc(tr("failed")) + "</b>")}</td>'
+        f'<td class="num">{esc(tr("{seconds:.1f} s", seconds=e["seconds"]))}'
+        f'{esc(tr(" (earlier render)")) if e.get("kept") else ""}</td></tr>'
         for e in entries)
     status = manifest.get("status", "?")
-    warn = "" if status == "complete" else (f'<p class="warn">This run is <b>{html.escape(status)}</b>: '
-                                            f'{html.escape(str(manifest.get("reason", "")))}</p>')
-    (stage / "index.html").write_text(f"""<!doctype html><html><head><meta charset="utf-8">
-<title>kernelbook — {html.escape(run_id)}</title>
+    warn = "" if status == "complete" else (  # the values escaped, the status in bold
+        '<p class="warn">' + tr("This run is {status}: {reason}", status=f"<b>{esc(status)}</b>",
+                                reason=esc(str(manifest.get("reason", "")))) + "</p>")
+    lang = HTML_LANG[language()]
+    captured = tr("{model} on {gpu}, captured {created}; rendered in {seconds:.0f} s.",
+                  model=str(manifest.get("params", {}).get("model", "?")), gpu=str(gpu_name),
+                  created=str(manifest.get("created", "?")), seconds=total_s)
+    contract = (f'<p>{esc(tr("Profiler output contract:"))} <a href="report.md">report.md</a></p>'
+                if (stage / "report.md").exists() else "")
+    (stage / "index.html").write_text(f"""<!doctype html><html lang="{lang}"><head><meta charset="utf-8">
+<title>kernelbook — {esc(run_id)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}}
 table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.5rem;text-align:left;vertical-align:top}}
 td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.5rem}}</style></head><body>
-<h1>kernelbook: {html.escape(run_id)}</h1>
-<p>{html.escape(str(manifest.get("params", {}).get("model", "?")))} on {html.escape(str(gpu_name))},
-captured {html.escape(str(manifest.get("created", "?")))}; rendered in {total_s:.0f} s.</p>{warn}
-{'<p>Profiler output contract: <a href="report.md">report.md</a></p>' if (stage / "report.md").exists() else ""}
-<table><tr><th>chapter</th><th>summary</th><th>render</th></tr>
+<h1>kernelbook: {esc(run_id)}</h1>
+<p>{esc(captured)}</p>{warn}
+{contract}
+<table><tr><th>{esc(tr("chapter"))}</th><th>{esc(tr("summary"))}</th><th>{esc(tr("render"))}</th></tr>
 {rows}
 </table></body></html>
-""")
-
+""", encoding="utf-8")

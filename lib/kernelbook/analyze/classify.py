@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..display import phase_label
+from ..i18n import N_, text, tr
 from .histograms import weighted_mean
 
 MAX_WARPS_PER_SM = {"hopper": 64, "ampere": 64, "ada": 48, "blackwell": 64}
@@ -27,6 +29,17 @@ class Rules:
     low_pct: float = 30.0       # below this is "low"
     l2_hit_min_pct: float = 80.0
     mem_latency_cycles: float = 800.0  # global-memory latency assumed for S_min and Little's law
+
+
+# class names are machine values (report.md's Bottleneck column, the logic below) and catalog keys:
+# the display layer shows a text cell that is a catalog key translated, and the prose uses class_label
+CLASSES = (N_("memory-bound"), N_("compute-bound"), N_("latency-bound"), N_("balanced"), N_("unknown"))
+SIDES = (N_("memory"), N_("compute"), N_("no FLOPs"))
+
+
+def class_label(cls: str) -> str:
+    """A bottleneck class as the reader reads it, in the narrative language."""
+    return text(str(cls))
 
 
 def classify_row(sm_pct: float, mem_pct: float, rules: Rules = Rules()) -> str:
@@ -50,15 +63,16 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
                                   "no FLOPs")
     k["locality_issue"] = k.l2_hit_pct < rules.l2_hit_min_pct
     k["reason"] = [
-        f"SM {s:.0f} %, memory {m:.0f} % (high ≥ {rules.high_pct:.0f}, low < {rules.low_pct:.0f})"
-        + (f"; L2 hit {h:.0f} % < {rules.l2_hit_min_pct:.0f} %" if h < rules.l2_hit_min_pct else "")
+        tr("SM {sm:.0f} %, memory {mem:.0f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m, high=rules.high_pct,
+           low=rules.low_pct)
+        + (tr("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if h < rules.l2_hit_min_pct else "")
         for s, m, h in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct)]
     return k
 
 
-CLASS_METRICS = {"SM throughput %": "sm_pct", "DRAM throughput %": "dram_pct", "memory throughput %": "memory_pct",
-                 "achieved occupancy %": "achieved_occupancy_pct", "L1 hit %": "l1_hit_pct",
-                 "L2 hit %": "l2_hit_pct", "mean duration µs": "duration_us"}
+CLASS_METRICS = {N_("SM throughput %"): "sm_pct", N_("DRAM throughput %"): "dram_pct",
+                 N_("memory throughput %"): "memory_pct", N_("achieved occupancy %"): "achieved_occupancy_pct",
+                 N_("L1 hit %"): "l1_hit_pct", N_("L2 hit %"): "l2_hit_pct", N_("mean duration µs"): "duration_us"}
 
 
 def class_counts(c: pd.DataFrame) -> pd.DataFrame:
@@ -72,9 +86,9 @@ def class_table(c: pd.DataFrame, weighted: bool) -> pd.DataFrame:
     """The reference report's per-class table: rows are metrics, columns are classes + overall.
     `weighted`: means weighted by each kernel's share of phase kernel time (else plain means)."""
     cols = {}
-    for name, grp in list(c.groupby("class")) + [("overall", c)]:
+    for name, grp in list(c.groupby("class")) + [(tr("overall"), c)]:
         w = grp.share if weighted else pd.Series(1.0, index=grp.index)
-        cols[name] = {label: weighted_mean(grp[col], w) for label, col in CLASS_METRICS.items()}
+        cols[class_label(name)] = {text(label): weighted_mean(grp[col], w) for label, col in CLASS_METRICS.items()}
     return pd.DataFrame(cols).rename_axis("metric")
 
 
@@ -84,13 +98,13 @@ def dominant_class(cp: pd.DataFrame) -> tuple[str, float]:
     return str(t.idxmax()), float(t.max() / t.sum())
 
 
-HEALTH = {  # label: (column, healthy test)
-    "tensor util > 60 %": ("sm_pct", lambda v: v > 60),
-    "DRAM > 70 %": ("dram_pct", lambda v: v > 70),
-    "achieved occupancy > 25 %": ("achieved_occupancy_pct", lambda v: v > 25),
-    "L2 hit > 80 %": ("l2_hit_pct", lambda v: v > 80),
-    "spilling = 0 B": ("spill_bytes", lambda v: v == 0),
-    "waves per SM > 1": ("waves_per_sm", lambda v: v > 1),
+HEALTH = {  # label (a catalog key: the table's header): (column, healthy test)
+    N_("tensor util > 60 %"): ("sm_pct", lambda v: v > 60),
+    N_("DRAM > 70 %"): ("dram_pct", lambda v: v > 70),
+    N_("achieved occupancy > 25 %"): ("achieved_occupancy_pct", lambda v: v > 25),
+    N_("L2 hit > 80 %"): ("l2_hit_pct", lambda v: v > 80),
+    N_("spilling = 0 B"): ("spill_bytes", lambda v: v == 0),
+    N_("waves per SM > 1"): ("waves_per_sm", lambda v: v > 1),
 }
 
 
@@ -108,17 +122,21 @@ def health(c: pd.DataFrame) -> pd.DataFrame:
 
 
 def health_styled(h: pd.DataFrame):
-    """Health values with unhealthy cells highlighted (a pandas Styler, rendered in the HTML)."""
+    """Health values with unhealthy cells highlighted (a pandas Styler, rendered in the HTML); the
+    health headers in the narrative language."""
     labels = list(HEALTH)
-    show = h[["kernel_id", "friendly_name"] + labels]
+    shown = {lab: text(lab) for lab in labels}
+    show = h[["kernel_id", "friendly_name"] + labels].rename(columns=shown)
+    back = {v: k for k, v in shown.items()}
 
     def colour(col):
-        okc = h[f"{col.name} ok"] if f"{col.name} ok" in h else None
+        key = back.get(col.name, col.name)
+        okc = h[f"{key} ok"] if f"{key} ok" in h else None
         if okc is None:
             return [""] * len(col)
         return ["background-color: #f8d0cc" if o is False else ("color: #999" if o is None else "") for o in okc]
 
-    return show.style.apply(colour, subset=labels).format(precision=1, na_rep="n/a")
+    return show.style.apply(colour, subset=list(shown.values())).format(precision=1, na_rep="n/a")
 
 
 def wave_table(c: pd.DataFrame, metrics: pd.DataFrame | None, sm_count: int, family: str = "hopper") -> pd.DataFrame:
@@ -229,11 +247,11 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
     busy_frac = min(1.0, summary_row.gpu_busy_ms / wall) if wall else 0.0
     idle = 1 - busy_frac
     if idle > 0:
-        note = f" (profiled wall ÷ {overhead_ratio:.2f} profiler overhead)" if overhead_ratio else ""
-        rows.append({"opportunity": "Cut launch overhead: CUDA graphs / fused decode step",
+        note = tr(" (profiled wall ÷ {ratio:.2f} profiler overhead)", ratio=overhead_ratio) if overhead_ratio else ""
+        rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step"),
                      "gain_pct": 100 * idle,
-                     "trigger": f"GPU idle={100 * idle:.0f} % of wall{note}, "
-                                f"launches/step={summary_row.get('launches_per_step', float('nan')):.0f}"})
+                     "trigger": tr("GPU idle={idle:.0f} % of wall{note}, launches/step={launches:.0f}", idle=100 * idle,
+                                   note=note, launches=summary_row.get("launches_per_step", float("nan")))})
     pc = c[c.phase == phase]
     if len(pc):
         roof_t = pc.apply(lambda k: roof_time_ns(k, roofs), axis=1)
@@ -244,24 +262,26 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
             f = weighted_mean(grp.frac_above, grp.share)
             gain = 100 * busy_frac * cat_share * f
             top = grp.sort_values("share", ascending=False).iloc[0]
-            rows.append({"opportunity": f"Bring {cat} kernels to their roof ({_hint(cat, grp)})",
+            rows.append({"opportunity": tr("Bring {category} kernels to their roof ({hint})", category=cat,
+                                           hint=_hint(cat, grp)),
                          "gain_pct": gain,
-                         "trigger": f"{cat} {100 * cat_share:.0f} % of kernel time at "
-                                    f"{100 * (1 - f):.0f} % of roof (time-weighted); e.g. {top.friendly_name}: "
-                                    f"SM={top.sm_pct:.0f} %, DRAM={top.dram_pct:.0f} %, occupancy={top.achieved_occupancy_pct:.0f} %"})
+                         "trigger": tr("{category} {share:.0f} % of kernel time at {pct:.0f} % of roof (time-weighted); "
+                                       "e.g. {kernel}: SM={sm:.0f} %, DRAM={dram:.0f} %, occupancy={occ:.0f} %",
+                                       category=cat, share=100 * cat_share, pct=100 * (1 - f), kernel=top.friendly_name,
+                                       sm=top.sm_pct, dram=top.dram_pct, occ=top.achieved_occupancy_pct)})
     return pd.DataFrame(rows).sort_values("gain_pct", ascending=False).reset_index(drop=True)
 
 
 def _hint(cat: str, grp: pd.DataFrame) -> str:
     if cat in ("GEMV", "GEMM") and (grp.intensity_dram.fillna(0) > 0).any():
-        return "fuse projections / batch tokens so weights are read once for more work"
+        return tr("fuse projections / batch tokens so weights are read once for more work")
     if cat in ("elementwise", "copy/cast", "reduction/norm"):
-        return "fuse the chain into neighbouring kernels"
+        return tr("fuse the chain into neighbouring kernels")
     if cat == "gather/index":
-        return "fuse indexing into the consumer kernel"
+        return tr("fuse indexing into the consumer kernel")
     if cat == "attention":
-        return "decode-specialised attention (split-KV)"
-    return "specialise the kernel for this shape"
+        return tr("decode-specialised attention (split-KV)")
+    return tr("specialise the kernel for this shape")
 
 
 def roof_time_ns(k, roofs) -> float:
@@ -276,21 +296,27 @@ def roof_time_ns(k, roofs) -> float:
     return 1e9 * t
 
 
+# the profiler output contract's stage table header: machine-read, the same in every language
+CONTRACT_HEADER = "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |"
+
+
 def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame]) -> str:
-    """The skill seed's profiler output contract, one block for the run, stages = phases."""
+    """The skill seed's profiler output contract, one block for the run, stages = phases. The tables'
+    header lines and their stage and class values are the contract a tool reads: they stay as they
+    are in every language; the prose around them is in the narrative language."""
     m = run.manifest
     info = m.get("timeline_info", {})
     p = m.get("params", {})
-    lines = [f"Profile: {p.get('model', '?')} [{run.run_id}]", "",
-             "## Configuration", "", "| b | s | t | dtype |", "|---|---|---|---|",
+    lines = [tr("Profile: {model} [{run}]", model=p.get("model", "?"), run=run.run_id), "",
+             tr("## Configuration"), "", "| b | s | t | dtype |", "|---|---|---|---|",
              f"| {p.get('batch_size', '?')} | {info.get('inputs', {}).get('prompt_tokens', '?')} | "
              f"{p.get('max_new_tokens', '?')} | {p.get('dtype', 'bfloat16')} |", "",
-             "## Stages", "", "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |",
-             "|---|---|---|---|---|---|---|"]
+             tr("## Stages"), "", CONTRACT_HEADER, "|---|---|---|---|---|---|---|"]
     for _, s in summary.iterrows():
         if s.phase == "other":
             continue
         pc = c[c.phase == s.phase]
+        # the stage rows are read by tools: their values stay as the contract writes them in every language
         per = f"{1e3 * s.wall_ms / max(1, s.get('steps', 1)):.0f} per step" if s.phase == "decode" else f"{1e3 * s.wall_ms:.0f}"
         if len(pc):
             tc = weighted_mean(pc.sm_pct.where(pc.flops_tensor > 0), pc.share)
@@ -309,12 +335,14 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
         pc = c[c.phase == ph]
         bott, frac = dominant_class(pc)  # opps holds only phases with profiled kernels
         idle = 100 * (1 - s.gpu_busy_ms / s.wall_ms)
-        lines += [f"## {ph}", "", f"Bottleneck: {bott.capitalize()}", "",
-                  f"Root cause: the GPU is idle {idle:.0f} % of {ph} wall time between kernels (measured under the "
-                  f"profiler), and the kernels that run are mostly {bott} ({100 * frac:.0f} % of profiled time).", "",
-                  "Top 3 Opportunities (ranked by estimated impact)", ""]
+        lines += [f"## {ph}", "", tr("Bottleneck: {cls}", cls=class_label(bott).capitalize()), "",
+                  tr("Root cause: the GPU is idle {idle:.0f} % of {phase} wall time between kernels (measured under the "
+                     "profiler), and the kernels that run are mostly {cls} ({pct:.0f} % of profiled time).", idle=idle,
+                     phase=phase_label(ph), cls=class_label(bott), pct=100 * frac), "",
+                  tr("Top 3 Opportunities (ranked by estimated impact)"), ""]
         for _, r in o.head(3).iterrows():
-            lines.append(f"- {r.opportunity} — est. {r.gain_pct:.0f}% gain — trigger: {r.trigger}")
+            lines.append(tr("- {opportunity} — est. {gain:.0f}% gain — trigger: {trigger}", opportunity=r.opportunity,
+                            gain=r.gain_pct, trigger=r.trigger))
         lines.append("")
     return "\n".join(lines)
 
@@ -336,37 +364,43 @@ def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dic
 
 def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
     top, frac = dominant_class(cp)
-    first = "" if opps is None or not len(opps) else (f"; first to try: {opps.iloc[0].opportunity.split(':')[0].lower()} "
-                                                       f"(est. ≤ {opps.iloc[0].gain_pct:.0f} % of {phase} wall time)")
-    return (f"{phase}: {100 * frac:.0f} % of profiled kernel time is {top} "
-            f"({(cp['class'] == top).sum()} of {len(cp)} kernels){first}")
+    first = "" if opps is None or not len(opps) else tr(
+        "; first to try: {what} (est. ≤ {gain:.0f} % of {phase} wall time)",
+        what=re.split("[:：]", opps.iloc[0].opportunity)[0].lower(), gain=opps.iloc[0].gain_pct,
+        phase=phase_label(phase))
+    return tr("{phase}: {pct:.0f} % of profiled kernel time is {cls} ({n_cls} of {n} kernels){first}",
+              phase=phase_label(phase), pct=100 * frac, cls=class_label(top), n_cls=(cp["class"] == top).sum(),
+              n=len(cp), first=first)
 
 
 def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str, cache_control: str) -> str:
     t = cp.groupby("class").share.sum() / cp.share.sum()
-    parts = [", ".join(f"**{cls}** {100 * v:.0f} % of profiled time ({(cp['class'] == cls).sum()} kernels)"
-                       for cls, v in t.sort_values(ascending=False).items()) + "."]
+    parts = [tr("{classes}.", classes=tr(", ").join(
+        tr("**{cls}** {pct:.0f} % of profiled time ({n} kernels)", cls=class_label(cls), pct=100 * v,
+           n=(cp["class"] == cls).sum()) for cls, v in t.sort_values(ascending=False).items()))]
     disagree = cp[(cp["class"] == "compute-bound") & (cp.roofline_side == "memory")]
     lat = cp[cp["class"] == "latency-bound"]
     if len(lat):
-        parts.append(f"The latency-bound kernels run a median {lat.duration_ns.median() / 1e3:.1f} µs with "
-                     f"{lat.grid_size.median():.0f} blocks on {int(lat.waves_per_sm.median() * 100)} % of one wave: "
-                     "too little work per launch to load either the SMs or the memory system — fusing them into "
-                     "their neighbours, not tuning them, is what removes their time.")
+        parts.append(tr("The latency-bound kernels run a median {us:.1f} µs with {blocks:.0f} blocks on {wave_pct} % of "
+                        "one wave: too little work per launch to load either the SMs or the memory system — fusing "
+                        "them into their neighbours, not tuning them, is what removes their time.",
+                        us=lat.duration_ns.median() / 1e3, blocks=lat.grid_size.median(),
+                        wave_pct=int(lat.waves_per_sm.median() * 100)))
     warm = cp[cp.category.isin(["GEMV", "GEMM"]) & (cp["class"] != "memory-bound") & (cp.dram_pct < 5)]
     if len(warm) and cache_control == "none":
-        parts.append(f"{len(warm)} of the GEMV/GEMM kernels are not memory-bound by these counters (DRAM "
-                     f"{warm.dram_pct.max():.1f} % at most) even though a batch-1 decode GEMV streams its weights once: "
-                     "under ncu replay with cache control `none` their weight slices stay in L2, so the counters "
-                     "show the L2-resident case. In the decode loop the weights come from DRAM every token.")
-    parts.append(f"Roofline check: a kernel with FLOPs is on the memory side when its DRAM intensity is below the "
-                 f"bf16 ridge ({ridge:.0f} FLOP/B). "
-                 + (f"{len(disagree)} compute-bound kernel(s) sit on the memory side." if len(disagree)
-                    else "No kernel's class contradicts its roofline side in a way that matters (compute-bound "
-                         "on the memory side)."))
+        parts.append(tr("{n} of the GEMV/GEMM kernels are not memory-bound by these counters (DRAM {dram:.1f} % at "
+                        "most) even though a batch-1 decode GEMV streams its weights once: under ncu replay with cache "
+                        "control `none` their weight slices stay in L2, so the counters show the L2-resident case. In "
+                        "the decode loop the weights come from DRAM every token.", n=len(warm),
+                        dram=warm.dram_pct.max()))
+    parts.append(tr("Roofline check: a kernel with FLOPs is on the memory side when its DRAM intensity is below the "
+                    "bf16 ridge ({ridge:.0f} FLOP/B). ", ridge=ridge)
+                 + (tr("{n} compute-bound kernel(s) sit on the memory side.", n=len(disagree)) if len(disagree)
+                    else tr("No kernel's class contradicts its roofline side in a way that matters (compute-bound on "
+                            "the memory side).")))
     loc = cp[cp.locality_issue]
-    parts.append(f"{len(loc)} kernels ({100 * loc.share.sum() / cp.share.sum():.0f} % of profiled time) have an L2 "
-                 f"hit rate below {rules.l2_hit_min_pct:.0f} %.")
+    parts.append(tr("{n} kernels ({pct:.0f} % of profiled time) have an L2 hit rate below {min:.0f} %.", n=len(loc),
+                    pct=100 * loc.share.sum() / cp.share.sum(), min=rules.l2_hit_min_pct))
     return "\n\n".join(parts)
 
 
@@ -374,28 +408,31 @@ def wave_prose(w: pd.DataFrame, sm_count: int) -> str:
     under = w[w.waves < 1]
     small = w[~w.meets_4x_sms]
     tw = weighted_mean(w.tail_efficiency_pct, w.share)
-    return (f"{len(under)} of {len(w)} kernels launch less than one wave ({100 * under.share.sum() / w.share.sum():.0f} % "
-            f"of profiled time): part of the {sm_count} SMs sits idle for the whole kernel. {len(small)} launch fewer "
-            f"than 4 × {sm_count} = {4 * sm_count} blocks. Time-weighted tail efficiency is {tw:.0f} %.")
+    return tr("{n_under} of {n} kernels launch less than one wave ({pct:.0f} % of profiled time): part of the {sms} SMs "
+              "sits idle for the whole kernel. {n_small} launch fewer than 4 × {sms} = {blocks} blocks. Time-weighted "
+              "tail efficiency is {tail:.0f} %.", n_under=len(under), n=len(w),
+              pct=100 * under.share.sum() / w.share.sum(), sms=sm_count, n_small=len(small), blocks=4 * sm_count, tail=tw)
 
 
 def tile_prose(t: pd.DataFrame, rules: Rules) -> str:
     if t.empty:
-        return "No GEMM/GEMV kernel name carries its tile shape."
+        return tr("No GEMM/GEMV kernel name carries its tile shape.")
     fit = (t.smem_stages_bytes <= t.smem_launch_bytes).mean() * 100
     short = t[~t.stages_ok]
     below = t.tile_vs_ridge.max() < 1
-    return (f"{len(t)} GEMM/GEMV kernels decode to tiles; their tile intensity is "
-            f"{t.tile_intensity.min():.1f}–{t.tile_intensity.max():.1f} FLOP/B, {100 * t.tile_vs_ridge.max():.0f} % of "
-            f"the ridge at most" + (": below the ridge, so the tile shape alone keeps them memory-side. " if below else ". ")
-            + f"The decoded stages' A+B buffers fit in the launch's shared memory for {fit:.0f} % of them "
-            f"(a check that the name was decoded right). Each tile computes for "
-            f"{t.t_tile_cycles.min():.0f}–{t.t_tile_cycles.max():.0f} cycles, so covering {rules.mem_latency_cycles:.0f} "
-            f"cycles of latency needs S_min = {t.s_min.min()}–{t.s_min.max()} tiles in flight; the kernels use "
-            f"{t.stages.min()}–{t.stages.max()} stages, and registers allow {t.regs_fit_blocks.min()}–"
-            f"{t.regs_fit_blocks.max()} block(s) per SM. "
-            + (f"{len(short)} of {len(t)} have fewer stages than S_min: latency, not bandwidth, bounds them."
-               if len(short) else "All have at least S_min stages."))
+    return (tr("{n} GEMM/GEMV kernels decode to tiles; their tile intensity is {lo:.1f}–{hi:.1f} FLOP/B, {pct:.0f} % of "
+               "the ridge at most", n=len(t), lo=t.tile_intensity.min(), hi=t.tile_intensity.max(),
+               pct=100 * t.tile_vs_ridge.max())
+            + (tr(": below the ridge, so the tile shape alone keeps them memory-side. ") if below else tr(". "))
+            + tr("The decoded stages' A+B buffers fit in the launch's shared memory for {fit:.0f} % of them (a check "
+                 "that the name was decoded right). Each tile computes for {c_lo:.0f}–{c_hi:.0f} cycles, so covering "
+                 "{latency:.0f} cycles of latency needs S_min = {s_lo}–{s_hi} tiles in flight; the kernels use "
+                 "{st_lo}–{st_hi} stages, and registers allow {r_lo}–{r_hi} block(s) per SM. ", fit=fit,
+                 c_lo=t.t_tile_cycles.min(), c_hi=t.t_tile_cycles.max(), latency=rules.mem_latency_cycles,
+                 s_lo=t.s_min.min(), s_hi=t.s_min.max(), st_lo=t.stages.min(), st_hi=t.stages.max(),
+                 r_lo=t.regs_fit_blocks.min(), r_hi=t.regs_fit_blocks.max())
+            + (tr("{n_short} of {n} have fewer stages than S_min: latency, not bandwidth, bounds them.",
+                  n_short=len(short), n=len(t)) if len(short) else tr("All have at least S_min stages.")))
 
 
 def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame) -> dict[str, dict]:
@@ -405,15 +442,17 @@ def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame) -> dict[str, dict]:
         metrics = pd.DataFrame({"value": [k.duration_ns / 1e3, 100 * k.share, k.sm_pct, k.dram_pct, k.memory_pct,
                                           k.l1_hit_pct, k.l2_hit_pct, k.achieved_occupancy_pct, k.waves_per_sm,
                                           k.registers, k.flops, k.dram_bytes],
-                                "unit": ["µs", "% of phase kernel time", "% of peak", "% of peak", "% of peak", "%",
-                                         "%", "%", "waves", "registers/thread", "FLOP", "bytes"]},
-                               index=["duration", "time share", "SM throughput", "DRAM throughput",
-                                      "memory throughput", "L1 hit", "L2 hit", "achieved occupancy", "waves per SM",
-                                      "registers", "FLOPs (tensor + CUDA core)", "DRAM bytes"]).rename_axis("metric")
+                                "unit": ["µs", tr("% of phase kernel time"), tr("% of peak"), tr("% of peak"),
+                                         tr("% of peak"), "%", "%", "%", tr("waves"), tr("registers/thread"), "FLOP",
+                                         "bytes"]},
+                               index=[tr("duration"), tr("time share"), tr("SM throughput"), tr("DRAM throughput"),
+                                      tr("memory throughput"), tr("L1 hit"), tr("L2 hit"), tr("achieved occupancy"),
+                                      tr("waves per SM"), tr("registers"), tr("FLOPs (tensor + CUDA core)"),
+                                      tr("DRAM bytes")]).rename_axis("metric")
         p = pts[pts.kernel_id == k.kernel_id][["level", "intensity", "flops_per_s", "roof_flops_per_s",
                                                 "pct_of_roof", "bound"]]
         cards[f"{k.kernel_id} {k.friendly_name}"] = {
-            "class": f"{k['class']}: {k.reason}", "name": k["name"], "metrics": metrics, "roofline": p}
+            "class": tr("{cls}: {reason}", cls=class_label(k["class"]), reason=k.reason), "name": k["name"], "metrics": metrics, "roofline": p}
     return cards
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..display import phase_label
+from ..i18n import N_, tr
+
 from .ncu_metrics import _dim3
 from .timeline import gemm_dims, is_matvec
 
@@ -19,17 +22,17 @@ TABLE_COLUMNS = ["kernel_id", "friendly_name", "category", "share_pct", "duratio
 
 # Why a cell of the per-kernel and fidelity tables is empty, for the note under each table.
 METRIC_MISSING = {
-    "intensity_dram": "no FLOPs, or no DRAM bytes counted under replay: no intensity",
-    "l1_hit_pct": "ncu reports no L1 hit rate for a kernel without L1 traffic",
-    "l2_hit_pct": "ncu reports no L2 hit rate for a kernel without L2 traffic",
-    "spill_bytes": "not counted by the sections this capture ran",
-    "waves_per_sm": "not counted by the sections this capture ran",
+    "intensity_dram": N_("no FLOPs, or no DRAM bytes counted under replay: no intensity"),
+    "l1_hit_pct": N_("ncu reports no L1 hit rate for a kernel without L1 traffic"),
+    "l2_hit_pct": N_("ncu reports no L2 hit rate for a kernel without L2 traffic"),
+    "spill_bytes": N_("not counted by the sections this capture ran"),
+    "waves_per_sm": N_("not counted by the sections this capture ran"),
 }
 FIDELITY_MISSING = {
-    "op_shapes": "the launch has no aten op shapes in the timeline",
-    "expected_flops": "not a matrix product, or its aten shapes do not give M, N and K",
-    "flops_ratio": "no 2·M·N·K to compare with",
-    "tensor_flops": "no tensor-core instructions counted",
+    "op_shapes": N_("the launch has no aten op shapes in the timeline"),
+    "expected_flops": N_("not a matrix product, or its aten shapes do not give M, N and K"),
+    "flops_ratio": N_("no 2·M·N·K to compare with"),
+    "tensor_flops": N_("no tensor-core instructions counted"),
 }
 
 
@@ -90,33 +93,39 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, phase_col: str = "ph
 
 
 def headline(cov: pd.DataFrame, fid: pd.DataFrame, manifest: dict) -> str:
-    parts = [f"{c.phase}: {c.profiled}/{c.selected} kernels profiled ({c.coverage_pct:.0f} %), explaining "
-             f"{c.explained_time_pct:.0f} % of its kernel time" for c in cov.itertuples()]
+    parts = [tr("{phase}: {profiled}/{selected} kernels profiled ({coverage:.0f} %), explaining {explained:.0f} % of "
+                "its kernel time", phase=phase_label(c.phase), profiled=c.profiled, selected=c.selected,
+                coverage=c.coverage_pct, explained=c.explained_time_pct) for c in cov.itertuples()]
     if len(fid):
-        parts.append(f"median ncu/timeline duration ratio {fid.duration_ratio.median():.2f}")
-    return "; ".join(parts)
+        parts.append(tr("median ncu/timeline duration ratio {ratio:.2f}", ratio=fid.duration_ratio.median()))
+    return tr("; ").join(parts)
 
 
 def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> str:
     info = manifest.get("ncu", {})
     lines = []
     if info.get("processes") == 1 and "expected_launches" in info:
-        lines.append(f"- One ncu process for {', '.join(info['phases'])}: {info['results']} profiled launches for "
-                     f"{info['selected']} selected kernels ({info['results_per_selected']:.2f} per kernel) in "
-                     f"{info['wall_s']:.0f} s; each kernel is identified by its position (the op call that launched "
-                     f"it in the timeline), so no name filter can miss one (clock control "
-                     f"`{info.get('clock_control')}`, cache control `{info.get('cache_control')}`).")
+        lines.append(tr("- One ncu process for {phases}: {results} profiled launches for {selected} selected kernels "
+                        "({per_kernel:.2f} per kernel) in {seconds:.0f} s; each kernel is identified by its position "
+                        "(the op call that launched it in the timeline), so no name filter can miss one (clock "
+                        "control `{clock}`, cache control `{cache}`).",
+                        phases=tr(", ").join(phase_label(p) for p in info["phases"]), results=info["results"],
+                        selected=info["selected"], per_kernel=info["results_per_selected"], seconds=info["wall_s"],
+                        clock=info.get("clock_control"), cache=info.get("cache_control")))
         check = info.get("op_check") or {}
         if check.get("checked"):
-            pairs = sorted({f"`{d['op_seen']}` around `{d['op']}`" for d in check.get("differ", [])})
-            lines.append(f"- The worker marked {check['checked']} op calls; {check['agree']} run the aten op the "
-                         "timeline names for that kernel" + (f"; the others the op that calls it at the dispatcher "
-                                                             f"({', '.join(pairs)})" if pairs else "") + ".")
+            pairs = sorted({tr("`{seen}` around `{op}`", seen=d["op_seen"], op=d["op"])
+                            for d in check.get("differ", [])})
+            others = tr("; the others the op that calls it at the dispatcher ({pairs})",
+                        pairs=tr(", ").join(pairs)) if pairs else ""
+            lines.append(tr("- The worker marked {checked} op calls; {agree} run the aten op the timeline names for "
+                            "that kernel{others}.", checked=check["checked"], agree=check["agree"], others=others))
     else:
         for ph, v in info.get("phases", {}).items():
-            lines.append(f"- **{ph}**: one ncu process profiled step {v['step']} of the phase, {v['results']} "
-                         f"launch configurations in {v['wall_s']:.0f} s (clock control "
-                         f"`{info.get('clock_control')}`, cache control `{info.get('cache_control')}`).")
+            lines.append(tr("- **{phase}**: one ncu process profiled step {step} of the phase, {results} launch "
+                            "configurations in {seconds:.0f} s (clock control `{clock}`, cache control `{cache}`).",
+                            phase=phase_label(ph), step=v["step"], results=v["results"], seconds=v["wall_s"],
+                            clock=info.get("clock_control"), cache=info.get("cache_control")))
     if "identity" in kernels:
         other = kernels[kernels.identity.fillna("").str.len() > 0]
         other = other[~other.identity.eq("position; names agree")]
@@ -124,40 +133,43 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
             lines.append(f"- {r.kernel_id}: {r.identity}.")
     bad = kernels[kernels.status != "profiled"]
     for r in bad.itertuples():
-        lines.append(f"- {r.kernel_id} not profiled: {r.status}")
+        lines.append(tr("- {kernel} not profiled: {status}", kernel=r.kernel_id, status=r.status))
     if bad.empty:
-        lines.append("- Every selected kernel was profiled.")
+        lines.append(tr("- Every selected kernel was profiled."))
     return "\n".join(lines)
 
 
 def fidelity_prose(fid: pd.DataFrame) -> str:
     if fid.empty:
-        return "No profiled kernels."
+        return tr("No profiled kernels.")
     out_dur = fid[(fid.duration_ratio - 1).abs() > DURATION_TOLERANCE]
     g = fid.dropna(subset=["flops_ratio"])
-    lines = [f"ncu duration ÷ timeline median: median {fid.duration_ratio.median():.2f}, range "
-             f"{fid.duration_ratio.min():.2f}–{fid.duration_ratio.max():.2f}; {len(out_dur)} of {len(fid)} "
-             f"kernels differ by more than {DURATION_TOLERANCE * 100:.0f} % (short kernels under replay lose "
-             "the overlap with their neighbours and gain cold-cache misses)."]
+    lines = [tr("ncu duration ÷ timeline median: median {median:.2f}, range {low:.2f}–{high:.2f}; {n_off} of {n} "
+                "kernels differ by more than {tol:.0f} % (short kernels under replay lose the overlap with their "
+                "neighbours and gain cold-cache misses).", median=fid.duration_ratio.median(),
+                low=fid.duration_ratio.min(), high=fid.duration_ratio.max(), n_off=len(out_dur), n=len(fid),
+                tol=DURATION_TOLERANCE * 100)]
     if len(g):
         off = (g.flops_ratio - 1).abs() > FLOPS_TOLERANCE
-        lines.append(f"Counted FLOPs ÷ 2·M·N·K: {(~off).sum()} of {len(g)} GEMM kernels within "
-                     f"±{FLOPS_TOLERANCE * 100:.0f} %.")
+        lines.append(tr("Counted FLOPs ÷ 2·M·N·K: {n_ok} of {n} GEMM kernels within ±{tol:.0f} %.",
+                        n_ok=(~off).sum(), n=len(g), tol=FLOPS_TOLERANCE * 100))
         for r in g[off].itertuples():
             if r.matvec and r.flops_ratio > 1:
-                why = (f"a matrix-vector product ({r.op_shapes}) run on tensor cores: the MMA tile pads the "
-                       f"vector dimension, so the tensor pipe does {r.flops_ratio:.1f}× the useful work")
+                why = tr("a matrix-vector product ({shapes}) run on tensor cores: the MMA tile pads the vector "
+                         "dimension, so the tensor pipe does {ratio:.1f}× the useful work", shapes=r.op_shapes,
+                         ratio=r.flops_ratio)
             elif r.grouped and r.flops_ratio > 1:
-                why = ("a grouped (MoE) GEMM, checked against 2·M·N·K summed over its groups (every routed row "
-                       "through one expert): each expert's rows are padded up to the MMA tile, so the tensor "
-                       f"pipe does {r.flops_ratio:.2f}× the useful work; the group sizes are not in the op's "
-                       "shapes, so the padding itself cannot be checked from them")
+                why = tr("a grouped (MoE) GEMM, checked against 2·M·N·K summed over its groups (every routed row "
+                         "through one expert): each expert's rows are padded up to the MMA tile, so the tensor pipe "
+                         "does {ratio:.2f}× the useful work; the group sizes are not in the op's shapes, so the "
+                         "padding itself cannot be checked from them", ratio=r.flops_ratio)
             elif r.cuda_core:
-                why = ("an FP32 GEMM on CUDA cores, counted from its FMA/ADD/MUL instructions, which include work "
-                       "beyond 2·M·N·K (tile edges, the epilogue)")
+                why = tr("an FP32 GEMM on CUDA cores, counted from its FMA/ADD/MUL instructions, which include work "
+                         "beyond 2·M·N·K (tile edges, the epilogue)")
             else:
-                why = "shapes from the aten op do not match this launch"
-            lines.append(f"- {r.kernel_id} {r.friendly_name}: ratio {r.flops_ratio:.2f} — {why}.")
+                why = tr("shapes from the aten op do not match this launch")
+            lines.append(tr("- {kernel} {name}: ratio {ratio:.2f} — {why}.", kernel=r.kernel_id,
+                            name=r.friendly_name, ratio=r.flops_ratio, why=why))
     return "\n".join(lines)
 
 
@@ -188,7 +200,8 @@ def implied_bytes(op: str | None, op_shapes: str | None, category: str | None, e
         b, m, n, k, w = g
         if op == "aten::_grouped_mm":
             return (float(elem_bytes) * (m * k + w), float(elem_bytes) * m * n,
-                    f"{m}×{k} routed rows · {w // (k * n)} experts' {k}×{n} weights")
+                    tr("{m}×{k} routed rows · {experts} experts' {k}×{n} weights", m=m, k=k, n=n,
+                       experts=w // (k * n)))
         return (float(elem_bytes) * b * (m * k + k * n), float(elem_bytes) * b * m * n,
                 f"{'%d× ' % b if b > 1 else ''}{m}×{k} · {k}×{n}")
     if category == "attention":
@@ -229,15 +242,18 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict)
         dram = r.get("dram_bytes")
         ratio, ratio_read = dram / (read + write), dram / read
         if abs(ratio - 1) <= BYTES_TOLERANCE and abs(ratio - 1) <= abs(ratio_read - 1):
-            verdict = "agrees"
+            verdict = tr("agrees")
         elif abs(ratio_read - 1) <= BYTES_TOLERANCE:
-            verdict = f"agrees with the reads: the {write / 1e6:.2f} MB output is still in L2 at the kernel's end"
+            verdict = tr("agrees with the reads: the {mb:.2f} MB output is still in L2 at the kernel's end",
+                         mb=write / 1e6)
         elif ratio < 1:
-            verdict = ("cache-resident under replay (cache control none): the counters saw a warm L2"
-                       if cache == "none" else f"below the operands' bytes (×{ratio:.2f}): it read less than the shapes say; for a "
-                       "grouped GEMM, experts that got no routed rows are skipped (routing is not in the shapes)")
+            verdict = (tr("cache-resident under replay (cache control none): the counters saw a warm L2")
+                       if cache == "none" else
+                       tr("below the operands' bytes (×{ratio:.2f}): it read less than the shapes say; for a grouped "
+                          "GEMM, experts that got no routed rows are skipped (routing is not in the shapes)",
+                          ratio=ratio))
         else:
-            verdict = f"over-fetching ×{ratio:.2f}: operands read from DRAM more than once"
+            verdict = tr("over-fetching ×{ratio:.2f}: operands read from DRAM more than once", ratio=ratio)
         rows.append({"kernel_id": r["kernel_id"], "phase": r["phase"], "friendly_name": r.get("friendly_name"),
                      "category": cat, "op": op, "implies": what, "implied_read_bytes": read,
                      "implied_write_bytes": write, "dram_bytes": dram, "bytes_ratio": ratio,
@@ -250,29 +266,31 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict)
 def byte_fidelity_prose(bf: pd.DataFrame, manifest: dict) -> str:
     cache = manifest.get("ncu", {}).get("cache_control", "unknown")
     if bf.empty:
-        return "No profiled matrix or attention kernel has shapes that say what it must move."
-    ok = bf.verdict.str.startswith("agrees")
-    lines = [f"DRAM bytes ÷ the bytes the shapes imply: {int(ok.sum())} of {len(bf)} matrix/attention kernels "
-             f"within ±{BYTES_TOLERANCE * 100:.0f} % of their reads + writes or of their reads alone (ncu cache "
-             f"control `{cache}`)."]
+        return tr("No profiled matrix or attention kernel has shapes that say what it must move.")
+    # the verdict's two 'agrees' cases, from the numbers (the verdict is prose in the narrative language)
+    ok = (((bf.bytes_ratio - 1).abs() <= BYTES_TOLERANCE)
+          | ((bf.dram_bytes / bf.implied_read_bytes - 1).abs() <= BYTES_TOLERANCE))
+    lines = [tr("DRAM bytes ÷ the bytes the shapes imply: {n_ok} of {n} matrix/attention kernels within ±{tol:.0f} % "
+                "of their reads + writes or of their reads alone (ncu cache control `{cache}`).", n_ok=int(ok.sum()),
+                n=len(bf), tol=BYTES_TOLERANCE * 100, cache=cache)]
     for ph, g in bf.groupby("phase"):
-        lines.append(f"- {ph}: {int(g.verdict.str.startswith('agrees').sum())} of {len(g)} agree; median ratio "
-                     f"to reads + writes {g.bytes_ratio.median():.2f}.")
+        lines.append(tr("- {phase}: {n_ok} of {n} agree; median ratio to reads + writes {median:.2f}.",
+                        phase=phase_label(ph), n_ok=int(ok[g.index].sum()), n=len(g), median=g.bytes_ratio.median()))
     for r in bf[~ok].itertuples():
-        lines.append(f"- {r.kernel_id} {r.friendly_name} ({r.phase}): {r.verdict}.")
+        lines.append(f"- {r.kernel_id} {r.friendly_name} ({phase_label(r.phase)}): {r.verdict}.")
     if cache == "none":
-        lines.append("This run was captured with `--cache-control none`: replay passes after the first read a "
-                     "warm L2, so DRAM bytes, DRAM throughput and DRAM intensity of these kernels are not what "
-                     "the real loop moves.")
+        lines.append(tr("This run was captured with `--cache-control none`: replay passes after the first read a warm "
+                        "L2, so DRAM bytes, DRAM throughput and DRAM intensity of these kernels are not what the real "
+                        "loop moves."))
     return "\n".join(lines)
 
 
 # What `--cache-control none` distorts, per chapter that reads DRAM counters.
 _DISTORTED = {
-    "03": "the DRAM throughput %, DRAM hit and L2 hit histograms",
-    "04": "every DRAM-level roofline point: its intensity (FLOP per DRAM byte) is inflated and it can land right "
-          "of the ridge, on the compute side, when the real loop is memory-bound",
-    "05": "the memory-bound vs latency-bound split, the locality flags and Little's-law bytes in flight",
+    "03": N_("the DRAM throughput %, DRAM hit and L2 hit histograms"),
+    "04": N_("every DRAM-level roofline point: its intensity (FLOP per DRAM byte) is inflated and it can land "
+             "right of the ridge, on the compute side, when the real loop is memory-bound"),
+    "05": N_("the memory-bound vs latency-bound split, the locality flags and Little's-law bytes in flight"),
 }
 
 
@@ -281,12 +299,12 @@ def cache_control_note(manifest: dict, chapter: str) -> str:
     distorts; under `all`, that the DRAM counters are what a cold launch moves."""
     cache = (manifest.get("ncu") or {}).get("cache_control") or (manifest.get("params") or {}).get("cache_control")
     if cache == "none":
-        return ("**This run was captured with ncu `--cache-control none`.** ncu replays each kernel in "
-                "several passes; after the first, its operands sit in L2, so DRAM counters read a warm cache that the real "
-                f"decode loop never sees. Distorted here: {_DISTORTED[chapter]}. Re-capture with "
-                "`cache_control: all` (the default) for figures to trust.")
+        return tr("**This run was captured with ncu `--cache-control none`.** ncu replays each kernel in several "
+                  "passes; after the first, its operands sit in L2, so DRAM counters read a warm cache that the real "
+                  "decode loop never sees. Distorted here: {distorted}. Re-capture with `cache_control: all` (the "
+                  "default) for figures to trust.", distorted=tr(_DISTORTED[chapter]))
     if cache == "all":
-        return ("DRAM counters come from ncu with `--cache-control all`: caches are flushed before each replay "
-                "pass, so each kernel reads its operands from DRAM as a launch in the decode loop does "
-                "(chapter 02 checks the bytes against the shapes).")
-    return "This run records no ncu cache control; treat its DRAM counters with care."
+        return tr("DRAM counters come from ncu with `--cache-control all`: caches are flushed before each replay pass, "
+                  "so each kernel reads its operands from DRAM as a launch in the decode loop does (chapter 02 checks "
+                  "the bytes against the shapes).")
+    return tr("This run records no ncu cache control; treat its DRAM counters with care.")

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-STEPS = {"measure_peaks": "measure peaks (bf16 GEMM, device copy)", "timeline": "timeline capture",
-         "ncu": "Nsight Compute capture"}
+from ..i18n import N_, text, tr
+
+STEPS = {"measure_peaks": N_("measure peaks (bf16 GEMM, device copy)"), "timeline": N_("timeline capture"),
+         "ncu": N_("Nsight Compute capture")}
 
 
 def steps(manifest: dict) -> pd.DataFrame:
@@ -17,10 +19,10 @@ def steps(manifest: dict) -> pd.DataFrame:
     rows = []
     for key, wall in (manifest.get("timings_s") or {}).items():
         by = produced.get(key, {})
-        rows.append({"step": STEPS.get(key, key), "by": by.get("chapter") or "python -m kernelbook capture",
+        rows.append({"step": text(STEPS.get(key, key)), "by": by.get("chapter") or "python -m kernelbook capture",
                      "wall_s": float(wall)})
     if rows:
-        rows.append({"step": "total", "by": "", "wall_s": sum(r["wall_s"] for r in rows)})
+        rows.append({"step": tr("total"), "by": "", "wall_s": sum(r["wall_s"] for r in rows)})
     return pd.DataFrame(rows, columns=["step", "by", "wall_s"])
 
 
@@ -28,11 +30,11 @@ def versions(manifest: dict) -> pd.DataFrame:
     """The software and hardware the run was taken with."""
     env = manifest.get("environment", {})
     gpu = env.get("gpu", {}) if isinstance(env.get("gpu"), dict) else {}
-    items = [("GPU", gpu.get("name")), ("driver", env.get("driver")), ("CUDA", env.get("cuda")),
+    items = [("GPU", gpu.get("name")), (tr("driver"), env.get("driver")), ("CUDA", env.get("cuda")),
              ("torch", env.get("torch")), ("transformers", env.get("transformers")),
              ("Nsight Compute", env.get("ncu")), ("Nsight Systems", env.get("nsys")),
-             ("kernelbook revision", manifest.get("git_revision")), ("captured", manifest.get("created")),
-             ("parameters from", manifest.get("params_source"))]
+             (tr("kernelbook revision"), manifest.get("git_revision")), (tr("captured"), manifest.get("created")),
+             (tr("parameters from"), manifest.get("params_source"))]
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
 
 
@@ -43,24 +45,28 @@ def timeline_account(manifest: dict) -> pd.DataFrame:
     plain = ti.get("plain_generate") or {}
     shapes = ti.get("shapes") or {}
     items = [
-        ("backend", f"{tb.get('backend')} ({tb.get('why')})" if tb else None),
-        ("model", f"{ti.get('model_class')}, {ti.get('n_params', 0) / 1e9:.2f} B parameters, weights "
-                  f"{ti.get('weights')}" if ti.get("model_class") else None),
-        ("model build + inputs", _s(ti.get("model_load_s"))),
-        ("plain generate (median of trials)", f"{_s(plain.get('median_s'))} over {plain.get('trials')} trials, "
-         f"spread {100 * plain.get('spread', 0):.0f} %" + (" (noisy)" if plain.get("noisy") else "")
-         if plain else None),
-        ("profiled generate", _s(ti.get("profiled_generate_s"))),
-        ("profiled ÷ plain", f"{ti['overhead_ratio']:.2f}" if ti.get("overhead_ratio") else None),
-        ("trace export + ingest", f"{_s(ti.get('trace_export_s'))} + {_s(ti.get('ingest_s'))}"
+        (tr("backend"), f"{tb.get('backend')} ({tb.get('why')})" if tb else None),
+        (tr("model"), tr("{model_class}, {billions:.2f} B parameters, weights {weights}",
+                         model_class=ti.get("model_class"), billions=ti.get("n_params", 0) / 1e9,
+                         weights=ti.get("weights")) if ti.get("model_class") else None),
+        (tr("model build + inputs"), _s(ti.get("model_load_s"))),
+        (tr("plain generate (median of trials)"), tr("{time} over {trials} trials, spread {spread:.0f} %",
+                                                     time=_s(plain.get("median_s")), trials=plain.get("trials"),
+                                                     spread=100 * plain.get("spread", 0))
+         + (tr(" (noisy)") if plain.get("noisy") else "") if plain else None),
+        (tr("profiled generate"), _s(ti.get("profiled_generate_s"))),
+        (tr("profiled ÷ plain"), f"{ti['overhead_ratio']:.2f}" if ti.get("overhead_ratio") else None),
+        (tr("trace export + ingest"), f"{_s(ti.get('trace_export_s'))} + {_s(ti.get('ingest_s'))}"
          if ti.get("ingest_s") is not None else None),
-        ("kernels in the timeline", f"{ti['kernels']:,}" if ti.get("kernels") else None),
-        ("aten shapes", shapes.get("method")),
-        ("shapes joined", f"{shapes['kernels_matched']:,} of {shapes['kernels']:,} kernels "
-                          f"({shapes['matched_pct']:.2f} %), {shapes['instances_identical']} of "
-                          f"{shapes['instances']} phase steps launched identically; shapes pass "
-                          f"{_s(shapes.get('pass_generate_s'))}" if "kernels_matched" in shapes else None),
-        ("vision forwards marked", ti.get("vision_forwards_marked")),
+        (tr("kernels in the timeline"), f"{ti['kernels']:,}" if ti.get("kernels") else None),
+        (tr("aten shapes"), shapes.get("method")),
+        (tr("shapes joined"), tr("{matched:,} of {kernels:,} kernels ({pct:.2f} %), {identical} of {instances} "
+                                 "phase steps launched identically; shapes pass {time}",
+                                 matched=shapes["kernels_matched"], kernels=shapes["kernels"],
+                                 pct=shapes["matched_pct"], identical=shapes["instances_identical"],
+                                 instances=shapes["instances"], time=_s(shapes.get("pass_generate_s")))
+         if "kernels_matched" in shapes else None),
+        (tr("vision forwards marked"), ti.get("vision_forwards_marked")),
     ]
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
 
@@ -72,26 +78,28 @@ def ncu_account(manifest: dict) -> pd.DataFrame:
         return pd.DataFrame(columns=["item", "value"])
     results = n.get("results")
     wall = n.get("wall_s") or sum(v.get("wall_s", 0) for v in n.get("phases", {}).values())
-    items = [("selection", n.get("mode")), ("clock control", n.get("clock_control")),
-             ("cache control", n.get("cache_control")), ("command", n.get("command")),
-             ("ncu processes", n.get("processes", len(n.get("phases", {})))),
-             ("profiled launches", f"{results} of {n.get('expected_launches')} expected" if results is not None
+    items = [(tr("selection"), n.get("mode")), (tr("clock control"), n.get("clock_control")),
+             (tr("cache control"), n.get("cache_control")), (tr("command"), n.get("command")),
+             (tr("ncu processes"), n.get("processes", len(n.get("phases", {})))),
+             (tr("profiled launches"), tr("{results} of {expected} expected", results=results,
+                                          expected=n.get("expected_launches")) if results is not None else None),
+             (tr("per selected kernel"), f"{n['results_per_selected']:.2f}" if n.get("results_per_selected")
               else None),
-             ("per selected kernel", f"{n['results_per_selected']:.2f}" if n.get("results_per_selected") else None),
-             ("ncu wall time", _s(wall)),
-             ("per profiled launch", _s(wall / results) if results else None)]
+             (tr("ncu wall time"), _s(wall)),
+             (tr("per profiled launch"), _s(wall / results) if results else None)]
     for ph, v in n.get("phases", {}).items():
-        items.append((f"{ph}: profiled / selected", f"{v.get('profiled')}/{v.get('selected')} "
-                                                    f"(step {v.get('step')})" + (f"; {v['error']}" if v.get("error")
-                                                                                else "")))
+        items.append((tr("{phase}: profiled / selected", phase=ph),
+                      tr("{profiled}/{selected} (step {step})", profiled=v.get("profiled"), selected=v.get("selected"),
+                         step=v.get("step")) + (f"; {v['error']}" if v.get("error") else "")))
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
 
 
 def _s(v) -> str | None:
-    return None if v is None else f"{float(v):.1f} s"
+    return None if v is None else tr("{seconds:.1f} s", seconds=float(v))
 
 
 def decision(took: dict, part: str) -> str:
     """The capture chapter's own decision for this rendering, as one sentence."""
-    done = f" ({part} captured in {took['wall_s']:.1f} s)." if took.get("captured") else "."
-    return f"This rendering: {took['why']}{done}"
+    done = tr(" ({part} captured in {seconds:.1f} s).", part=part, seconds=took["wall_s"]) if took.get("captured") \
+        else tr(".")
+    return tr("This rendering: {why}{done}", why=took["why"], done=done)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..display import plural
+from ..display import phase_label
+from ..i18n import tr
 from .histograms import weighted_mean
 from .ncu_report import FLOPS_TOLERANCE
 
@@ -33,9 +34,10 @@ class Roofs:
     measured: dict[str, float] = field(default_factory=dict)  # label -> FLOP/s or B/s, drawn dashed
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)    # level -> where its bandwidth comes from
+    estimates: set[str] = field(default_factory=set)         # levels whose roof is an estimate
 
     def estimated(self, level: str) -> bool:
-        return self.sources.get(level, "").startswith("estimated")
+        return level in self.estimates
 
     def compute_for(self, row) -> tuple[str, float]:
         """(label, FLOP/s) of the compute roof that applies to a kernel row."""
@@ -49,12 +51,12 @@ class Roofs:
         return "CUDA-core fp32", self.compute["CUDA-core fp32"]
 
     def table(self) -> pd.DataFrame:
-        rows = [{"roof": k, "value": v / 1e12, "unit": "TFLOP/s", "source": "devices.yaml (spec)"}
-                for k, v in self.compute.items()]
-        rows += [{"roof": f"{LEVEL_LABEL[k]} bandwidth", "value": v / 1e9, "unit": "GB/s",
-                  "source": self.sources.get(k, "devices.yaml (spec)")} for k, v in self.bandwidth.items()]
+        spec = tr("devices.yaml (spec)")
+        rows = [{"roof": k, "value": v / 1e12, "unit": "TFLOP/s", "source": spec} for k, v in self.compute.items()]
+        rows += [{"roof": tr("{level} bandwidth", level=LEVEL_LABEL[k]), "value": v / 1e9, "unit": "GB/s",
+                  "source": self.sources.get(k, spec)} for k, v in self.bandwidth.items()]
         rows += [{"roof": k, "value": v / (1e12 if "TFLOP" in k else 1e9),
-                  "unit": "TFLOP/s" if "TFLOP" in k else "GB/s", "source": "manifest (measured)"}
+                  "unit": "TFLOP/s" if "TFLOP" in k else "GB/s", "source": tr("manifest (measured)")}
                  for k, v in self.measured.items()]
         return pd.DataFrame(rows)
 
@@ -64,8 +66,8 @@ def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame |
                if device.tflops.get(p)}
     compute["CUDA-core fp32"] = device.peak_flops("fp32")
     bw = {"dram": device.dram_bytes_per_s}
-    sources = {"dram": "devices.yaml (spec)"}
-    notes = []
+    sources = {"dram": tr("devices.yaml (spec)")}
+    notes, estimates = [], set()
     mp = manifest.get("measured_peaks") or {}
     measured = {}
     if mp.get("bf16_gemm_tflops"):
@@ -78,19 +80,22 @@ def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame |
         v = _ncu_peak(metrics, peak_metric, clock_metric)
         if v:
             bw[lvl] = v
-            sources[lvl] = f"ncu {peak_metric} × unit clock (median over results)"
+            sources[lvl] = tr("ncu {metric} × unit clock (median over results)", metric=peak_metric)
     if "l2" not in bw:
         est = l2_roof_estimate(kernels)
         if est:
             bw["l2"], kid, pct = est
-            sources["l2"] = f"estimated: {kid}'s L2 bytes/s ÷ its L2 throughput ({pct:.0f} %), a lower bound"
-            notes.append(f"The L2 roof ({bw['l2'] / 1e12:.1f} TB/s) is estimated from {kid}, the kernel that loads "
-                         f"L2 most ({pct:.0f} % of peak): its L2 bytes/s ÷ that percentage. This capture predates "
-                         "the L2 peak counter; newer captures read the roof from ncu directly.")
+            estimates.add("l2")
+            sources["l2"] = tr("estimated: {kernel}'s L2 bytes/s ÷ its L2 throughput ({pct:.0f} %), a lower bound",
+                               kernel=kid, pct=pct)
+            notes.append(tr("The L2 roof ({tbps:.1f} TB/s) is estimated from {kernel}, the kernel that loads L2 most "
+                            "({pct:.0f} % of peak): its L2 bytes/s ÷ that percentage. This capture predates the L2 "
+                            "peak counter; newer captures read the roof from ncu directly.", tbps=bw["l2"] / 1e12,
+                            kernel=kid, pct=pct))
     if "l1" not in bw:
-        notes.append("No L1 roof: this capture lacks ncu's L1 peak counter, and L1 throughput % mixes shared-"
-                     "memory and texture traffic, so bytes ÷ % is not a bandwidth. L1 points are drawn without a roof.")
-    return Roofs(compute, bw, measured, notes, sources)
+        notes.append(tr("No L1 roof: this capture lacks ncu's L1 peak counter, and L1 throughput % mixes shared-memory "
+                        "and texture traffic, so bytes ÷ % is not a bandwidth. L1 points are drawn without a roof."))
+    return Roofs(compute, bw, measured, notes, sources, estimates)
 
 
 def _ncu_peak(metrics: pd.DataFrame | None, peak_metric: str, clock_metric: str) -> float | None:
@@ -166,16 +171,16 @@ def above_roof_causes(p: pd.DataFrame, kernels: pd.DataFrame, r: Roofs,
         k = kk.loc[q.kernel_id]
         rr = ratio.get(q.kernel_id, np.nan)
         if rr == rr and rr > 1 + FLOPS_TOLERANCE:
-            cause = (f"tensor FLOPs are {rr:.0f}× 2·M·N·K: the MMA tile pads the small dimension, so counted "
-                     "FLOP/s include padding work")
+            cause = tr("tensor FLOPs are {ratio:.0f}× 2·M·N·K: the MMA tile pads the small dimension, so counted "
+                       "FLOP/s include padding work", ratio=rr)
         elif q.level == "DRAM" and (k.get("l2_hit_pct") or 0) > 80:
-            cause = (f"DRAM bytes undercounted: L2 hit {k.l2_hit_pct:.0f} % under ncu replay with --cache-control "
-                     "none keeps the data L2-resident, so DRAM intensity is inflated")
+            cause = tr("DRAM bytes undercounted: L2 hit {pct:.0f} % under ncu replay with --cache-control none keeps "
+                       "the data L2-resident, so DRAM intensity is inflated", pct=k.l2_hit_pct)
         elif q.level == "L2" and r.estimated("l2"):
-            cause = "the L2 roof is a lower-bound estimate"
+            cause = tr("the L2 roof is a lower-bound estimate")
         else:
-            cause = ("clock above the spec table's assumption, or a roof value too low for this part "
-                     "(check devices.yaml)")
+            cause = tr("clock above the spec table's assumption, or a roof value too low for this part (check "
+                       "devices.yaml)")
         rows.append({"kernel_id": q.kernel_id, "friendly_name": q.friendly_name, "level": q.level,
                      "pct_of_roof": q.pct_of_roof, "likely_cause": cause})
     return pd.DataFrame(rows)
@@ -194,33 +199,42 @@ def normalized(kernels: pd.DataFrame) -> pd.DataFrame:
 def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode") -> str:
     """What the rooflines say, computed: time-weighted % of roof, how many points are memory-side."""
     if p.empty:
-        return "No profiled kernel issues FLOPs, so no roofline points can be drawn."
+        return tr("No profiled kernel issues FLOPs, so no roofline points can be drawn.")
+    name = phase_label(phase)
     d = p[(p.level == "DRAM") & (p.phase == phase)]
     if d.empty:
-        return f"No profiled {phase} kernel has DRAM bytes and FLOPs."
+        return tr("No profiled {phase} kernel has DRAM bytes and FLOPs.", phase=name)
     wmean = weighted_mean(d.pct_of_roof, d.share)
     mem = d[d.bound == "memory"]
     worst = d.sort_values("share", ascending=False).iloc[0]
-    parts = [f"In {phase}, the {len(d)} profiled kernels with FLOPs reach on average **{wmean:.1f} %** of their "
-             f"DRAM roof, weighted by time ({d.pct_of_roof.median():.1f} % unweighted median); "
-             f"{len(mem)} of them sit left of the ridge (memory side at DRAM intensity).",
-             f"The largest by time, {worst.friendly_name} ({100 * worst.share:.1f} % of {phase} kernel time), "
-             f"reaches {worst.pct_of_roof:.1f} % of its roof at {worst.intensity:,.1f} FLOP/B."]
+    parts = [tr("In {phase}, the {n} profiled kernels with FLOPs reach on average **{wmean:.1f} %** of their DRAM "
+                "roof, weighted by time ({median:.1f} % unweighted median); {n_memory} of them sit left of the ridge "
+                "(memory side at DRAM intensity).", phase=name, n=len(d), wmean=wmean,
+                median=d.pct_of_roof.median(), n_memory=len(mem)),
+             tr("The largest by time, {kernel} ({share:.1f} % of {phase} kernel time), reaches {pct:.1f} % of its roof "
+                "at {intensity:,.1f} FLOP/B.", kernel=worst.friendly_name, share=100 * worst.share, phase=name,
+                pct=worst.pct_of_roof, intensity=worst.intensity)]
     if len(bw_only):
         b = bw_only[bw_only.phase == phase]
         if len(b):
-            parts.append(f"{plural(len(b), 'profiled kernel').capitalize()} "
-                         f"{'issues' if len(b) == 1 else 'issue'} no FLOPs (copies, gathers, casts; "
-                         f"{100 * b.share.sum():.1f} % of {phase} kernel time): they appear in the table of "
-                         f"bandwidth-only kernels, at a median {b.dram_pct_of_roof.median():.1f} % of the DRAM roof.")
+            values = dict(n=len(b), share=100 * b.share.sum(), phase=name, median=b.dram_pct_of_roof.median())
+            parts.append(
+                tr("One profiled kernel issues no FLOPs (copies, gathers, casts; {share:.1f} % of {phase} kernel "
+                   "time): it appears in the table of bandwidth-only kernels, at {median:.1f} % of the DRAM roof.",
+                   **values) if len(b) == 1 else
+                tr("{n} profiled kernels issue no FLOPs (copies, gathers, casts; {share:.1f} % of {phase} kernel "
+                   "time): they appear in the table of bandwidth-only kernels, at a median {median:.1f} % of the "
+                   "DRAM roof.", **values))
     n_above = int(p.above_roof.sum())
-    tol = f"{100 * ABOVE_TOLERANCE - 100:.0f} %"
+    tol = 100 * ABOVE_TOLERANCE - 100
     if n_above == 0:
-        parts.append(f"No point lies more than {tol} above its roof.")
+        parts.append(tr("No point lies more than {tol:.0f} % above its roof.", tol=tol))
+    elif n_above == 1:
+        parts.append(tr("One point lies more than {tol:.0f} % above its roof and is listed with the likely cause "
+                        "below.", tol=tol))
     else:
-        parts.append(f"{plural(n_above, 'point').capitalize()} {'lies' if n_above == 1 else 'lie'} more than {tol} "
-                     f"above {'its' if n_above == 1 else 'their'} roof and {'is' if n_above == 1 else 'are'} listed "
-                     "with the likely cause below.")
+        parts.append(tr("{n} points lie more than {tol:.0f} % above their roof and are listed with the likely cause "
+                        "below.", n=n_above, tol=tol))
     return "\n\n".join(parts)
 
 

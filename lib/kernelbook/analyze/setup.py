@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..devices import Device, UnknownDeviceError, lookup
+from ..i18n import text, tr
 
 
 def device_for(run, name: str | None) -> Device | None:
@@ -18,25 +19,26 @@ def device_for(run, name: str | None) -> Device | None:
 def headline(run, dev: Device | None) -> str:
     tl = run.manifest.get("timeline_info", {})
     peaks = run.manifest.get("measured_peaks", {})
-    parts = [f"{run.manifest['params'].get('model')} on {run.gpu_name}"]
+    parts = [tr("{model} on {gpu}", model=run.manifest["params"].get("model"), gpu=run.gpu_name)]
     if dev:
-        parts.append(f"bf16 ridge {dev.ridge('bf16'):.0f} FLOP/byte (spec)")
+        parts.append(tr("bf16 ridge {ridge:.0f} FLOP/byte (spec)", ridge=dev.ridge("bf16")))
     if peaks:
-        parts.append(f"measured {peaks['bf16_gemm_tflops']:.0f} TFLOP/s bf16, {peaks['d2d_copy_gbps']:.0f} GB/s copy")
+        parts.append(tr("measured {tflops:.0f} TFLOP/s bf16, {gbps:.0f} GB/s copy", tflops=peaks["bf16_gemm_tflops"],
+                        gbps=peaks["d2d_copy_gbps"]))
     if tl.get("plain_generate"):
-        parts.append(f"generate {tl['plain_generate']['median_s']:.2f} s")
-    return "; ".join(parts)
+        parts.append(tr("generate {seconds:.2f} s", seconds=tl["plain_generate"]["median_s"]))
+    return tr("; ").join(parts)
 
 
 def environment_table(manifest: dict) -> pd.DataFrame:
     env = manifest.get("environment", {})
     gpu = env.get("gpu", {}) if isinstance(env.get("gpu"), dict) else {}
-    rows = [("GPU", gpu.get("name", env.get("gpu"))), ("compute capability", gpu.get("compute_capability")),
-            ("SMs", gpu.get("sm_count")), ("GPU memory (GiB)", gpu.get("memory_gib")),
+    rows = [("GPU", gpu.get("name", env.get("gpu"))), (tr("compute capability"), gpu.get("compute_capability")),
+            ("SMs", gpu.get("sm_count")), (tr("GPU memory (GiB)"), gpu.get("memory_gib")),
             ("L2 (MiB)", round(gpu["l2_bytes"] / 2**20, 1) if gpu.get("l2_bytes") else None),
-            ("driver", env.get("driver")), ("CUDA", env.get("cuda")), ("torch", env.get("torch")),
+            (tr("driver"), env.get("driver")), ("CUDA", env.get("cuda")), ("torch", env.get("torch")),
             ("transformers", env.get("transformers")), ("ncu", env.get("ncu")), ("nsys", env.get("nsys")),
-            ("python", env.get("python")), ("git revision", manifest.get("git_revision"))]
+            ("python", env.get("python")), (tr("git revision"), manifest.get("git_revision"))]
     return _items(rows)
 
 
@@ -47,12 +49,12 @@ def _items(rows: list[tuple]) -> pd.DataFrame:
 
 def peaks_table(dev: Device | None) -> pd.DataFrame:
     if dev is None:
-        return pd.DataFrame({"note": ["the run's GPU is not in params/devices.yaml: add a row to compare"]})
-    rows = [(f"{p} tensor" if p not in ("fp32", "fp64") else f"{p} CUDA core", "TFLOP/s", v,
+        return pd.DataFrame({"note": [tr("the run's GPU is not in params/devices.yaml: add a row to compare")]})
+    rows = [(tr("{dtype} tensor", dtype=p) if p not in ("fp32", "fp64") else tr("{dtype} CUDA core", dtype=p), "TFLOP/s", v,
              round(dev.ridge(p), 1) if v else None) for p, v in dev.tflops.items()]
     df = pd.DataFrame(rows, columns=["peak", "unit", "value", "ridge_flop_per_byte"])
-    extra = pd.DataFrame([("DRAM bandwidth", "GB/s", dev.dram_gbps, None), ("L2", "MiB", dev.l2_mb, None),
-                          ("SMs", "count", dev.sm_count, None), ("max SM clock", "MHz", dev.sm_clock_max_mhz, None)],
+    extra = pd.DataFrame([(tr("DRAM bandwidth"), "GB/s", dev.dram_gbps, None), ("L2", "MiB", dev.l2_mb, None),
+                          ("SMs", "count", dev.sm_count, None), (tr("max SM clock"), "MHz", dev.sm_clock_max_mhz, None)],
                          columns=df.columns)
     out = pd.concat([df, extra], ignore_index=True)
     out.attrs["source"] = dev.source
@@ -77,17 +79,17 @@ def measured_peaks(manifest: dict, measure_here: bool = True, lock_clocks: bool 
 
         # under the book runner's locks (a capture in progress) the lock is already this book's
         with (nullcontext() if os.environ.get(LOCKS_HELD) == "1" else clock_lock(lock_clocks)):
-            return {**measure_peaks(), "where": "measured now, on this machine"}
+            return {**measure_peaks(), "where": tr("measured now, on this machine")}
     rec = manifest.get("measured_peaks")
-    return {**rec, "where": "recorded in the run's manifest"} if rec else {}
+    return {**rec, "where": tr("recorded in the run's manifest")} if rec else {}
 
 
 def measured_table(measured: dict, dev: Device | None) -> pd.DataFrame:
     if not measured:
-        return pd.DataFrame({"note": ["no measured peaks in this run (measure_peaks: false)"]})
+        return pd.DataFrame({"note": [tr("no measured peaks in this run (measure_peaks: false)")]})
     rows = [("bf16 GEMM", "TFLOP/s", measured["bf16_gemm_tflops"], dev.tflops.get("bf16") if dev else None,
              measured["bf16_gemm"]["spread"] * 100, measured["bf16_gemm"]["trials"]),
-            ("device-to-device copy (read + write)", "GB/s", measured["d2d_copy_gbps"],
+            (tr("device-to-device copy (read + write)"), "GB/s", measured["d2d_copy_gbps"],
              dev.dram_gbps if dev else None, measured["d2d_copy"]["spread"] * 100, measured["d2d_copy"]["trials"])]
     df = pd.DataFrame(rows, columns=["quantity", "unit", "measured", "spec", "spread_pct", "trials"])
     df["measured_pct_of_spec"] = 100 * df.measured / df.spec
@@ -101,10 +103,11 @@ def measured_prose(measured: dict, dev: Device | None) -> str:
     b = measured["d2d_copy_gbps"] / dev.dram_gbps
     ridge = measured["bf16_gemm_tflops"] * 1e12 / (measured["d2d_copy_gbps"] * 1e9)
     noisy = [k for k in ("bf16_gemm", "d2d_copy") if measured[k].get("noisy")]
-    note = f" Flagged noisy (spread > 2 %): {', '.join(noisy)}." if noisy else ""
-    return (f"Measured ({measured['where']}): the GEMM reaches {g:.0%} of the spec bf16 peak and the copy "
-            f"{b:.0%} of spec DRAM bandwidth, so the measured ridge is {ridge:.0f} FLOP/byte against "
-            f"{dev.ridge('bf16'):.0f} on paper.{note} Spec source: {dev.source}.")
+    note = tr(" Flagged noisy (spread > 2 %): {which}.", which=", ".join(noisy)) if noisy else ""
+    return tr("Measured ({where}): the GEMM reaches {gemm:.0%} of the spec bf16 peak and the copy {copy:.0%} of "
+              "spec DRAM bandwidth, so the measured ridge is {ridge:.0f} FLOP/byte against {spec_ridge:.0f} on "
+              "paper.{note} Spec source: {source}.", where=measured["where"], gemm=g, copy=b, ridge=ridge,
+              spec_ridge=dev.ridge("bf16"), note=note, source=dev.source)
 
 
 def clock_table(manifest: dict) -> pd.DataFrame:
@@ -112,10 +115,10 @@ def clock_table(manifest: dict) -> pd.DataFrame:
     clocks = env.get("clocks") if isinstance(env.get("clocks"), dict) else {}
     state = manifest.get("clock_state", {})
     ncu = manifest.get("ncu", {})
-    rows = [("clocks locked", state.get("locked")), ("note", state.get("note")),
-            ("SM clock at capture start (MHz)", clocks.get("sm_clock_mhz")),
-            ("max SM clock (MHz)", clocks.get("sm_clock_max_mhz")),
-            ("memory clock (MHz)", clocks.get("mem_clock_mhz")),
+    rows = [(tr("clocks locked"), state.get("locked")), (tr("note"), state.get("note")),
+            (tr("SM clock at capture start (MHz)"), clocks.get("sm_clock_mhz")),
+            (tr("max SM clock (MHz)"), clocks.get("sm_clock_max_mhz")),
+            (tr("memory clock (MHz)"), clocks.get("mem_clock_mhz")),
             ("ncu --clock-control", ncu.get("clock_control")), ("ncu --cache-control", ncu.get("cache_control"))]
     return _items(rows)
 
@@ -128,7 +131,7 @@ def params_table(manifest: dict) -> pd.DataFrame:
     p = manifest.get("params", {})
     keep = {k: v for k, v in p.items() if k not in SCHEMA or CAPTURE in SCHEMA[k].feeds}
     return pd.DataFrame({"parameter": list(keep), "value": [_text(v) for v in keep.values()],
-                         "meaning": [SCHEMA[k].doc if k in SCHEMA else "" for k in keep]})
+                         "meaning": [text(SCHEMA[k].doc) if k in SCHEMA else "" for k in keep]})
 
 
 def book_params_table(given: dict) -> pd.DataFrame:
@@ -143,11 +146,11 @@ def book_params_table(given: dict) -> pd.DataFrame:
         if not readers:
             continue
         if k in given:
-            value = "empty: the run's GPU" if k == "device" and not given[k] else _text(given[k])
+            value = tr("empty: the run's GPU") if k == "device" and not given[k] else _text(given[k])
         else:
-            value = f"{_text(spec.default)} (default)"
-        rows.append({"parameter": k, "value": value, "read by": ", ".join(r.split("_", 1)[0] for r in readers),
-                     "meaning": spec.doc})
+            value = tr("{value} (default)", value=_text(spec.default))
+        rows.append({"parameter": k, "value": value, "read_by": ", ".join(r.split("_", 1)[0] for r in readers),
+                     "meaning": text(spec.doc)})
     return pd.DataFrame(rows)
 
 

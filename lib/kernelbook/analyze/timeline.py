@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..display import phase_label
+from ..i18n import N_, tr
+
 PHASE_ORDER = ["vision_encode", "prefill", "decode", "other"]
 
 # The reference report's decode table (RTX 5090, DeepSeek-OCR v1, nsys gated on decode): quoted from
@@ -171,25 +174,25 @@ def name_mapping(timeline: pd.DataFrame, phase: str = "decode", n: int = 15) -> 
 
 # Why a phase-summary cell is empty, for the note under the table.
 PHASE_SUMMARY_MISSING = {
-    "wall_ms": "the 'other' row is generate's own work between forwards, which has no phase range, so no wall "
-               "time or idle share of its own",
-    "launches_per_step": "a phase without steps has no per-step count",
+    "wall_ms": N_("the 'other' row is generate's own work between forwards, which has no phase range, so no "
+                  "wall time or idle share of its own"),
+    "launches_per_step": N_("a phase without steps has no per-step count"),
 }
 
 
 def top_caption(timeline: pd.DataFrame, phase: str, n: int) -> str:
     """Caption of a top-kernel table: the phase, and how much of its kernel time the rows hold."""
-    from ..display import PHASE_LABEL
-
     k = timeline[(timeline.phase == phase) & (timeline.kind == "kernel")]
     t = top_kernels(timeline, phase, n)
-    label = PHASE_LABEL.get(phase, phase).capitalize()
+    name = phase_label(phase)
+    label = name[:1].upper() + name[1:]
     if t.empty:
-        return f"{label}: no kernels"
+        return tr("{phase}: no kernels", phase=label)
     distinct = k.name.nunique()
-    which = f"top {len(t)} of {distinct} kernels" if distinct > len(t) else (
-        "its one kernel" if distinct == 1 else f"all {distinct} kernels")
-    return f"{label}: {which} by total time, {t.time_pct.sum():.1f} % of {PHASE_LABEL.get(phase, phase)} kernel time"
+    which = tr("top {n} of {distinct} kernels", n=len(t), distinct=distinct) if distinct > len(t) else (
+        tr("its one kernel") if distinct == 1 else tr("all {distinct} kernels", distinct=distinct))
+    return tr("{label}: {which} by total time, {pct:.1f} % of {phase} kernel time", label=label, which=which,
+              pct=t.time_pct.sum(), phase=name)
 
 
 # --- prose: every number below is computed from the run ---------------------------------------------
@@ -201,11 +204,12 @@ def _row(summary: pd.DataFrame, phase: str):
 def headline(summary: pd.DataFrame, shares: pd.DataFrame, manifest: dict) -> str:
     d = _row(summary, "decode")
     if d is None:
-        return "no decode phase in this run"
+        return tr("no decode phase in this run")
     top = shares[shares.phase == "decode"].iloc[0]
-    return (f"decode: {d.wall_ms / d.steps:.1f} ms per token on the wall clock, GPU busy "
-            f"{100 - d.idle_pct:.0f} % of it ({d.launches_per_step:.0f} kernel launches per token); "
-            f"{top.category} holds {top.pct:.0f} % of decode kernel time")
+    return tr("decode: {ms_per_token:.1f} ms per token on the wall clock, GPU busy {busy_pct:.0f} % of it "
+              "({launches:.0f} kernel launches per token); {category} holds {pct:.0f} % of decode kernel time",
+              ms_per_token=d.wall_ms / d.steps, busy_pct=100 - d.idle_pct, launches=d.launches_per_step,
+              category=top.category, pct=top.pct)
 
 
 def phase_prose(summary: pd.DataFrame, manifest: dict) -> str:
@@ -215,24 +219,27 @@ def phase_prose(summary: pd.DataFrame, manifest: dict) -> str:
     for _, s in summary.iterrows():
         if s.phase == "other":
             continue
-        lines.append(f"- **{s.phase}**: {s.wall_ms:.1f} ms wall, {s.gpu_busy_ms:.1f} ms GPU busy "
-                     f"(idle {s.idle_pct:.0f} %), {s.kernels} kernels")
+        lines.append(tr("- **{phase}**: {wall_ms:.1f} ms wall, {busy_ms:.1f} ms GPU busy (idle {idle_pct:.0f} %), "
+                        "{kernels} kernels", phase=phase_label(s.phase), wall_ms=s.wall_ms, busy_ms=s.gpu_busy_ms,
+                        idle_pct=s.idle_pct, kernels=s.kernels))
     o = _row(summary, "other")
     if o is not None:
-        lines.append(f"- **other** (generate's own work between forwards: logits processing, token "
-                     f"selection): {o.kernels} kernels, {o.kernel_time_ms:.1f} ms of kernel time")
+        lines.append(tr("- **other** (generate's own work between forwards: logits processing, token selection): "
+                        "{kernels} kernels, {ms:.1f} ms of kernel time", kernels=o.kernels, ms=o.kernel_time_ms))
     if d is not None:
         per_launch_us = (d.wall_ms * 1e3) / (d.launches_per_step * d.steps)
-        lines.append(f"\nDecode is **{'launch' if d.idle_pct > 50 else 'GPU'}-bound**: each token issues "
-                     f"{d.launches_per_step:.0f} kernels in {d.wall_ms / d.steps:.2f} ms, "
-                     f"{per_launch_us:.1f} µs of wall time per launch, while the GPU is idle "
-                     f"{d.idle_pct:.0f} % of the time. Fewer, larger kernels (fusion, CUDA graphs) would "
-                     f"shorten decode more than faster kernels would.")
+        bound = (tr("Decode is **launch-bound**") if d.idle_pct > 50 else tr("Decode is **GPU-bound**"))
+        lines.append("\n" + bound + tr(": each token issues {launches:.0f} kernels in {ms:.2f} ms, {us:.1f} µs of "
+                                        "wall time per launch, while the GPU is idle {idle_pct:.0f} % of the time. "
+                                        "Fewer, larger kernels (fusion, CUDA graphs) would shorten decode more than "
+                                        "faster kernels would.", launches=d.launches_per_step,
+                                        ms=d.wall_ms / d.steps, us=per_launch_us, idle_pct=d.idle_pct))
     tl = manifest.get("timeline_info", {})
     if tl.get("plain_generate"):
-        lines.append(f"\nOne unprofiled generate took {tl['plain_generate']['median_s']:.3f} s (median of "
-                     f"{tl['plain_generate']['trials']}); phases above sum to {total_wall / 1e3:.3f} s under "
-                     f"the profiler ({tl.get('overhead_ratio', float('nan')):.2f}× the plain run).")
+        lines.append("\n" + tr("One unprofiled generate took {seconds:.3f} s (median of {trials}); phases above sum "
+                               "to {profiled:.3f} s under the profiler ({ratio:.2f}× the plain run).",
+                               seconds=tl["plain_generate"]["median_s"], trials=tl["plain_generate"]["trials"],
+                               profiled=total_wall / 1e3, ratio=tl.get("overhead_ratio", float("nan"))))
     return "\n".join(lines)
 
 
@@ -242,9 +249,9 @@ def gap_prose(gaps_us: pd.Series) -> str:
     q = gaps_us.quantile([0.5, 0.9, 0.99])
     total = gaps_us.sum() / 1e3
     big = gaps_us[gaps_us > 100]
-    return (f"Median gap {q[0.5]:.1f} µs, 90th percentile {q[0.9]:.1f} µs, 99th {q[0.99]:.0f} µs; "
-            f"{total:.0f} ms of decode is spent in gaps, {big.sum() / 1e3:.0f} ms of it in the "
-            f"{len(big)} gaps longer than 100 µs.")
+    return tr("Median gap {p50:.1f} µs, 90th percentile {p90:.1f} µs, 99th {p99:.0f} µs; {total:.0f} ms of decode "
+              "is spent in gaps, {big_ms:.0f} ms of it in the {n_big} gaps longer than 100 µs.", p50=q[0.5],
+              p90=q[0.9], p99=q[0.99], total=total, big_ms=big.sum() / 1e3, n_big=len(big))
 
 
 def top_table_display(timeline: pd.DataFrame, phase: str, n: int) -> pd.DataFrame:
@@ -259,23 +266,24 @@ def top_table_display(timeline: pd.DataFrame, phase: str, n: int) -> pd.DataFram
 def reference_prose(cmp: pd.DataFrame, run) -> str:
     c = cmp.set_index("category")
     gemv = c.loc["GEMV"] if "GEMV" in c.index else None
-    lines = [f"The reference measured DeepSeek-OCR v1 on an RTX 5090; this run is "
-             f"{run.manifest['params'].get('model')} on {run.gpu_name}."]
+    lines = [tr("The reference measured DeepSeek-OCR v1 on an RTX 5090; this run is {model} on {gpu}.",
+                model=run.manifest["params"].get("model"), gpu=run.gpu_name)]
     if gemv is not None:
-        lines.append(f"- **GEMV**: {gemv.this_run_pct:.1f} % here vs {gemv.reference_pct:.1f} %. Here the "
-                     "matrix-vector products run as cuBLAS `nvjet` GEMM kernels (tile M padded to 16-128 "
-                     "rows) rather than `gemvx`, and the H200's HBM3e moves weights faster, so they hold a "
-                     "smaller share.")
-    for cat, why in (("copy/cast", "dtype casts (float ↔ bf16 in RMSNorm and rotary embeddings) and "
-                                   "`torch.cat` of the KV cache every step"),
-                     ("elementwise", "unfused pointwise ops"),
-                     ("attention", "the attention kernels (cuDNN SDPA here, FlashAttention split-KV there)")):
+        lines.append(tr("- **GEMV**: {here:.1f} % here vs {reference:.1f} %. Here the matrix-vector products run as "
+                        "cuBLAS `nvjet` GEMM kernels (tile M padded to 16-128 rows) rather than `gemvx`, and the "
+                        "{gpu}'s HBM moves weights faster than the RTX 5090's GDDR7, so they hold a smaller share.",
+                        here=gemv.this_run_pct, reference=gemv.reference_pct, gpu=run.gpu_name))
+    for cat, why in (("copy/cast", tr("dtype casts (float ↔ bf16 in RMSNorm and rotary embeddings) and `torch.cat` "
+                                      "of the KV cache every step")),
+                     ("elementwise", tr("unfused pointwise ops")),
+                     ("attention", tr("the attention kernels (cuDNN SDPA here, FlashAttention split-KV there)"))):
         if cat in c.index:
             r = c.loc[cat]
-            lines.append(f"- **{cat}**: {r.this_run_pct:.1f} % here vs {r.reference_pct:.1f} % "
-                         f"({r.difference_pts:+.1f} points); {why}.")
+            lines.append(tr("- **{category}**: {here:.1f} % here vs {reference:.1f} % ({difference:+.1f} points); "
+                            "{why}.", category=cat, here=r.this_run_pct, reference=r.reference_pct,
+                            difference=r.difference_pts, why=why))
     rest = cmp[cmp.reference_pct.isna() & (cmp.this_run_pct > 1)]
     if len(rest):
-        lines.append("- Not broken out in the reference: " + ", ".join(
-            f"{r.category} {r.this_run_pct:.1f} %" for r in rest.itertuples()) + ".")
+        lines.append(tr("- Not broken out in the reference: {shares}.", shares=tr(", ").join(
+            f"{r.category} {r.this_run_pct:.1f} %" for r in rest.itertuples())))
     return "\n".join(lines)

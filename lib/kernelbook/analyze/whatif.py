@@ -27,6 +27,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .. import i18n  # i18n.tr: `tr` is this module's name for a Trace
+from ..display import phase_label
 import yaml
 
 from .histograms import weighted_mean
@@ -601,10 +604,10 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
 
 
 def headline(val: pd.DataFrame, tr: Trace) -> str:
-    errs = ", ".join(f"{r.phase} {r.device_error_pct:+.0f} %" for r in val.itertuples())
-    return (f"Model vs this run, each phase held out of the fit (device time): {errs}; decode is host-bound "
-            f"({host_time_per_launch_us(tr):.1f} µs of host per launch), so no hardware knob moves it until "
-            "launches are batched")
+    errs = i18n.tr(", ").join(f"{phase_label(r.phase)} {r.device_error_pct:+.0f} %" for r in val.itertuples())
+    return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is host-bound "
+                   "({host_us:.1f} µs of host per launch), so no hardware knob moves it until launches are batched",
+                   errors=errs, host_us=host_time_per_launch_us(tr))
 
 
 def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
@@ -612,19 +615,27 @@ def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
     out = []
     for ph, r in v.iterrows():
         ok = abs(r.device_error_pct) <= 25
-        out.append(f"- **{ph}** (fitted on {r.calibrated_on}): device time {r.predicted_device_ms:.2f} ms predicted vs "
-                   f"GPU-busy {r.busy_ms_per_step:.2f} ms ({r.device_error_pct:+.0f} %, "
-                   f"{'within' if ok else 'outside'} the 25 % target); wall {r.predicted_wall_ms:.2f} vs "
-                   f"{r.wall_ms_per_step:.2f} ms ({r.wall_error_pct:+.1f} %), the device busy "
-                   f"{r.predicted_device_share_pct:.0f} % of it; {r.scaled_time_pct:.1f} % of its kernel time is in "
-                   "kernels whose work is scaled from their category (no shapes, not profiled).")
+        values = dict(phase=phase_label(ph), fitted_on=r.calibrated_on, predicted=r.predicted_device_ms,
+                      busy=r.busy_ms_per_step, error=r.device_error_pct, wall_predicted=r.predicted_wall_ms,
+                      wall=r.wall_ms_per_step, wall_error=r.wall_error_pct, share=r.predicted_device_share_pct,
+                      scaled=r.scaled_time_pct)
+        out.append(i18n.tr(
+            "- **{phase}** (fitted on {fitted_on}): device time {predicted:.2f} ms predicted vs GPU-busy {busy:.2f} ms "
+            "({error:+.0f} %, within the 25 % target); wall {wall_predicted:.2f} vs {wall:.2f} ms ({wall_error:+.1f} %), "
+            "the device busy {share:.0f} % of it; {scaled:.1f} % of its kernel time is in kernels whose work is scaled "
+            "from their category (no shapes, not profiled).", **values) if ok else i18n.tr(
+            "- **{phase}** (fitted on {fitted_on}): device time {predicted:.2f} ms predicted vs GPU-busy {busy:.2f} ms "
+            "({error:+.0f} %, outside the 25 % target); wall {wall_predicted:.2f} vs {wall:.2f} ms ({wall_error:+.1f} "
+            "%), the device busy {share:.0f} % of it; {scaled:.1f} % of its kernel time is in kernels whose work is "
+            "scaled from their category (no shapes, not profiled).", **values))
     host_bound = v.index[v.predicted_device_share_pct < 50].tolist()
-    out.append("The replay keeps the run's own host gaps, so the wall column tests the device model only "
-               "through the time the device adds to the host's"
-               + (f"; in {', '.join(host_bound)} the device is busy under half the wall, so its wall error stays "
-                  "small whatever the device error" if host_bound else "")
-               + ". The device column is the test of the model; the per-class table below says which kernels "
-               "carry its error.")
+    out.append(i18n.tr("The replay keeps the run's own host gaps, so the wall column tests the device model only "
+                       "through the time the device adds to the host's{host_bound}. The device column is the test of "
+                       "the model; the per-class table below says which kernels carry its error.",
+                       host_bound=i18n.tr("; in {phases} the device is busy under half the wall, so its wall error "
+                                          "stays small whatever the device error",
+                                          phases=i18n.tr(", ").join(map(phase_label, host_bound)))
+                       if host_bound else ""))
     return "\n".join(out)
 
 

@@ -6,7 +6,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from ..display import eng
+from ..display import eng, phase_label
+from ..i18n import tr
 
 TEMPLATE = "plotly_white"
 
@@ -14,10 +15,11 @@ TEMPLATE = "plotly_white"
 def phase_bars(summary: pd.DataFrame) -> go.Figure:
     """Wall time vs GPU-busy time per phase (ms)."""
     fig = go.Figure()
-    fig.add_bar(name="wall (ms)", x=summary.phase, y=summary.wall_ms)
-    fig.add_bar(name="GPU busy (ms)", x=summary.phase, y=summary.gpu_busy_ms)
+    phases = summary.phase.map(phase_label)
+    fig.add_bar(name=tr("wall (ms)"), x=phases, y=summary.wall_ms)
+    fig.add_bar(name=tr("GPU busy (ms)"), x=phases, y=summary.gpu_busy_ms)
     fig.update_layout(template=TEMPLATE, barmode="group", yaxis_title="ms", height=360,
-                      title="Wall time vs GPU-busy time per phase")
+                      title=tr("Wall time vs GPU-busy time per phase"))
     return fig
 
 
@@ -28,8 +30,9 @@ def gap_histogram(gaps_us: pd.Series, phase: str = "decode") -> go.Figure:
     counts, edges = np.histogram(g, bins=bins)
     fig = go.Figure(go.Bar(x=np.sqrt(edges[:-1] * edges[1:]), y=counts, width=np.diff(edges),
                            hovertemplate="%{x:.1f} µs: %{y} gaps<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, xaxis_type="log", xaxis_title="gap before kernel (µs, log)",
-                      yaxis_title="kernels", height=340, title=f"Kernel-to-kernel gaps in {phase}")
+    fig.update_layout(template=TEMPLATE, xaxis_type="log", xaxis_title=tr("gap before kernel (µs, log)"),
+                      yaxis_title=tr("kernels"), height=340,
+                      title=tr("Kernel-to-kernel gaps in {phase}", phase=phase_label(phase)))
     return fig
 
 
@@ -39,7 +42,8 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
     from plotly.subplots import make_subplots
 
     phases = list(dict.fromkeys(top.phase))
-    fig = make_subplots(rows=1, cols=len(phases), subplot_titles=phases, horizontal_spacing=0.12)
+    fig = make_subplots(rows=1, cols=len(phases), subplot_titles=[phase_label(p) for p in phases],
+                        horizontal_spacing=0.12)
     colours = dict(zip(sorted(top.category.dropna().unique()), CATEGORY_COLOURS * 3))
     for j, ph in enumerate(phases, 1):
         t = top[top.phase == ph].iloc[::-1]
@@ -57,25 +61,26 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
                          tickfont=dict(size=9), row=1, col=j)
         fig.update_xaxes(title_text="ms", row=1, col=j)
     fig.update_layout(template=TEMPLATE, height=max(380, 24 * top.groupby("phase").size().max() + 140),
-                      title="Top kernels per phase by total time (hover a bar for the kernel and its numbers)",
+                      title=tr("Top kernels per phase by total time (hover a bar for the kernel and its numbers)"),
                       legend=dict(orientation="h", y=-0.12))
     return fig
 
 
 def category_bars(shares: pd.DataFrame) -> go.Figure:
     """Stacked share of kernel time per category, one bar per phase."""
-    fig = px.bar(shares, x="phase", y="pct", color="category", template=TEMPLATE, height=420,
-                 labels={"pct": "% of phase kernel time"}, title="Kernel time by category per phase")
+    fig = px.bar(shares.assign(phase=shares.phase.map(phase_label)), x="phase", y="pct", color="category",
+                 template=TEMPLATE, height=420, labels={"pct": tr("% of phase kernel time"), "phase": tr("phase")},
+                 title=tr("Kernel time by category per phase"))
     return fig
 
 
 def reference_bars(cmp: pd.DataFrame) -> go.Figure:
     long = cmp.melt(id_vars="category", value_vars=["this_run_pct", "reference_pct"], var_name="source",
                     value_name="pct").dropna()
-    long["source"] = long.source.map({"this_run_pct": "this run", "reference_pct": "reference report"})
+    long["source"] = long.source.map({"this_run_pct": tr("this run"), "reference_pct": tr("reference report")})
     return px.bar(long, x="category", y="pct", color="source", barmode="group", template=TEMPLATE,
-                  height=380, labels={"pct": "% of decode kernel time"},
-                  title="Decode categories: this run vs the reference report")
+                  height=380, labels={"pct": tr("% of decode kernel time"), "source": tr("source")},
+                  title=tr("Decode categories: this run vs the reference report"))
 
 
 def fidelity_scatter(fid: pd.DataFrame) -> go.Figure:
@@ -83,7 +88,7 @@ def fidelity_scatter(fid: pd.DataFrame) -> go.Figure:
     fig = px.scatter(fid, x="timeline_median_us", y="ncu_us", color="category", hover_name="friendly_name",
                      log_x=True, log_y=True, template=TEMPLATE, height=420,
                      labels={"timeline_median_us": "timeline median (µs)", "ncu_us": "ncu duration (µs)"},
-                     title="ncu duration vs timeline median")
+                     title=tr("ncu duration vs timeline median"))
     lo = float(np.nanmin([fid.timeline_median_us.min(), fid.ncu_us.min()]))
     hi = float(np.nanmax([fid.timeline_median_us.max(), fid.ncu_us.max()]))
     fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(dash="dot")))
@@ -105,12 +110,13 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
         h = hist[hist.metric == m]
         label = [f"{lo:.3g}–{hi:.3g}" for lo, hi in zip(h.bin_lo, h.bin_hi)]
         r, c = i // cols + 1, i % cols + 1
-        for col, name, colour in (("count_pct", "% of kernels", "#7f9cc2"), ("time_pct", "% of time", "#d9822b")):
+        for col, name, colour in (("count_pct", tr("% of kernels"), "#7f9cc2"), ("time_pct", tr("% of time"), "#d9822b")):
             fig.add_bar(x=label, y=h[col], name=name, marker_color=colour, legendgroup=name, showlegend=i == 0,
                         hovertemplate=f"{m} %{{x}}: %{{y:.1f}} {name}<br>{cap.get(m, '')}<extra></extra>", row=r, col=c)
         fig.update_xaxes(showticklabels=False, row=r, col=c)
     fig.update_layout(template=TEMPLATE, barmode="group", height=260 * rows, bargap=0.15,
-                      title="Metric histograms of the profiled kernels: by count and by time (hover a bar for its range)",
+                      title=tr("Metric histograms of the profiled kernels: by count and by time (hover a bar for its "
+                               "range)"),
                       legend=dict(orientation="h", y=1.02, x=0.6))
     return fig
 
@@ -156,9 +162,10 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                               "<br>%{customdata[1]:.1f} µs, %{customdata[2]} % of roof<extra></extra>"))
     # the legend goes under the plot, wrapping, so every roof (L2, L1 included) shows without a scroll box
     fig.update_layout(template=TEMPLATE, height=640 + 22 * (len(fig.data) // 4),
-                      title=f"Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
-                      xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
-                      yaxis=dict(type="log", title="achieved FLOP/s", range=[8, 15.5], **FLOPS_TICKS),
+                      title=tr("Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
+                               phase=phase_label(phase)),
+                      xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)")),
+                      yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[8, 15.5], **FLOPS_TICKS),
                       legend=dict(orientation="h", yanchor="top", y=-0.14, xanchor="left", x=0))
     return fig
 
@@ -176,10 +183,10 @@ def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
                      hover_name="friendly_name", hover_data={"duration_us": ":.1f", "kernel_id": True},
                      template=TEMPLATE, height=480, range_x=[0, 1.05], range_y=[0, 1.05],
                      color_discrete_sequence=CATEGORY_COLOURS,
-                     labels={"memory_frac": "memory throughput (fraction of peak)",
-                             "compute_frac": "SM throughput (fraction of peak)"},
-                     title=f"Normalized roofline, {phase}: every kernel sits in the unit square; the corners "
-                           "are the roofs (size = time share)")
+                     labels={"memory_frac": tr("memory throughput (fraction of peak)"),
+                             "compute_frac": tr("SM throughput (fraction of peak)")},
+                     title=tr("Normalized roofline, {phase}: every kernel sits in the unit square; the corners are the "
+                              "roofs (size = time share)", phase=phase_label(phase)))
     fig.add_shape(type="line", x0=0, y0=0, x1=1, y1=1, line=dict(dash="dot", color="#aaa"))
     return fig
 
@@ -214,8 +221,8 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
                                                    f"{pt.pct_of_roof:.1f} % of roof<extra></extra>"), row=r, col=c)
         fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
         fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1, **FLOPS_TICKS)
-    fig.update_layout(template=TEMPLATE, height=240 * rows, title=f"Per-kernel rooflines, {phase} "
-                      "(x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)")
+    fig.update_layout(template=TEMPLATE, height=240 * rows, title=tr("Per-kernel rooflines, {phase} (x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)",
+                                                         phase=phase_label(phase)))
     return fig
 
 
@@ -226,7 +233,7 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
 
     sweeps = list(dict.fromkeys(sens.sweep))
     fig = make_subplots(rows=len(sweeps), cols=2, subplot_titles=[f"{ph}: {s}" for s in sweeps
-                                                                  for ph in ("decode ms/token", "prefill ms")],
+                                                                  for ph in (tr("decode ms/token"), tr("prefill ms"))],
                         vertical_spacing=0.05)
     colours = dict(zip(sorted(sens.dispatch.unique()), ("#d9822b", "#2b6cb0")))
     for i, sw in enumerate(sweeps):
@@ -244,7 +251,7 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
                                   row=i + 1, col=j + 1)
             fig.update_xaxes(type="log", row=i + 1, col=j + 1)
             fig.update_yaxes(type="log", row=i + 1, col=j + 1)
-    fig.update_layout(template=TEMPLATE, height=260 * len(sweeps), title="What-if sensitivity on the measured GPU",
+    fig.update_layout(template=TEMPLATE, height=260 * len(sweeps), title=tr("What-if sensitivity on the measured GPU"),
                       legend=dict(orientation="h", y=1.01, x=0.5))
     return fig
 

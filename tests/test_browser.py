@@ -1,0 +1,95 @@
+"""Every chapter of the rendered bundled report, en and zh, opened in headless Chromium (Debian's
+`chromium` driven by `chromedriver`) from file://, with the network off: the page makes no request
+outside file:// (none over the network), the browser console has no error, and every plotly figure drew (an SVG with marks).
+
+Set KB_SHOTS=/some/folder to keep a screenshot of each page (CJK glyphs need fonts-noto-cjk)."""
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+SHOTS = os.environ.get("KB_SHOTS")
+CHAPTERS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))]
+FIGURES = {"00_setup": 0, "01_timeline": 5, "02_ncu": 1, "03_histograms": 1, "04_roofline": 3,
+           "05_classification": 0, "06_npu": 1}
+
+# per plotly div: whether its SVG holds drawn marks (a trace path with a non-empty outline)
+DRAWN = """return [...document.querySelectorAll('.js-plotly-plot')].map(d =>
+  [...d.querySelectorAll('svg.main-svg g.trace path')].some(p => (p.getAttribute('d') || '').length > 2));"""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not CHROMIUM or not CHROMEDRIVER:
+        pytest.skip("needs Chromium and its driver on PATH (Debian: apt-get install chromium chromium-driver)")
+    pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[test]')")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not look for a browser online
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+              "--allow-file-access-from-files", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+              "--window-size=1400,1000"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    try:
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
+            "offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1})
+        driver.get("about:blank")  # the browser's own start-up pages load before this; drain their logs
+        driver.get_log("browser"), driver.get_log("performance")
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _requests(driver) -> list[str]:
+    import json
+
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            urls.append(msg["params"]["request"]["url"])
+    return urls
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_chapter_opens_offline_without_errors_and_every_figure_draws(browser, rendered_book, language, stem):
+    report = rendered_book(language)
+    browser.get_log("browser"), _requests(browser)  # start clean: what follows is this page's doing
+    browser.get((report / f"{stem}.html").as_uri())
+    expected = FIGURES[stem]
+    deadline = time.time() + 30
+    while True:
+        drawn = browser.execute_script(DRAWN)
+        if (len(drawn) >= expected and all(drawn)) or time.time() > deadline:
+            break
+        time.sleep(0.3)
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(Path(SHOTS) / f"{language}-{stem}.png"))
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    # a request over the network (the browser's own chrome:// pages are not the report's doing)
+    outside = [u for u in _requests(browser) if re.match(r"(https?|wss?|ftp)://", u)]
+    assert not errors, f"console errors: {errors[:5]}"
+    assert not outside, f"requests outside file://: {outside[:5]}"
+    assert len(drawn) == expected, f"{len(drawn)} plotly figures on the page, expected {expected}"
+    assert all(drawn), f"figures without drawn marks: {[i for i, d in enumerate(drawn) if not d]}"
+    lang = browser.execute_script("return document.documentElement.lang")
+    assert lang == {"en": "en", "zh": "zh-CN"}[language]
+    assert "Traceback" not in browser.find_element("tag name", "body").text

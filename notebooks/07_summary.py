@@ -18,6 +18,7 @@
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the baseline of the variants)
 variant_runs: list = ["data/runs/h100-variant-static-graphs"]  # variant runs of run_dir
 baseline_run: str = ""  # a run to compare run_dir against; empty: no comparison section
+language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 
 # %%
 from kernelbook import notebook as kb
@@ -26,7 +27,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
-kb.setup()
+kb.setup(language)
 r = kb.open_run(run_dir)
 tr, gpu, roofs, k = S.trace_for(r)
 variants = [(v, S.trace_for(v)[0]) for v in (kb.open_run(p) for p in variant_runs)]
@@ -40,7 +41,7 @@ kb.summary(S.headline(phases, limit, rows))
 # Wall time of each phase in the profiled generate call and the GPU-busy time inside it.
 
 # %%
-kb.table(phases, "Time per phase (profiled pass)")
+kb.table(phases, kb.tr("Time per phase (profiled pass)"))
 
 # %%
 F.phase_bars(T.phase_summary(r.timeline, r.phases))
@@ -51,7 +52,8 @@ F.phase_bars(T.phase_summary(r.timeline, r.phases))
 # it faster than those bytes at the measured bandwidth.
 
 # %%
-kb.table(S.limit_table(limit), "One decode step: bytes, limit and measured time", empty="the run has no decode phase")
+kb.table(S.limit_table(limit), kb.tr("One decode step: bytes, limit and measured time"),
+         empty=kb.tr("the run has no decode phase"))
 
 # %%
 kb.md(S.limit_prose(limit))
@@ -64,8 +66,8 @@ kb.md(S.limit_prose(limit))
 
 # %%
 stages, sections = S.contract(r, k, roofs)
-kb.table(stages, "Stages: duration, tensor-core, DRAM and occupancy % (time-weighted), bound, key issue",
-         empty="no profiled kernels")
+kb.table(stages, kb.tr("Stages: duration, tensor-core, DRAM and occupancy % (time-weighted), bound, key issue"),
+         empty=kb.tr("no profiled kernels"))
 
 # %%
 kb.md(sections)
@@ -85,14 +87,15 @@ kb.md(W.headline(W.validation(tr), tr))
 # baseline ÷ variant.
 
 # %%
-kb.table(rows[["variant", "phase", "unit", "basis", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain", "measured_gain",
-              "gain_error_pct"]], "Predicted vs measured gain per variant", empty="no variant runs given (variant_runs)")
+kb.table(rows[["variant", "phase", "unit", "basis", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain",
+              "measured_gain", "gain_error_pct"]], kb.tr("Predicted vs measured gain per variant"),
+         empty=kb.tr("no variant runs given (variant_runs)"))
 
 # %%
 F.variant_gains(rows)
 
 # %%
-kb.table(S.plain_generate(r, variants), "Plain generate calls (no profiler), median of the timing trials")
+kb.table(S.plain_generate(r, variants), kb.tr("Plain generate calls (no profiler), median of the timing trials"))
 
 # %%
 kb.md(S.variants_prose(rows, {v.run_id: S.host_control(r, v) for v, _ in variants}))
@@ -109,16 +112,17 @@ cmp = S.comparison(pair)
 kb.md(S.comparison_note(pair))
 
 # %%
-kb.table(cmp["phases"], "Per phase, per step: A and B", empty="nothing to compare")
+kb.table(cmp["phases"], kb.tr("Per phase, per step: A and B"), empty=kb.tr("nothing to compare"))
 
 # %%
-kb.table(cmp["categories"], "Share of kernel time per category (%)", empty="nothing to compare")
+kb.table(cmp["categories"], kb.tr("Share of kernel time per category (%)"), empty=kb.tr("nothing to compare"))
 
 # %%
-kb.table(cmp["kernels"], "Kernel families matched by aten op and family (top 12 per phase)", empty="nothing to compare")
+kb.table(cmp["kernels"], kb.tr("Kernel families matched by aten op and family (top 12 per phase)"),
+         empty=kb.tr("nothing to compare"))
 
 # %%
-kb.table(cmp["metrics"], "ncu metrics of the kernels profiled in both", empty="no kernel profiled in both runs")
+kb.table(cmp["metrics"], kb.tr("ncu metrics of the kernels profiled in both"), empty=kb.tr("no kernel profiled in both runs"))
 
 # %% [markdown]
 # ## The chapters

@@ -9,15 +9,13 @@ from html.parser import HTMLParser
 
 import pytest
 
-from conftest import REPO, RUN
+from conftest import FIGURES, REPO, RUN
 from kernelbook import params as P
 from kernelbook.runner import BookError, list_chapters, render_book
 
 TITLES = {"00_setup": "00 · Setup", "01_timeline": "01 · Timeline", "02_ncu": "02 · Nsight Compute",
           "03_histograms": "03 · Histograms", "04_roofline": "04 · Roofline", "05_classification": "05 · Classification",
           "06_npu": "06 · NPU what-if", "07_summary": "07 · Summary"}
-FIGURES = {"00_setup": 0, "01_timeline": 5, "02_ncu": 1, "03_histograms": 1, "04_roofline": 3,
-           "05_classification": 0, "06_npu": 1, "07_summary": 2}
 
 
 @pytest.fixture(scope="module")

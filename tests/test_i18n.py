@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from conftest import REPO
+from conftest import CHAPTERS, REPO
 from kernelbook import i18n
 
 # calls whose first argument is a catalog key: tr(template, ...), N_(label), Col(label, kind)
@@ -108,7 +108,6 @@ def test_tr_formats_numbers_into_either_language():
 
 # --- the bundled run's book rendered in zh --------------------------------------------------------
 CJK = re.compile(r"[\u4e00-\u9fff]")
-CHAPTERS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))]
 
 
 class _Visible(HTMLParser):

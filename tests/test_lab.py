@@ -19,14 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import CHAPTERS, FIGURES, REPO
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 SHOTS = os.environ.get("KB_SHOTS")
-CHAPTERS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))]
-FIGURES = {"00_setup": 0, "01_timeline": 5, "02_ncu": 1, "03_histograms": 1, "04_roofline": 3,
-           "05_classification": 0, "06_npu": 1, "07_summary": 2}
 PLOTLY = "application/vnd.plotly.v1+json"
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..i18n import tr
+from ..i18n import N_, tr
 from . import whatif as W
 from .timeline import PHASE_ORDER, phase_summary
 
@@ -59,14 +59,14 @@ class DecodeLimit:
         return self.busy_ms / self.limit_ms
 
     def table(self) -> pd.DataFrame:
-        rows = [("weights read per step", self.weight_bytes / 1e6, "MB"),
-                ("KV cache read per step", self.kv_bytes / 1e6, "MB"),
-                (f"DRAM bandwidth ({self.dram_source})", self.dram_bytes_per_s / 1e9, "GB/s"),
-                ("physical limit per step (bytes ÷ bandwidth)", self.limit_ms, "ms"),
-                ("GPU busy per step (measured)", self.busy_ms, "ms"),
-                ("wall per step (measured, profiled pass)", self.wall_ms, "ms"),
-                ("GPU busy ÷ limit", self.busy_multiple, "×"),
-                ("wall ÷ limit", self.wall_multiple, "×")]
+        rows = [(tr("weights read per step"), self.weight_bytes / 1e6, "MB"),
+                (tr("KV cache read per step"), self.kv_bytes / 1e6, "MB"),
+                (tr("DRAM bandwidth ({source})", source=tr(self.dram_source)), self.dram_bytes_per_s / 1e9, "GB/s"),
+                (tr("physical limit per step (bytes ÷ bandwidth)"), self.limit_ms, "ms"),
+                (tr("GPU busy per step (measured)"), self.busy_ms, "ms"),
+                (tr("wall per step (measured, profiled pass)"), self.wall_ms, "ms"),
+                (tr("GPU busy ÷ limit"), self.busy_multiple, "×"),
+                (tr("wall ÷ limit"), self.wall_multiple, "×")]
         return pd.DataFrame(rows, columns=["quantity", "value", "unit"])
 
 
@@ -80,9 +80,9 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
     measured = {k: v for k, v in roofs.measured.items() if k.startswith("DRAM")}
     if measured:
         (src, bw), = measured.items()
-        src = "measured device-to-device copy"
+        src = N_("measured device-to-device copy")
     else:
-        bw, src = roofs.bandwidth["dram"], "spec sheet"
+        bw, src = roofs.bandwidth["dram"], N_("spec sheet")
     m = tr_.measured.set_index("phase").loc["decode"]
     weights = W.active_weight_bytes(tr_)
     batch = int(run.manifest.get("params", {}).get("batch_size", 1))

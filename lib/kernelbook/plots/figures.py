@@ -259,12 +259,13 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
 def variant_gains(rows: pd.DataFrame) -> go.Figure:
     """Predicted against measured gain (baseline ÷ variant, ×) per variant and phase; a variant the
     what-if cannot price shows its measured bar alone."""
-    x = [f"{r.variant} · {r.phase}" for r in rows.itertuples()]
+    x = [f"{r.variant} · {phase_label(r.phase)}" for r in rows.itertuples()]
     fig = go.Figure()
-    fig.add_bar(name="predicted (chapter 06 what-if)", x=x, y=rows.predicted_gain,
-                hovertemplate="%{x}: predicted %{y:.2f}×<extra></extra>")
-    fig.add_bar(name="measured", x=x, y=rows.measured_gain, hovertemplate="%{x}: measured %{y:.2f}×<extra></extra>")
+    fig.add_bar(name=tr("predicted (chapter 06 what-if)"), x=x, y=rows.predicted_gain,
+                hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
+    fig.add_bar(name=tr("measured"), x=x, y=rows.measured_gain, hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
     fig.add_hline(y=1, line_dash="dot", line_color="#888")
-    fig.update_layout(template=TEMPLATE, barmode="group", yaxis_type="log", yaxis_title="gain over the baseline (×, log)",
-                      height=380, title="Variants: predicted vs measured gain")
+    fig.update_layout(template=TEMPLATE, barmode="group", yaxis_type="log",
+                      yaxis_title=tr("gain over the baseline (×, log)"), height=380,
+                      title=tr("Variants: predicted vs measured gain"))
     return fig

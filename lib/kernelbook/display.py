@@ -126,6 +126,7 @@ COLUMNS: dict[str, Col] = {
     "change_us_per_step": Col("Change per step", "us"),
     "only_in": Col("Only in", "text"),
     "basis": Col("Measured on", "text"),
+    "busy_pct": Col("GPU busy %", "pct"),
     "ratio": Col("B ÷ A", "ratio"),
     "launches_per_step": Col("Launches per step", "count"),
     "kernel_time_ms": Col("Kernel time", "ms"),
@@ -442,8 +443,8 @@ def cell(v, kind: str) -> str:
     if kind == "share":
         return pct(100 * float(v))
     if kind == "signed":
-        text = pct(v)
-        return text if text.startswith(("<", ">")) else ("+" if float(v) > 0 else "") + text
+        shown = pct(v)
+        return shown if shown.startswith(("<", ">")) else ("+" if float(v) > 0 else "") + shown
     if kind == "ratio":
         return f"{sig(v)}×"
     if kind == "int":

@@ -312,24 +312,36 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
              f"| {p.get('batch_size', '?')} | {info.get('inputs', {}).get('prompt_tokens', '?')} | "
              f"{p.get('max_new_tokens', '?')} | {p.get('dtype', 'bfloat16')} |", "",
              tr("## Stages"), "", CONTRACT_HEADER, "|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in contract_stage_rows(summary, c, opps)]
+    return "\n".join(lines + ["", contract_sections(summary, c, opps)])
+
+
+def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame]) -> list[list[str]]:
+    """The contract's Stages rows, cells as written (the columns of CONTRACT_HEADER). The stage rows are
+    read by tools: their values stay as the contract writes them in every language."""
+    rows = []
     for _, s in summary.iterrows():
         if s.phase == "other":
             continue
         pc = c[c.phase == s.phase]
-        # the stage rows are read by tools: their values stay as the contract writes them in every language
         per = f"{1e3 * s.wall_ms / max(1, s.get('steps', 1)):.0f} per step" if s.phase == "decode" else f"{1e3 * s.wall_ms:.0f}"
         if len(pc):
             tc = weighted_mean(pc.sm_pct.where(pc.flops_tensor > 0), pc.share)
             dram = weighted_mean(pc.dram_pct, pc.share)
             occ = weighted_mean(pc.achieved_occupancy_pct, pc.share)
             bott, _ = dominant_class(pc)
-            nums = f"{tc:.0f} | {dram:.0f} | {occ:.0f}"
+            nums = [f"{tc:.0f}", f"{dram:.0f}", f"{occ:.0f}"]
         else:
-            bott, nums = "not profiled", "— | — | —"
+            bott, nums = "not profiled", ["—", "—", "—"]
         o = opps.get(s.phase)
         issue = o.iloc[0].opportunity if o is not None and len(o) else "—"
-        lines.append(f"| {s.phase} | {per} | {nums} | {bott} | {issue} |")
-    lines.append("")
+        rows.append([s.phase, per, *nums, bott, issue])
+    return rows
+
+
+def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame]) -> str:
+    """The contract's per-phase sections: bottleneck, root cause, top 3 opportunities (narrative language)."""
+    lines = []
     for ph, o in opps.items():
         s = summary.set_index("phase").loc[ph]
         pc = c[c.phase == ph]

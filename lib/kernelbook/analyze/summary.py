@@ -268,7 +268,10 @@ def trace_for(run):
 def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame) -> str:
     """The chapter's one line: the biggest phase, decode against its limit, the best measured variant."""
     top = phases.sort_values("wall_ms", ascending=False).iloc[0]
-    out = [tr("{phase} holds {share:.0f} % of the generate call's phase time", phase=top.phase, share=top.share_pct)]
+    from ..display import phase_label
+
+    out = [tr("{phase} holds {share:.0f} % of the generate call's phase time", phase=phase_label(top.phase),
+              share=top.share_pct)]
     if limit is not None:
         out.append(tr("a decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV bytes need "
                       "at measured DRAM bandwidth", wall=limit.wall_ms, x=limit.wall_multiple, limit=limit.limit_ms))
@@ -300,12 +303,10 @@ def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
                                    "capture."))
     c = C.classify(k, lookup(run.manifest["device"]).ridge("bf16"))
     summary = phase_summary(run.timeline, run.phases)
-    text = C.contract_markdown(run, summary, c, C.all_opportunities(run, summary, c, roofs))
-    head, _, sections = text.partition("\n## Stages\n")
-    rows = [[x.strip() for x in ln.strip("|").split("|")] for ln in sections.splitlines() if ln.startswith("|")]
-    stages = pd.DataFrame(rows[2:], columns=rows[0])  # header, separator, then one row per phase
-    rest = "\n".join(ln for ln in sections.splitlines() if not ln.startswith("|")).strip()
-    return stages, re.sub(r"^## ", "#### ", rest, flags=re.M)  # under this chapter's own heading
+    opps = C.all_opportunities(run, summary, c, roofs)
+    header = [x.strip() for x in C.CONTRACT_HEADER.strip("|").split("|")]
+    stages = pd.DataFrame(C.contract_stage_rows(summary, c, opps), columns=header)
+    return stages, re.sub(r"^## ", "#### ", C.contract_sections(summary, c, opps), flags=re.M)
 
 
 def comparison_pair(baseline_run, run, variants: list) -> tuple | None:

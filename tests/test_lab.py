@@ -286,7 +286,7 @@ def _explorer(driver, stem):
     first = card()
     pick = Select(select)
     pick.select_by_index(3)
-    _wait(driver, lambda: card() != first, 20, "the explorer card to change")
+    _wait(driver, lambda: card() != first and "µs" in card(), 20, "the explorer card to change")
     assert "µs" in card() and "% of peak" in card()  # the new card holds its metric table
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)

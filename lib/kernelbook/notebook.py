@@ -186,7 +186,7 @@ def explorer(cards: dict[str, dict], first: str = ""):
 
     def show(*_):
         c = cards[pick.value]
-        out.clear_output()
+        out.clear_output(wait=True)  # the old card stays until the new one is drawn (no empty flash)
         with out:
             display(md(f"**{c['class']}**\n\n`{demangle(c['name'])}`"), table(c["metrics"], tr("Metrics")),
                     table(c["roofline"], tr("Roofline points"), empty=nopoint))

@@ -53,10 +53,14 @@ def markdown_keys() -> dict[str, str]:
 
 
 def registry_keys() -> dict[str, str]:
-    """Labels kept in tables (not literal tr calls): parameter meanings shown by chapter 00."""
+    """Labels kept in tables (not literal tr calls): parameter meanings shown by chapter 00, and the
+    `source` of each design in params/npus.yaml (chapter 06's design table shows it)."""
     from kernelbook import params as P
+    from kernelbook.analyze import whatif as W
 
-    return {spec.doc: f"params.SCHEMA[{k!r}].doc" for k, spec in P.SCHEMA.items()}
+    keys = {spec.doc: f"params.SCHEMA[{k!r}].doc" for k, spec in P.SCHEMA.items()}
+    keys.update({d.source: f"params/npus.yaml {k}.source" for k, d in W.load_designs().items()})
+    return keys
 
 
 def all_keys() -> dict[str, str]:

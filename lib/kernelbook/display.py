@@ -233,6 +233,32 @@ COLUMNS: dict[str, Col] = {
     "what-if": Col("What-if", "text"),
     "confidence": Col("Confidence", "text"),
     "reference report": Col("Reference report", "text"),
+    "kernel_ms": Col("Kernel time", "ms"),
+    "rows": Col("Rows", "count"),
+    "latency_us": Col("Latency L", "us"),
+    "slowdown": Col("Slowdown b", "sig"),
+    "fit": Col("Fit", "text"),
+    "phases": Col("Fitted on", "phase"),
+    "calibrated_on": Col("Fitted on", "phase"),
+    "wall_ms_per_step": Col("Wall per step", "ms"),
+    "predicted_wall_ms": Col("Predicted wall", "ms"),
+    "wall_error_pct": Col("Wall error %", "pct"),
+    "busy_ms_per_step": Col("GPU busy per step", "ms"),
+    "predicted_device_ms": Col("Predicted device time", "ms"),
+    "device_error_pct": Col("Device error %", "pct"),
+    "predicted_device_share_pct": Col("Predicted device share %", "pct"),
+    "scaled_time_pct": Col("Kernel time scaled from category %", "pct"),
+    "error_ms": Col("Error", "ms"),
+    "bf16 TFLOP/s": Col("bf16 TFLOP/s", "sig"),
+    "DRAM GB/s": Col("DRAM GB/s", "sig"),
+    "SRAM MiB": Col("SRAM MiB", "sig"),
+    "host µs/launch": Col("Host time per launch (µs)", "auto"),
+    "fuses elementwise": Col("Fuses elementwise", "bool"),
+    "weights on chip": Col("Weights on chip", "bool"),
+    "vision_encode ms": Col("Vision encode", "ms"),
+    "prefill ms": Col("Prefill", "ms"),
+    "decode ms/token": Col("Decode per token", "ms"),
+    "decode bound": Col("Decode bound by", "text"),
 }
 
 PHASE_LABEL = {"vision_encode": N_("vision encode"), "prefill": N_("prefill"), "decode": N_("decode"),
@@ -242,6 +268,13 @@ PHASE_LABEL = {"vision_encode": N_("vision encode"), "prefill": N_("prefill"), "
 def phase_label(phase: str) -> str:
     """A phase as a reader names it, in the narrative language ('vision encode', '视觉编码')."""
     return text(PHASE_LABEL.get(str(phase), str(phase)))
+
+
+def phase_list(phases) -> str:
+    """Phases as a reader names them, joined: a list, or one string of machine names joined with ', '
+    ('vision_encode, prefill' → 'vision encode, prefill')."""
+    items = phases if isinstance(phases, (list, tuple)) else str(phases).split(", ")
+    return tr(", ").join(phase_label(p) for p in items)
 
 # unit suffix of a machine column → cell kind (first match wins; order matters: _per_s before _s)
 _SUFFIX = [("_pct_of_roof", "pct"), ("_pct", "pct"), ("_bytes_per_s", "bytes_per_s"), ("_flops_per_s", "flop_per_s"),
@@ -424,7 +457,9 @@ def demangle(name: str) -> str:
 
 def cell(v, kind: str) -> str:
     """One cell as HTML (escaped), by kind."""
-    if kind in ("text", "code", "phase", "shapes") and isinstance(v, (list, tuple)):
+    if kind == "phase" and isinstance(v, (list, tuple, str)):  # one phase or several
+        return html.escape(phase_list(v))
+    if kind in ("text", "code", "shapes") and isinstance(v, (list, tuple)):
         v = ", ".join(map(str, v))
     if kind == "shapes":
         return html.escape(shapes(v))

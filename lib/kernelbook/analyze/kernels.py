@@ -10,6 +10,8 @@ from enum import Enum
 
 import pandas as pd
 
+from ..i18n import N_
+
 
 class Library(str, Enum):
     CUBLAS = "cuBLAS"
@@ -217,18 +219,20 @@ def friendly_name(name: str, op: str | None = None) -> str:
     return short[:60]
 
 
+# one line per category, English in the data (timeline parquet, report.md); the display layer shows it
+# in the narrative language (a text cell whose value is a catalog key)
 DESCRIPTIONS = {
-    Category.GEMV: "Matrix-vector product: one token's activations against a weight matrix (memory-bound)",
-    Category.GEMM: "Matrix-matrix product on tensor cores (projections, MLPs, patch embedding)",
-    Category.ATTENTION: "Fused attention over the KV cache / image tokens",
-    Category.ELEMENTWISE: "Pointwise arithmetic or activation; a fusion candidate",
-    Category.REDUCTION: "Reduction or normalization across a dimension",
-    Category.COPY: "Data movement: layout change, concatenation or dtype cast",
-    Category.GATHER: "Indexed read or write (embedding, index_select, scatter)",
-    Category.MOE: "MoE routing: top-k, sort, scan or expert bookkeeping",
-    Category.MEMCPY: "Driver memory copy or set",
-    Category.COMM: "Collective communication",
-    Category.OTHER: "Other kernel",
+    Category.GEMV: N_("Matrix-vector product: one token's activations against a weight matrix (memory-bound)"),
+    Category.GEMM: N_("Matrix-matrix product on tensor cores (projections, MLPs, patch embedding)"),
+    Category.ATTENTION: N_("Fused attention over the KV cache / image tokens"),
+    Category.ELEMENTWISE: N_("Pointwise arithmetic or activation; a fusion candidate"),
+    Category.REDUCTION: N_("Reduction or normalization across a dimension"),
+    Category.COPY: N_("Data movement: layout change, concatenation or dtype cast"),
+    Category.GATHER: N_("Indexed read or write (embedding, index_select, scatter)"),
+    Category.MOE: N_("MoE routing: top-k, sort, scan or expert bookkeeping"),
+    Category.MEMCPY: N_("Driver memory copy or set"),
+    Category.COMM: N_("Collective communication"),
+    Category.OTHER: N_("Other kernel"),
 }
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..display import phase_label
-from ..i18n import tr
+from ..i18n import N_, tr
 from .histograms import weighted_mean
 from .ncu_report import FLOPS_TOLERANCE
 
@@ -71,9 +71,10 @@ def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame |
     mp = manifest.get("measured_peaks") or {}
     measured = {}
     if mp.get("bf16_gemm_tflops"):
-        measured["bf16 GEMM (TFLOP/s, measured)"] = mp["bf16_gemm_tflops"] * 1e12
+        # labels are catalog keys: English in the data (chapter 07 reads the DRAM one), shown translated
+        measured[N_("bf16 GEMM (TFLOP/s, measured)")] = mp["bf16_gemm_tflops"] * 1e12
     if mp.get("d2d_copy_gbps"):
-        measured["DRAM copy (GB/s, measured)"] = mp["d2d_copy_gbps"] * 1e9
+        measured[N_("DRAM copy (GB/s, measured)")] = mp["d2d_copy_gbps"] * 1e9
     for lvl, peak_metric, clock_metric in (("l2", "lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"),
                                            ("l1", "l1tex__t_bytes.sum.peak_sustained",
                                             "l1tex__cycles_elapsed.avg.per_second")):

@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from .. import i18n  # i18n.tr: `tr` is this module's name for a Trace
-from ..display import phase_label
+from ..display import phase_label, phase_list
+from ..i18n import N_
 import yaml
 
 from .histograms import weighted_mean
@@ -44,6 +45,8 @@ SHAPED = ("elementwise", "copy/cast", "reduction/norm", "MoE routing/topk")
 MATRIX_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::_grouped_mm", "aten::cudnn_convolution",
               "aten::_cudnn_attention_forward", "aten::_scaled_dot_product_flash_attention",
               "aten::_flash_attention_forward", "aten::_efficient_attention_forward")
+# where a work row's numbers come from (`source`): English in the data, shown in the book's language
+SCALED = N_("scaled from category")
 REQUIRED = ("matrix_tflops", "vector_tflops", "dram_gbps", "sram_mb", "sram_gbps", "kernel_floor_us",
             "launch_overhead_us", "mem_efficiency", "matrix_efficiency", "fuse_elementwise", "source")
 
@@ -87,13 +90,14 @@ def run_gpu_design(device, roofs) -> Design:
     """The GPU that produced the run, as a design: devices.yaml spec peaks, L2 as the on-chip memory with
     chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null)."""
     l2 = roofs.bandwidth.get("l2")
-    return Design(key=f"{device.key} (this run's GPU)", matrix_tflops={p: device.tflops[p] for p in ("bf16", "fp8")
-                                                                       if device.tflops.get(p)},
+    return Design(key=i18n.tr("{device} (this run's GPU)", device=device.key),
+                  matrix_tflops={p: device.tflops[p] for p in ("bf16", "fp8") if device.tflops.get(p)},
                   vector_tflops=device.tflops["fp32"], dram_gbps=device.dram_gbps, sram_mb=device.l2_mb,
                   sram_gbps=l2 / 1e9 if l2 else device.dram_gbps * 2, kernel_floor_us=None, launch_overhead_us=None,
                   mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False,
-                  source=f"devices.yaml {device.key} spec; L2 bandwidth: {roofs.sources.get('l2', '2 × DRAM (no estimate)')}; "
-                         "latency, slowdown and host gaps fitted on the run")
+                  source=i18n.tr("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
+                                 "fitted on the run", device=device.key,
+                                 l2=roofs.sources.get("l2", i18n.tr("2 × DRAM (no estimate)"))))
 
 
 # --- work per launch --------------------------------------------------------------------------------
@@ -187,20 +191,20 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
             read, write, _ = implied_bytes(r.op, r.op_shapes, r.category, 2)
             nbytes = read + write
             if p is not None:  # counted FLOPs include MMA padding: the work the unit really does
-                row = (p.flops_tensor, p.flops_cuda or 0.0, nbytes, nbytes, "ncu FLOPs + bytes from shapes")
+                row = (p.flops_tensor, p.flops_cuda or 0.0, nbytes, nbytes, N_("ncu FLOPs + bytes from shapes"))
             else:
-                row = (expected_gemm_flops(r.op_shapes), 0.0, nbytes, nbytes, "2·M·N·K + bytes from shapes")
+                row = (expected_gemm_flops(r.op_shapes), 0.0, nbytes, nbytes, N_("2·M·N·K + bytes from shapes"))
         elif att is not None:
-            row = (att[0], 0.0, att[1], att[1], "attention FLOPs and bytes from shapes")
+            row = (att[0], 0.0, att[1], att[1], N_("attention FLOPs and bytes from shapes"))
         else:
             b, ops = (elementwise_work(r.op, r.op_shapes, _dtype_bytes(r.friendly_name))
                       if r.category in SHAPED else (np.nan, np.nan))
             if b == b:
-                row = (0.0, ops, b, b, "bytes from aten shapes")
+                row = (0.0, ops, b, b, N_("bytes from aten shapes"))
             elif p is not None:  # shapes do not say (index tables, attention helpers): ncu's counts
                 row = (p.flops_tensor, p.flops_cuda or 0.0, p.dram_bytes, p.l1_bytes, "ncu")
             else:
-                row = (np.nan,) * 4 + ("scaled from category",)
+                row = (np.nan,) * 4 + (SCALED,)
         ft.append(row[0]), fc.append(row[1]), dram.append(row[2]), chp.append(row[3]), src.append(row[4])
         wb.append(2.0 * dims[4] if dims is not None else 0.0)
     g["flops_tensor"], g["flops_cuda"], g["dram_bytes"], g["onchip_bytes"], g["source"] = ft, fc, dram, chp, src
@@ -218,12 +222,12 @@ def _helpers(g: pd.DataFrame) -> None:
         if len(grp) > 1:
             rest = grp.index.drop(grp.total_ns.idxmax())
             g.loc[rest, ["flops_tensor", "flops_cuda", "dram_bytes", "onchip_bytes", "weight_bytes"]] = 0.0
-            g.loc[rest, "source"] = "helper of a matrix op (its work is on the op's main kernel)"
+            g.loc[rest, "source"] = N_("helper of a matrix op (its work is on the op's main kernel)")
 
 
 def _scale_missing(g: pd.DataFrame) -> None:
     """Rows without work numbers take their category's work per ns of measured kernel time."""
-    miss = g.source == "scaled from category"
+    miss = g.source == SCALED
     known = g[~miss]
     for col in ("flops_tensor", "flops_cuda", "dram_bytes", "onchip_bytes"):
         k = known[known[col].notna()]
@@ -279,20 +283,20 @@ def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
     fitted on the measured median time per launch of rows with their own work numbers (rows scaled from
     their category are left out: their work was derived from their time); a class with under 3 rows takes its latency from its
     rows and the slowdown of all classes pooled ('pooled' row, also used for classes absent from `phases`)."""
-    w = work[work.phase.isin(phases) & (work.source != "scaled from category")]  # their work is their time
+    w = work[work.phase.isin(phases) & (work.source != SCALED)]  # their work is their time
     x, y, n = ideal_s(w, d), w.median_ns.to_numpy() * 1e-9, w.launches.to_numpy().astype(float)
     cls = kernel_class(w).to_numpy()
     L0, b0 = _fit(x, y, n)
-    rows = [{"class": "pooled", "latency_us": 1e6 * L0, "slowdown": b0, "rows": len(w), "launches": int(n.sum()),
-             "fit": "all classes"}]
+    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "slowdown": b0, "rows": len(w),
+             "launches": int(n.sum()), "fit": N_("all classes")}]
     for c in sorted(set(cls)):
         m = cls == c
         if m.sum() >= 3:
             L, b = _fit(x[m], y[m], n[m])
-            fit = "fitted"
+            fit = N_("fitted")
         else:
             L, b = _wmedian(np.maximum(y[m] - b0 * x[m], 0), n[m]), b0
-            fit = "latency fitted, slowdown pooled"
+            fit = N_("latency fitted, slowdown pooled")
         rows.append({"class": c, "latency_us": 1e6 * L, "slowdown": b, "rows": int(m.sum()),
                      "launches": int(n[m].sum()), "fit": fit})
     return pd.DataFrame(rows).assign(phases=", ".join(phases))
@@ -319,7 +323,7 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
     fused = (work.category.isin(FUSIBLE) & d.fuse_elementwise).to_numpy()
     ideal = ideal_s(work, d, batch, active_bytes)
     t = np.where(fused, 0.0, L) + b * ideal
-    scaled = (work.source == "scaled from category").to_numpy()
+    scaled = (work.source == SCALED).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
         carried = work.median_ns.to_numpy() * 1e-9 * ideal / ideal_s(work, gpu)
     return np.where(scaled, np.nan_to_num(carried), t), fused
@@ -421,7 +425,8 @@ def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = N
         wall = (s * tr.remainder_s[ph] + spans.get(ph, 0.0)) / n
         dev = busy.get(ph, 0.0) / n
         out.append({"phase": ph, "steps": n, "device_ms_per_step": 1e3 * dev, "wall_ms_per_step": 1e3 * wall,
-                    "device_share_pct": 100 * dev / wall, "bound": "device" if dev / wall >= 0.5 else "host/launch",
+                    "device_share_pct": 100 * dev / wall,
+                    "bound": N_("device") if dev / wall >= 0.5 else N_("host/launch"),
                     "per_token_ms": 1e3 * wall / batch if ph == "decode" else np.nan})
     return pd.DataFrame(out)
 
@@ -441,7 +446,7 @@ def validation(tr: Trace) -> pd.DataFrame:
         p = predict(tr, tr.gpu, calib=cal, host_scale=1.0).set_index("phase").loc[ph]
         m = tr.measured.set_index("phase").loc[ph]
         w = tr.work[tr.work.phase == ph]
-        scaled = w.total_ns[w.source == "scaled from category"].sum() / w.total_ns.sum()
+        scaled = w.total_ns[w.source == SCALED].sum() / w.total_ns.sum()
         rows.append({"phase": ph, "steps": int(m.steps), "wall_ms_per_step": m.wall_ms_per_step,
                      "predicted_wall_ms": p.wall_ms_per_step,
                      "wall_error_pct": 100 * (p.wall_ms_per_step - m.wall_ms_per_step) / m.wall_ms_per_step,
@@ -465,12 +470,13 @@ def active_weight_bytes(tr: Trace) -> float:
     return float((w.weight_bytes * w.launches).sum() / max(1, tr.steps.get("decode", 1)))
 
 
+# sweep label (a catalog key: the figure shows it in the book's language) → design field and values
 SWEEPS = {
-    "DRAM bandwidth (GB/s)": ("dram_gbps", np.geomspace(500, 16000, 24)),
-    "matrix bf16 TFLOP/s": ("matrix_tflops", np.geomspace(25, 4000, 24)),
-    "host time per launch (µs)": ("launch_overhead_us", np.geomspace(0.25, 64, 24)),
-    "on-chip SRAM (MiB)": ("sram_mb", np.geomspace(8, 8192, 24)),
-    "batch size": ("batch", np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])),
+    N_("DRAM bandwidth (GB/s)"): ("dram_gbps", np.geomspace(500, 16000, 24)),
+    N_("matrix bf16 TFLOP/s"): ("matrix_tflops", np.geomspace(25, 4000, 24)),
+    N_("host time per launch (µs)"): ("launch_overhead_us", np.geomspace(0.25, 64, 24)),
+    N_("on-chip SRAM (MiB)"): ("sram_mb", np.geomspace(8, 8192, 24)),
+    N_("batch size"): ("batch", np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])),
 }
 
 
@@ -515,21 +521,26 @@ def at(tr: Trace, d: Design, phase: str = "decode", batch: int = 1, **change) ->
     return float(p.loc[phase, "per_token_ms" if phase == "decode" else "wall_ms_per_step"])
 
 
-REFERENCE_CLAIMS = {
-    "matrix/vector unit balance": "reduce tensor-core density to 30-40 % of die area; more CUDA cores",
-    "memory bandwidth": "2-3 TB/s is enough for a high-end inference NPU",
-    "L1/L2 sizing": "L2 of 128-256 MB; KV-cache SRAM of 32-64 MB",
-    "dedicated decode (GEMV) units": "dedicated GEMV accelerators, weight-stationary dataflow",
-    "operator fusion hardware": "a programmable fusion engine (21.7 % of time in small elementwise kernels)",
-    "precision support": "native BF16, FP8, INT4/INT8; 6 % conversion overhead",
-    "parallelism and occupancy": "fewer SMs (60-80), deeper pipelines",
-    "interconnect": "300-500 GB/s inter-chip is enough",
-    "power": "3-5× TOPS/W by cutting tensor density and bandwidth",
-}
+# the reference report's nine areas (catalog keys: English in the frame, shown in the book's language)
+AREAS = (N_("matrix/vector unit balance"), N_("memory bandwidth"), N_("L1/L2 sizing"),
+         N_("dedicated decode (GEMV) units"), N_("operator fusion hardware"), N_("precision support"),
+         N_("parallelism and occupancy"), N_("interconnect"), N_("power"))
+REFERENCE_CLAIMS = dict(zip(AREAS, (
+    N_("reduce tensor-core density to 30-40 % of die area; more CUDA cores"),
+    N_("2-3 TB/s is enough for a high-end inference NPU"),
+    N_("L2 of 128-256 MB; KV-cache SRAM of 32-64 MB"),
+    N_("dedicated GEMV accelerators, weight-stationary dataflow"),
+    N_("a programmable fusion engine (21.7 % of time in small elementwise kernels)"),
+    N_("native BF16, FP8, INT4/INT8; 6 % conversion overhead"),
+    N_("fewer SMs (60-80), deeper pipelines"),
+    N_("300-500 GB/s inter-chip is enough"),
+    N_("3-5× TOPS/W by cutting tensor density and bandwidth"))))
+CONFIDENCE = {"high": N_("high"), "medium": N_("medium"), "low": N_("low"),
+              "low_sram": N_("low (model assumes SRAM bandwidth is sustained)"), "none": N_("none (no data)")}
 
 
 def _pct(v: float) -> str:
-    return "n/a (no ncu counters)" if v != v else f"{v:.0f} %"
+    return i18n.tr("n/a (no ncu counters)") if v != v else i18n.tr("{pct:.0f} %", pct=v)
 
 
 def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.DataFrame,
@@ -537,7 +548,8 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
     """The reference report's nine areas, each with evidence from this run and a what-if number.
     What-ifs are taken at `graph_host_us` host time per launch (launches issued as a graph): at the
     run's own eager host gaps decode is launch-bound and no hardware knob moves it, which is itself
-    the first finding."""
+    the first finding. Evidence and what-if are sentences in the narrative language; area, confidence
+    and the reference claim are catalog keys (English in the frame, translated where shown)."""
     g = d.with_(launch_overhead_us=graph_host_us)
     active = active_weight_bytes(tr)
     base, base_p, eager = at(tr, g), at(tr, g, "prefill"), at(tr, d)
@@ -561,44 +573,46 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
     pad = gv.flops_tensor / gv.op_shapes.map(expected_gemm_flops).astype(float)
     half_m = {**d.matrix_tflops, "bf16": d.matrix_tflops["bf16"] / 2}
     launches = int(work[work.phase == "decode"].launches.sum() / max(1, steps.get("decode", 1)))
+    mib = active / 2**20
+    comm = sh.get("communication", 0)
+    no_claim = i18n.tr("the data cannot support a claim")
     rows = [
-        ("matrix/vector unit balance",
-         f"tensor-core kernels run at {_pct(w_sm)} SM throughput (time-weighted) in decode",
-         f"half the matrix TFLOP/s: decode/token {pct(at(tr, g, matrix_tflops=half_m), base):+.0f} %, "
-         f"prefill {pct(at(tr, g, 'prefill', matrix_tflops=half_m), base_p):+.0f} %", "medium"),
-        ("memory bandwidth",
-         f"decode matrix products read {active / 1e9:.2f} GB of weights per token",
-         f"at 2.5 TB/s decode time per token changes by {pct(at(tr, g, dram_gbps=2500), base):+.0f} %; "
-         f"at 8 TB/s {pct(at(tr, g, dram_gbps=8000), base):+.0f} %", "medium"),
-        ("L1/L2 sizing",
-         f"decode L2 hit {_pct(l2hit)} (time-weighted, ncu replay); one token's weights are {active / 2**20:,.0f} MiB",
-         f"SRAM ≥ {active / 2**20:,.0f} MiB holds them: decode/token "
-         f"{pct(at(tr, g, sram_mb=max(1024, 1.1 * active / 2**20)), base):+.0f} %",
-         "low (model assumes SRAM bandwidth is sustained)"),
-        ("dedicated decode (GEMV) units",
-         f"GEMV is {sh.get('GEMV', 0):.0f} % of decode kernel time; counted tensor FLOPs are "
-         f"{pad.min():.0f}–{pad.max():.0f}× 2·M·N·K (MMA tiles pad the token dimension)",
-         f"batch 8 instead of 1: decode per token {pct(at(tr, g, batch=8), base):+.0f} % (weights read once for 8 tokens)",
-         "medium"),
-        ("operator fusion hardware",
-         f"elementwise + copy/cast + reduction = {fus:.0f} % of decode kernel time, in ~{launches} launches per token",
-         f"fusing those chains: decode/token {pct(at(tr, g, fuse_elementwise=True), base):+.0f} %; "
-         f"eager dispatch (the run's host gaps, {host_us:.1f} µs per launch) vs graph ({graph_host_us:g} µs): "
-         f"{pct(base, eager):+.0f} %", "high"),
-        ("precision support",
-         f"copy/cast kernels take {sh.get('copy/cast', 0):.0f} % of decode kernel time",
-         "not modelled: the run has no FP8/INT8 kernels to measure; halving weight bytes halves the DRAM term of GEMVs "
-         "only once decode is bandwidth-bound", "none (no data)"),
-        ("parallelism and occupancy",
-         f"achieved occupancy {_pct(occ)} (time-weighted); {_pct(100 * under_wave)} of profiled decode time in kernels under one wave",
-         "not a what-if: fewer SMs would not slow kernels that fill less than one wave, but the model has no SM count",
-         "low"),
-        ("interconnect", f"communication kernels: {sh.get('communication', 0):.1f} % of decode kernel time "
-                         f"(a {'multi' if sh.get('communication', 0) else 'single'}-GPU run)",
-         "the data cannot support a claim", "none (no data)"),
-        ("power", "no power or energy counters were captured", "the data cannot support a claim", "none (no data)"),
+        (i18n.tr("tensor-core kernels run at {sm} SM throughput (time-weighted) in decode", sm=_pct(w_sm)),
+         i18n.tr("half the matrix TFLOP/s: decode/token {decode:+.0f} %, prefill {prefill:+.0f} %",
+                 decode=pct(at(tr, g, matrix_tflops=half_m), base),
+                 prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p)), CONFIDENCE["medium"]),
+        (i18n.tr("decode matrix products read {gb:.2f} GB of weights per token", gb=active / 1e9),
+         i18n.tr("at 2.5 TB/s decode time per token changes by {at_2_5:+.0f} %; at 8 TB/s {at_8:+.0f} %",
+                 at_2_5=pct(at(tr, g, dram_gbps=2500), base), at_8=pct(at(tr, g, dram_gbps=8000), base)),
+         CONFIDENCE["medium"]),
+        (i18n.tr("decode L2 hit {hit} (time-weighted, ncu replay); one token's weights are {mib:,.0f} MiB",
+                 hit=_pct(l2hit), mib=mib),
+         i18n.tr("SRAM ≥ {mib:,.0f} MiB holds them: decode/token {change:+.0f} %", mib=mib,
+                 change=pct(at(tr, g, sram_mb=max(1024, 1.1 * mib)), base)), CONFIDENCE["low_sram"]),
+        (i18n.tr("GEMV is {gemv:.0f} % of decode kernel time; counted tensor FLOPs are {lo:.0f}–{hi:.0f}× 2·M·N·K "
+                 "(MMA tiles pad the token dimension)", gemv=sh.get("GEMV", 0), lo=pad.min(), hi=pad.max()),
+         i18n.tr("batch 8 instead of 1: decode per token {change:+.0f} % (weights read once for 8 tokens)",
+                 change=pct(at(tr, g, batch=8), base)), CONFIDENCE["medium"]),
+        (i18n.tr("elementwise + copy/cast + reduction = {fusible:.0f} % of decode kernel time, in ~{launches} "
+                 "launches per token", fusible=fus, launches=launches),
+         i18n.tr("fusing those chains: decode/token {fused:+.0f} %; eager dispatch (the run's host gaps, "
+                 "{host_us:.1f} µs per launch) vs graph ({graph_us:g} µs): {graph:+.0f} %",
+                 fused=pct(at(tr, g, fuse_elementwise=True), base), host_us=host_us, graph_us=graph_host_us,
+                 graph=pct(base, eager)), CONFIDENCE["high"]),
+        (i18n.tr("copy/cast kernels take {pct:.0f} % of decode kernel time", pct=sh.get("copy/cast", 0)),
+         i18n.tr("not modelled: the run has no FP8/INT8 kernels to measure; halving weight bytes halves the DRAM "
+                 "term of GEMVs only once decode is bandwidth-bound"), CONFIDENCE["none"]),
+        (i18n.tr("achieved occupancy {occ} (time-weighted); {under} of profiled decode time in kernels under one wave",
+                 occ=_pct(occ), under=_pct(100 * under_wave)),
+         i18n.tr("not a what-if: fewer SMs would not slow kernels that fill less than one wave, but the model has "
+                 "no SM count"), CONFIDENCE["low"]),
+        (i18n.tr("communication kernels: {pct:.1f} % of decode kernel time (a multi-GPU run)", pct=comm) if comm else
+         i18n.tr("communication kernels: {pct:.1f} % of decode kernel time (a single-GPU run)", pct=comm),
+         no_claim, CONFIDENCE["none"]),
+        (i18n.tr("no power or energy counters were captured"), no_claim, CONFIDENCE["none"]),
     ]
-    out = pd.DataFrame(rows, columns=["area", "evidence (this run)", "what-if", "confidence"])
+    out = pd.DataFrame(rows, columns=["evidence (this run)", "what-if", "confidence"])
+    out.insert(0, "area", AREAS)
     out["reference report"] = out.area.map(REFERENCE_CLAIMS)
     return out
 
@@ -615,7 +629,7 @@ def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
     out = []
     for ph, r in v.iterrows():
         ok = abs(r.device_error_pct) <= 25
-        values = dict(phase=phase_label(ph), fitted_on=r.calibrated_on, predicted=r.predicted_device_ms,
+        values = dict(phase=phase_label(ph), fitted_on=phase_list(r.calibrated_on), predicted=r.predicted_device_ms,
                       busy=r.busy_ms_per_step, error=r.device_error_pct, wall_predicted=r.predicted_wall_ms,
                       wall=r.wall_ms_per_step, wall_error=r.wall_error_pct, share=r.predicted_device_share_pct,
                       scaled=r.scaled_time_pct)
@@ -666,7 +680,8 @@ def design_table(designs: dict, tr: Trace) -> pd.DataFrame:
             return p.loc[ph, col] if ph in p.index else np.nan
         rows.append({"design": key, "bf16 TFLOP/s": d.matrix_tflops.get("bf16"), "DRAM GB/s": d.dram_gbps,
                      "SRAM MiB": d.sram_mb, "host µs/launch": d.launch_overhead_us if d.launch_overhead_us is not None
-                     else f"run's gaps ({host_us:.1f})", "fuses elementwise": d.fuse_elementwise,
+                     else i18n.tr("run's gaps ({host_us:.1f})", host_us=host_us),
+                     "fuses elementwise": d.fuse_elementwise,
                      "weights on chip": d.sram_mb * 2**20 >= active,
                      "vision_encode ms": get("vision_encode", "wall_ms_per_step"),
                      "prefill ms": get("prefill", "wall_ms_per_step"), "decode ms/token": get("decode", "per_token_ms"),
@@ -675,8 +690,12 @@ def design_table(designs: dict, tr: Trace) -> pd.DataFrame:
 
 
 def sensitivity_both(tr: Trace, d: Design, graph_host_us: float = 2.0) -> pd.DataFrame:
-    a = sensitivity(tr, d).assign(dispatch=f"eager (run's host gaps, {host_time_per_launch_us(tr):.0f} µs/launch)")
-    b = sensitivity(tr, d.with_(launch_overhead_us=graph_host_us)).assign(dispatch=f"graph ({graph_host_us:g} µs/launch)")
+    """`sensitivity` at the run's eager host gaps and at graph dispatch; `dispatch` labels the two in the
+    narrative language (they are legend entries)."""
+    a = sensitivity(tr, d).assign(dispatch=i18n.tr("eager (run's host gaps, {us:.0f} µs/launch)",
+                                                   us=host_time_per_launch_us(tr)))
+    b = sensitivity(tr, d.with_(launch_overhead_us=graph_host_us)).assign(
+        dispatch=i18n.tr("graph ({us:g} µs/launch)", us=graph_host_us))
     return pd.concat([a, b], ignore_index=True)
 
 

@@ -7,7 +7,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from ..display import eng, phase_label
-from ..i18n import tr
+from ..i18n import text, tr
 
 TEMPLATE = "plotly_white"
 
@@ -29,7 +29,7 @@ def gap_histogram(gaps_us: pd.Series, phase: str = "decode") -> go.Figure:
     bins = np.logspace(np.log10(max(g.min(), 0.1)), np.log10(max(g.max(), 1.0)), 40) if len(g) else [0, 1]
     counts, edges = np.histogram(g, bins=bins)
     fig = go.Figure(go.Bar(x=np.sqrt(edges[:-1] * edges[1:]), y=counts, width=np.diff(edges),
-                           hovertemplate="%{x:.1f} µs: %{y} gaps<extra></extra>"))
+                           hovertemplate=tr("%{{x:.1f}} µs: %{{y}} gaps") + "<extra></extra>"))
     fig.update_layout(template=TEMPLATE, xaxis_type="log", xaxis_title=tr("gap before kernel (µs, log)"),
                       yaxis_title=tr("kernels"), height=340,
                       title=tr("Kernel-to-kernel gaps in {phase}", phase=phase_label(phase)))
@@ -53,10 +53,10 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
                 name=cat, legendgroup=cat, showlegend=cat not in {d.name for d in fig.data}, marker_color=colours[cat],
                 customdata=np.c_[q.friendly_name, q.name.str.slice(0, 90), q.library, q.time_pct, q.calls, q.mean_us,
                                  q.median_us],
-                hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}, " + ph +
-                              "<br>%{x:.2f} ms total, %{customdata[3]:.1f} % of phase kernel time"
-                              "<br>%{customdata[4]} launches, mean %{customdata[5]:.1f} µs, median %{customdata[6]:.1f} µs"
-                              "<extra></extra>", row=1, col=j)
+                hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}, " + phase_label(ph) +
+                              "<br>" + tr("%{{x:.2f}} ms total, %{{customdata[3]:.1f}} % of phase kernel time") +
+                              "<br>" + tr("%{{customdata[4]}} launches, mean %{{customdata[5]:.1f}} µs, median "
+                                          "%{{customdata[6]:.1f}} µs") + "<extra></extra>", row=1, col=j)
         fig.update_yaxes(categoryorder="array", categoryarray=[f"{r}. {f}" for r, f in zip(t["rank"], t.friendly_name)],
                          tickfont=dict(size=9), row=1, col=j)
         fig.update_xaxes(title_text="ms", row=1, col=j)
@@ -87,7 +87,7 @@ def fidelity_scatter(fid: pd.DataFrame) -> go.Figure:
     """ncu duration vs timeline median duration per profiled kernel (µs), with the y = x line."""
     fig = px.scatter(fid, x="timeline_median_us", y="ncu_us", color="category", hover_name="friendly_name",
                      log_x=True, log_y=True, template=TEMPLATE, height=420,
-                     labels={"timeline_median_us": "timeline median (µs)", "ncu_us": "ncu duration (µs)"},
+                     labels={"timeline_median_us": tr("timeline median (µs)"), "ncu_us": tr("ncu duration (µs)")},
                      title=tr("ncu duration vs timeline median"))
     lo = float(np.nanmin([fid.timeline_median_us.min(), fid.ncu_us.min()]))
     hi = float(np.nanmax([fid.timeline_median_us.max(), fid.ncu_us.max()]))
@@ -134,7 +134,7 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
     for label, peak in roofs.compute.items():
         if label.startswith("tensor") and label != "tensor bf16" and label not in used:
             continue  # tensor roofs of dtypes no kernel here uses
-        fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, peak), mode="lines", name=f"{label} roof",
+        fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, peak), mode="lines", name=tr("{roof} roof", roof=label),
                                  line=dict(width=1.5, color="#444" if "tensor" in label else "#999")))
     dashes = {"dram": "solid", "l2": "dash", "l1": "dot"}
     for lvl, bw in roofs.bandwidth.items():
@@ -144,7 +144,7 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                                  line=dict(width=1.5, dash=dashes[lvl], color="#2b6cb0")))
     for label, v in roofs.measured.items():
         if "TFLOP" in label:
-            fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, v), mode="lines", name=label,
+            fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, v), mode="lines", name=text(label),
                                      line=dict(width=1, dash="dash", color="#c05621")))
     symbols = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
     cats = sorted(p.category.dropna().unique())
@@ -159,7 +159,8 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                             line=dict(width=2, color=np.where(q.above_roof, "red", "white"))),
                 customdata=np.c_[q.friendly_name, q.duration_us, q.pct_of_roof.round(1), q.kernel_id],
                 hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3s} FLOP/s"
-                              "<br>%{customdata[1]:.1f} µs, %{customdata[2]} % of roof<extra></extra>"))
+                              "<br>" + tr("%{{customdata[1]:.1f}} µs, %{{customdata[2]}} % of roof")
+                              + "<extra></extra>"))
     # the legend goes under the plot, wrapping, so every roof (L2, L1 included) shows without a scroll box
     fig.update_layout(template=TEMPLATE, height=640 + 22 * (len(fig.data) // 4),
                       title=tr("Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
@@ -211,14 +212,17 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
         for lvl, bw in roofs.bandwidth.items():
             name = lvl.upper()
             fig.add_trace(go.Scatter(x=xs, y=np.minimum(cpeak, bw * xs), mode="lines", showlegend=i == 0,
-                                     name=f"{name} roof", legendgroup=name, line=dict(width=1, color=colours[name])),
+                                     name=tr("{roof} roof", roof=name), legendgroup=name,
+                                     line=dict(width=1, color=colours[name])),
                           row=r, col=c)
         for _, pt in q.iterrows():
             fig.add_trace(go.Scatter(x=[pt.intensity], y=[pt.flops_per_s], mode="markers", showlegend=False,
                                      marker=dict(size=9, color=colours[pt.level],
                                                  line=dict(width=2, color="red" if pt.above_roof else "white")),
-                                     hovertemplate=f"{pt.level}: {pt.intensity:.3g} FLOP/B, {eng(pt.flops_per_s, 'FLOP/s')}, "
-                                                   f"{pt.pct_of_roof:.1f} % of roof<extra></extra>"), row=r, col=c)
+                                     hovertemplate=tr("{level}: {intensity:.3g} FLOP/B, {flops}, {pct:.1f} % of roof",
+                                                      level=pt.level, intensity=pt.intensity, pct=pt.pct_of_roof,
+                                                      flops=eng(pt.flops_per_s, "FLOP/s")) + "<extra></extra>"),
+                          row=r, col=c)
         fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
         fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1, **FLOPS_TICKS)
     fig.update_layout(template=TEMPLATE, height=240 * rows, title=tr("Per-kernel rooflines, {phase} (x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)",
@@ -232,7 +236,7 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
     from plotly.subplots import make_subplots
 
     sweeps = list(dict.fromkeys(sens.sweep))
-    fig = make_subplots(rows=len(sweeps), cols=2, subplot_titles=[f"{ph}: {s}" for s in sweeps
+    fig = make_subplots(rows=len(sweeps), cols=2, subplot_titles=[f"{ph}: {text(s)}" for s in sweeps
                                                                   for ph in (tr("decode ms/token"), tr("prefill ms"))],
                         vertical_spacing=0.05)
     colours = dict(zip(sorted(sens.dispatch.unique()), ("#d9822b", "#2b6cb0")))
@@ -247,7 +251,7 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
                     y = float(np.interp(kn.knee_x.iloc[0], q.x, q.ms))
                     fig.add_trace(go.Scatter(x=[kn.knee_x.iloc[0]], y=[y], mode="markers", showlegend=False,
                                              marker=dict(size=9, color=col, symbol="circle-open", line=dict(width=2)),
-                                             hovertemplate=f"knee: %{{x:.3g}}<extra>{disp}</extra>"),
+                                             hovertemplate=tr("knee: %{{x:.3g}}") + f"<extra>{disp}</extra>"),
                                   row=i + 1, col=j + 1)
             fig.update_xaxes(type="log", row=i + 1, col=j + 1)
             fig.update_yaxes(type="log", row=i + 1, col=j + 1)

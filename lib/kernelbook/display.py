@@ -218,6 +218,7 @@ COLUMNS: dict[str, Col] = {
     "warp_supply_bytes_per_sm": Col("Warps supply / SM", "bytes"),
     "achieved_vs_needed_pct": Col("Achieved ÷ needed %", "pct"),
     "gain_pct": Col("Est. gain (% of phase wall)", "pct"),
+    "stages": Col("Pipeline stages", "count"),
     # chapter 00 and the provenance tables
     "step": Col("Step", "text"),
     "by": Col("By", "text"),
@@ -416,6 +417,8 @@ def label(col) -> str:
     col = str(col)
     if col in COLUMNS:
         return text(COLUMNS[col].label)
+    if text(col) != col:  # a column named by a catalog key (a class, a check declared with N_)
+        return text(col)
     low = col.lower()
     for suf, unit in (("_pct_of_roof", "% of roof"), ("_pct", "%"), ("_bytes_per_s", ""), ("_flops_per_s", ""),
                       ("_per_s", "/s"), ("_gbps", ""), ("_tflops", ""), ("_bytes", ""), ("_flops", ""),

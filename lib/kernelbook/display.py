@@ -125,6 +125,7 @@ COLUMNS: dict[str, Col] = {
     "us_per_step_b": Col("Per step B", "us"),
     "change_us_per_step": Col("Change per step", "us"),
     "only_in": Col("Only in", "text"),
+    "change": Col("Change (B − A)", "auto"),
     "basis": Col("Measured on", "text"),
     "busy_pct": Col("GPU busy %", "pct"),
     "ratio": Col("B ÷ A", "ratio"),

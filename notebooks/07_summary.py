@@ -87,8 +87,9 @@ kb.md(W.headline(W.validation(tr), tr))
 # baseline ÷ variant.
 
 # %%
-kb.table(rows[["variant", "phase", "unit", "basis", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain",
-              "measured_gain", "gain_error_pct"]], kb.tr("Predicted vs measured gain per variant"),
+kb.table(rows[["variant", "phase", "basis", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain",
+              "measured_gain", "gain_error_pct"]],
+         kb.tr("Predicted vs measured gain per variant (decode per token, prefill per call)"),
          empty=kb.tr("no variant runs given (variant_runs)"))
 
 # %%

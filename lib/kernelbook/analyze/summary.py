@@ -246,7 +246,9 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame]) -> str
                           why=r.why_no_prediction))
         c = controls.get(r.run)
         if c is not None and len(c):
-            cells = ", ".join(f"{x.phase} {x.wall_ratio:.2f}×" for x in c.itertuples())
+            from ..display import phase_label
+
+            cells = ", ".join(f"{phase_label(x.phase)} {x.wall_ratio:.2f}×" for x in c.itertuples())
             out.append(tr("  Host control: phases this variant does not change ran at a different wall time "
                           "({cells}) with the same GPU-busy time, so the two captures ran on hosts of "
                           "different speed; host-bound figures between them carry that factor.", cells=cells))

@@ -21,18 +21,14 @@ language: str = "en"  # narrative language: en or zh (the book runner translates
 
 # %%
 from kernelbook import notebook as kb
-from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
-from kernelbook.devices import lookup
 from kernelbook.plots import figures as F
 
 kb.setup(language)
 r = kb.open_run(run_dir)
-k = R.profiled_kernels(r)
-gpu = W.run_gpu_design(lookup(r.manifest["device"]), R.roofs(lookup(r.manifest["device"]), r.manifest, k, r.ncu_metrics()))
+tr, gpu, _, k = W.for_run(r)
 designs = {gpu.key: gpu, **W.load_designs()}
-tr = W.build(r.timeline, r.phases, r.manifest, k if len(k) else None, gpu)
 val = W.validation(tr)
 kb.summary(W.headline(val, tr))
 

@@ -29,8 +29,8 @@ from kernelbook.plots import figures as F
 
 kb.setup(language)
 r = kb.open_run(run_dir)
-tr, gpu, roofs, k = S.trace_for(r)
-variants = [(v, S.trace_for(v)[0]) for v in (kb.open_run(p) for p in variant_runs)]
+tr, gpu, roofs, k = W.for_run(r)
+variants = [(v, W.for_run(v)[0]) for v in (kb.open_run(p) for p in variant_runs)]
 phases = S.phase_table(r)
 limit = S.decode_limit(tr, r, roofs)
 rows = S.variant_rows(tr, gpu, r, variants)

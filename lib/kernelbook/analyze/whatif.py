@@ -382,6 +382,18 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
     return tr
 
 
+def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
+    """(trace, the run's GPU as a design, roofs, profiled kernels): what chapters 06 and 07 model a run with."""
+    from ..devices import lookup
+    from . import roofline as R
+
+    k = R.profiled_kernels(run)
+    dev = lookup(run.manifest["device"])
+    roofs = R.roofs(dev, run.manifest, k, run.ncu_metrics())
+    gpu = run_gpu_design(dev, roofs)
+    return build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu), gpu, roofs, k
+
+
 def _segment_spans(seq: pd.DataFrame, dur: np.ndarray, gap: np.ndarray) -> dict:
     """Replay: within a segment the host issues item i at H_i = Σ gaps, the device starts it at
     max(H_i, end of item i-1); a segment ends at a blocking copy or a phase-instance boundary. Returns the

@@ -16,7 +16,8 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the baseline of the variants)
-variant_runs: list = ["data/runs/h100-variant-static-graphs"]  # variant runs of run_dir
+variant_runs: list = ["data/runs/h100-variant-static-graphs", "data/runs/h100-variant-batch8",
+                      "data/runs/h100-variant-eager-attention"]  # variant runs of run_dir
 baseline_run: str = ""  # a run to compare run_dir against; empty: no comparison section
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 
@@ -30,7 +31,8 @@ from kernelbook.plots import figures as F
 kb.setup(language)
 r = kb.open_run(run_dir)
 tr, gpu, roofs, k = W.for_run(r)
-variants = [(v, W.for_run(v)[0]) for v in (kb.open_run(p) for p in variant_runs)]
+kept, left_out = S.variants_of(r, [kb.open_run(p) for p in variant_runs])
+variants = [(v, W.for_run(v)[0]) for v in kept]
 phases = S.phase_table(r)
 limit = S.decode_limit(tr, r, roofs)
 rows = S.variant_rows(tr, gpu, r, variants)
@@ -99,7 +101,7 @@ F.variant_gains(rows)
 kb.table(S.plain_generate(r, variants), kb.tr("Plain generate calls (no profiler), median of the timing trials"))
 
 # %%
-kb.md(S.variants_prose(rows, {v.run_id: S.host_control(r, v) for v, _ in variants}))
+kb.md(S.variants_prose(rows, {v.run_id: S.host_control(r, v) for v, _ in variants}, left_out))
 
 # %% [markdown]
 # ## Comparison of two runs

@@ -1,5 +1,5 @@
-"""Chapter 07's analysis on the committed H100 runs: the baseline (bundled) and its static-cache + CUDA
-graphs variant, both captured on the H100 by the current capture code."""
+"""Chapter 07's analysis on the committed H100 runs: the baseline (bundled) and its three variants (static
+cache + CUDA graphs, batch 8, eager attention), all captured on the H100 by the capture code."""
 import pandas as pd
 import pytest
 
@@ -11,6 +11,8 @@ from kernelbook.capture.models import DEEPSEEK_OCR2_ARCH
 from kernelbook.load.run import load_run
 
 VARIANT = REPO / "data" / "runs" / "h100-variant-static-graphs"
+BATCH8 = REPO / "data" / "runs" / "h100-variant-batch8"
+EAGER = REPO / "data" / "runs" / "h100-variant-eager-attention"
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +127,40 @@ def test_plain_phase_timings_become_the_basis_when_both_runs_have_them(runs, tmp
     assert rows.loc["decode", "measured_gain"] == pytest.approx(14.0 / 1.6)
     plain = W.predict(tb, gpu.with_(launch_overhead_us=2.0, fuse_elementwise=True)).set_index("phase")
     assert rows.loc["decode", "predicted_ms"] == pytest.approx(plain.loc["decode", "wall_ms_per_step"])
+
+
+@pytest.mark.parametrize("path, label, changed", [
+    (BATCH8, "batch 8", {"batch_size": 8}),
+    (EAGER, "eager attention", {"attn_implementation": "eager"}),
+])
+def test_each_variant_changed_one_capture_parameter(runs, path, label, changed):
+    base = runs[0]
+    var = load_run(path)
+    assert var.manifest["params"]["variant"] == label and var.manifest["status"] == "complete"
+    assert S.changed_params(base.manifest["params"], var.manifest["params"]) == changed
+    ncu = var.manifest["ncu"]
+    assert all(p["profiled"] == p["selected"] for p in ncu["phases"].values())  # counters for every selection
+
+
+def test_batch8_predicted_against_measured(runs):
+    """Batch 8 runs 8 prompts per call: the model scales the work by 8 on the baseline's kernels and keeps the
+    launches; per token (decode) it predicts 8 tokens a step for a little more than one step's time."""
+    base, _, tb, _, gpu, _ = runs
+    var = load_run(BATCH8)
+    rows = S.variant_rows(tb, gpu, base, [(var, W.for_run(var)[0])]).set_index("phase")
+    batched = W.predict(tb, gpu, host_scale=1.0, batch=8).set_index("phase")
+    assert rows.loc["decode", "predicted_ms"] == pytest.approx(batched.loc["decode", "wall_ms_per_step"] / 8)
+    for ph in ("decode", "prefill"):
+        assert abs(rows.loc[ph, "gain_error_pct"]) <= S.TARGET_PCT, rows.loc[ph].to_dict()
+    sb, sv = (D.phases(base, var).set_index("phase").loc["decode", c] for c in ("wall_ms_per_step_a", "wall_ms_per_step_b"))
+    assert rows.loc["decode", "measured_gain"] == pytest.approx(8 * sb / sv)  # per token: 8 tokens a step
+
+
+def test_eager_attention_is_measured_and_says_why_it_is_not_predicted(runs):
+    base, _, tb, _, gpu, _ = runs
+    var = load_run(EAGER)
+    rows = S.variant_rows(tb, gpu, base, [(var, W.for_run(var)[0])]).set_index("phase")
+    assert rows.predicted_ms.isna().all() and (rows.why_no_prediction.str.len() > 0).all()
+    assert rows.loc["decode", "measured_gain"] < 1  # eager attention: more launches and an unfused softmax
+    k = D.kernels(base, var, "decode")
+    assert k.family.str.contains("softmax", case=False).any()  # the eager path's own softmax kernel appears

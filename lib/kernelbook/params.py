@@ -18,7 +18,8 @@ CAPTURE = "capture"
 CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu",
             "07_summary")
 ALL_CHAPTERS = CHAPTERS
-VARIANT_RUNS = ["data/runs/h100-variant-static-graphs"]
+VARIANT_RUNS = ["data/runs/h100-variant-static-graphs", "data/runs/h100-variant-batch8",
+                "data/runs/h100-variant-eager-attention"]
 PHASE_NAMES = ("vision_encode", "prefill", "decode")
 
 

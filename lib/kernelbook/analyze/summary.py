@@ -118,6 +118,28 @@ def changed_params(base: dict, variant: dict) -> dict:
             if k not in skip and base.get(k) != variant.get(k)}
 
 
+SAME_WORKLOAD = ("model", "weights", "dtype")  # a variant of a run keeps these (and the GPU model)
+
+
+def variants_of(base_run, runs: list) -> tuple[list, list[str]]:
+    """The runs that are variants of `base_run` (same model, weights, dtype and GPU model; a variant changes
+    how it runs, not what), and a sentence for each run left out. Chapter 07's default variants belong to
+    the bundled run: given another run_dir, they are left out with the reason, not set against it."""
+    bp = base_run.manifest.get("params", {})
+    kept, out = [], []
+    for run in runs:
+        vp = run.manifest.get("params", {})
+        differs = [k for k in SAME_WORKLOAD if vp.get(k) != bp.get(k)]
+        if run.manifest.get("device") != base_run.manifest.get("device"):
+            differs.append("device")
+        if differs:
+            out.append(tr("{run} is not a variant of {base}: it differs in {keys}", run=run.run_id,
+                          base=base_run.run_id, keys=", ".join(differs)))
+        else:
+            kept.append(run)
+    return kept, out
+
+
 @dataclass
 class Lever:
     """What chapter 06's model changes to predict a variant, or why it cannot."""
@@ -155,6 +177,10 @@ def _plain(run, phase: str) -> float | None:
     """Plain (unprofiled) wall ms per step of `phase`, when the capture timed it (`plain_phases`)."""
     p = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get(phase)
     return p["ms_per_step"] if p else None
+
+
+VARIANT_COLUMNS = ["variant", "run", "phase", "unit", "basis", "lever", "baseline_ms", "predicted_ms", "measured_ms",
+                   "predicted_gain", "measured_gain", "gain_error_pct", "why_no_prediction"]
 
 
 def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple]) -> pd.DataFrame:
@@ -205,7 +231,7 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
                          "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
                          "predicted_gain": pred_gain, "measured_gain": gain,
                          "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=VARIANT_COLUMNS)
 
 
 def plain_generate(base_run, variants: list) -> pd.DataFrame:
@@ -234,9 +260,9 @@ def host_control(base_run, run) -> pd.DataFrame:
     return ph[same & moved][["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]]
 
 
-def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame]) -> str:
-    """What the predicted-vs-measured table says (with each variant's what-if lever), and where it
-    cannot be trusted."""
+def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_out: list[str] = ()) -> str:
+    """What the predicted-vs-measured table says (with each variant's what-if lever), where it cannot be
+    trusted, and which given runs are not variants of this one."""
     out = []
     for v, g in rows.groupby("variant", sort=False):
         d = g[g.phase == "decode"]
@@ -245,10 +271,15 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame]) -> str
         r = d.iloc[0]
         if r.predicted_gain == r.predicted_gain:
             out.append(tr("**{v}** — what-if lever: {lever}.", v=v, lever=r.lever))
-            verdict = (tr("within the {tol:.0f} % target", tol=TARGET_PCT) if abs(r.gain_error_pct) <= TARGET_PCT
-                       else tr("outside the {tol:.0f} % target", tol=TARGET_PCT))
-            out.append(tr("  Decode predicted {p:.1f}× faster, measured {m:.1f}× ({e:+.0f} %, {verdict}).",
-                          p=r.predicted_gain, m=r.measured_gain, e=r.gain_error_pct, verdict=verdict))
+            # decode always; prefill where the lever changes it (batch), not where it predicts no change
+            for x in g[(g.phase == "decode") | (g.predicted_gain != 1.0)].itertuples():
+                verdict = (tr("within the {tol:.0f} % target", tol=TARGET_PCT) if abs(x.gain_error_pct) <= TARGET_PCT
+                           else tr("outside the {tol:.0f} % target", tol=TARGET_PCT))
+                vals = dict(p=x.predicted_gain, m=x.measured_gain, e=x.gain_error_pct, verdict=verdict)
+                out.append(tr("  Decode predicted {p:.1f}× faster, measured {m:.1f}× ({e:+.0f} %, {verdict}).", **vals)
+                           if x.phase == "decode" else
+                           tr("  Prefill predicted {p:.2f}× the baseline's speed per call, measured {m:.2f}× "
+                              "({e:+.0f} %, {verdict}).", **vals))
         else:
             out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=v, m=r.measured_gain,
                           why=r.why_no_prediction))
@@ -260,6 +291,7 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame]) -> str
             out.append(tr("  Host control: phases this variant does not change ran at a different wall time "
                           "({cells}) with the same GPU-busy time, so the two captures ran on hosts of "
                           "different speed; host-bound figures between them carry that factor.", cells=cells))
+    out += [tr("Left out: {why}.", why=w) for w in left_out]
     return "\n\n".join(out)
 
 

@@ -57,11 +57,13 @@ def main(run: str, *configs: str) -> None:
                               for p, v in info["phases"].items()},
                    "missed": k.loc[k.status != "profiled", ["phase", "kernel_id", "name", "status"]]
                    .assign(name=lambda x: x["name"].str.slice(0, 120)).to_dict("records"),
-                   "op_check": info.get("op_check")}
+                   "op_check": info.get("op_check"),
+                   "worker": [ln for ln in (d / "ncu" / "ncu.log").read_text().splitlines()
+                              if "kernelbook worker done" in ln] if (d / "ncu" / "ncu.log").exists() else []}
             if res is not None and "dram_bytes" in k:
                 row["dram_bytes"] = k[["phase", "kernel_id", "dram_bytes"]].to_dict("records")
             rows.append(row)
-            print({x: row[x] for x in ("config", "stage_wall_s", "selected", "profiled", "results")}, flush=True)
+            print({x: row[x] for x in ("config", "stage_wall_s", "selected", "profiled", "results", "worker")}, flush=True)
             save_json("ncu_stage", rows)
 
 

@@ -347,6 +347,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
             params = {**params, "max_new_tokens": int(step) + 1, "warmup": 0}
     t = time.perf_counter()
     wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets)
+    mem = torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30
     ready = time.perf_counter() - t
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStart()
@@ -358,7 +359,9 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
-          f"generate {gen_s:.1f} s", file=sys.stderr)
+          f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
+          f"{mem[1]:.1f} GiB reserved; peak {torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved",
+          file=sys.stderr)
 
 
 def load_timeline(run_dir: Path) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """A random-weight checkpoint of a published architecture, made on the GPU machine (no hub there), for
 captures of model families beyond the default (`model: <dir>`, `weights: pretrained`).
 
-Usage: python bench/make_checkpoint.py <qwen3-moe|llava|gemma3> <dir> [text layers]
+Usage: python bench/make_checkpoint.py <qwen3-moe|deepseek-ocr2-decoder|llava|gemma3> <dir> [text layers]
 Qwen3-MoE shape: Qwen3-30B-A3B's layer (hidden 2048, 32 heads / 4 KV heads of 128, 128 experts, top 8,
 expert width 768, vocab 151936), 8 layers instead of 48 so it builds and saves in seconds. No tokenizer
 files: the workload then makes `prompt_tokens` stand-in ids.
@@ -35,6 +35,28 @@ def qwen3_moe(path: str, layers: int | None = None) -> None:
     print(f"qwen3-moe: {n / 1e9:.2f} B parameters saved to {path} in {time.perf_counter() - t:.1f} s")
 
 
+def deepseek_ocr2_decoder(path: str, layers: int | None = None) -> None:
+    """DeepSeek-OCR-2's own language decoder (its published text config: 12 layers of hidden 1280, 64 routed
+    + 2 shared experts, top 6, vocabulary 129280) as a DeepseekV2ForCausalLM, random weights, no tokenizer:
+    the default family's decoder as a text model, which transformers can shard (tensor_parallel)."""
+    import torch
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    from kernelbook.capture.models import DEEPSEEK_OCR2_ARCH
+
+    text = {k: v for k, v in DEEPSEEK_OCR2_ARCH["text_config"].items() if k != "model_type"}
+    if layers:
+        text.update(num_hidden_layers=layers, mlp_layer_types=text["mlp_layer_types"][:layers])
+    cfg = DeepseekV2Config(**text, torch_dtype="bfloat16")
+    torch.manual_seed(0)
+    t = time.perf_counter()
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = DeepseekV2ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"deepseek-ocr2-decoder: {n / 1e9:.2f} B parameters saved to {path} in {time.perf_counter() - t:.1f} s")
+
+
 def image_text(family: str):
     def make(path: str, layers: int | None = None) -> None:
         import torch
@@ -55,7 +77,7 @@ def image_text(family: str):
     return make
 
 
-MAKERS = {"qwen3-moe": qwen3_moe, "llava": image_text("llava"), "gemma3": image_text("gemma3")}
+MAKERS = {"qwen3-moe": qwen3_moe, "deepseek-ocr2-decoder": deepseek_ocr2_decoder, "llava": image_text("llava"), "gemma3": image_text("gemma3")}
 
 if __name__ == "__main__":
     if len(sys.argv) not in (3, 4) or sys.argv[1] not in MAKERS:

@@ -101,11 +101,15 @@ def _diff(a: str, b: str) -> int:
 def _worker(argv: list[str]) -> int:
     w = argparse.ArgumentParser(prog="python -m kernelbook _worker")
     w.add_argument("--params", required=True)
-    w.add_argument("--mode", choices=("ncu", "nsys"), required=True)
+    w.add_argument("--mode", choices=("ncu", "nsys", "tp-timeline"), required=True)
     w.add_argument("--target")
     w.add_argument("--targets")
+    w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into")
     args = w.parse_args(argv)
-    from .capture.run import worker
+    from .capture.run import tp_rank_worker, worker
 
+    if args.mode == "tp-timeline":
+        tp_rank_worker(json.loads(Path(args.params).read_text()), args.out)
+        return 0
     worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets)
     return 0

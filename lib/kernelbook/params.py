@@ -131,6 +131,9 @@ SCHEMA: dict[str, Param] = {
                                   choices=("dynamic", "static")),
     "compile_decode": Param(bool, True, (CAPTURE,), "with a static cache, generate compiles each decode step "
                             "(torch.compile, mode reduce-overhead: CUDA graphs); false keeps it eager"),
+    "tensor_parallel": Param(int, 1, (CAPTURE,), "GPUs the model is split over (tensor parallelism: torchrun with "
+                             "this many ranks, transformers' DistributedConfig); needs a checkpoint (weights: "
+                             "pretrained or a path) and that many GPUs", min=1, max=8),
     "variant": Param(str, None, (CAPTURE,), "label of this run as a variant of a baseline run (what was changed, "
                      "e.g. 'batch 8'); null: not a variant", check=_nonblank, nullable=True),
     "no_repeat_ngram_size": Param(int, 20, (CAPTURE,), "as in the reference experiment", min=0, max=1000),
@@ -169,6 +172,8 @@ SCHEMA: dict[str, Param] = {
                       choices=("en", "zh")),
     "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",
                     check=_device, nullable=True),
+    "rank": Param(int, 0, CHAPTERS, "in a tensor-parallel run, the rank whose kernels the chapters show (0 = the "
+                  "first GPU); a one-GPU run has rank 0 only", min=0, max=7),
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),
     "phase": Param(str, "decode", ("03_histograms", "04_roofline", "05_classification"),
                    "phase whose profiled kernels the analysis chapters show", choices=PHASE_NAMES),

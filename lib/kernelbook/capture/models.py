@@ -144,7 +144,8 @@ def _class_name(cfg, vlm: bool) -> str:
 
 
 def load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat16",
-               trust_remote_code: bool = False, attn_implementation: str | None = None) -> LoadedModel:
+               trust_remote_code: bool = False, attn_implementation: str | None = None,
+               tp_size: int = 1) -> LoadedModel:
     """Load `model` with `weights` ("random", "pretrained", a hub id, or a local path).
 
     For `deepseek-ocr-2`, weights="random" builds the published architecture; any other weights
@@ -152,6 +153,8 @@ def load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat1
     checkpoint unless weights names another; weights="random" builds its config with random weights
     and still takes the checkpoint's own processor, so inputs are what the model expects.
     `attn_implementation` ("sdpa", "eager"; None: the model's default) is transformers' own argument.
+    `tp_size` > 1: this process is one rank of a torchrun group and loads its shard of the checkpoint
+    (transformers' DistributedConfig(tp_size=...), the model's own tensor-parallel plan).
     """
     import torch
 
@@ -164,11 +167,15 @@ def load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat1
         spec = model_spec(model, weights, trust_remote_code)
         m = build_random(spec.config, device, dtype, attn_implementation)
         return LoadedModel(m, spec.processor, "random", _count(m), spec.kind)
-    return _from_pretrained(source, device, dtype, trust_remote_code, attn_implementation)
+    if tp_size > 1 and (source is None or weights == "random"):
+        raise ValueError("tensor_parallel needs a checkpoint to shard (weights: pretrained or a path); random "
+                         "weights are built on one GPU. Make one with `python bench/make_checkpoint.py "
+                         "deepseek-ocr2-decoder <dir>` and give model: <dir>, weights: pretrained")
+    return _from_pretrained(source, device, dtype, trust_remote_code, attn_implementation, tp_size)
 
 
 def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool,
-                     attn_implementation: str | None = None) -> LoadedModel:
+                     attn_implementation: str | None = None, tp_size: int = 1) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     cfg = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
@@ -178,6 +185,10 @@ def _from_pretrained(source: str, device: str, dtype, trust_remote_code: bool,
 
     # device_map places weights straight on the GPU but needs accelerate; without it, load then move
     place = {"device_map": device} if importlib.util.find_spec("accelerate") else {}
+    if tp_size > 1:  # each rank loads its shard straight onto its own GPU (torchrun's LOCAL_RANK)
+        from transformers import DistributedConfig
+
+        place = {"distributed_config": DistributedConfig(tp_size=tp_size)}
     try:
         m = auto.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code, **place,
                                  **_attn(attn_implementation))

@@ -57,8 +57,11 @@ def land(tmp: Path, out_dir: Path, manifest: dict, body, progress=None) -> Path:
     old = signal.signal(signal.SIGTERM, _sigterm) if _main_thread() else None
     try:
         body(stage)
-        manifest["status"] = "complete"
+        # a body that finished but left a step out on purpose names it in `partial_reason`
+        manifest["status"] = "partial" if manifest.get("partial_reason") else "complete"
         manifest.pop("reason", None)
+        if manifest.get("partial_reason"):
+            manifest["reason"] = manifest.pop("partial_reason")
     except BaseException as e:
         manifest["status"] = "partial"
         manifest["reason"] = f"{stage[0]}: {type(e).__name__}: {e}"
@@ -138,8 +141,14 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
                 manifest["device"] = None
                 manifest["device_note"] = str(e)
             write_manifest(tmp, manifest)
+            tp = params.get("tensor_parallel", 1) > 1
             steps = (["measure_peaks"] if params["measure_peaks"] else []) + ["timeline"] + (
-                ["ncu"] if params["ncu_top_n"] > 0 else [])
+                ["ncu"] if params["ncu_top_n"] > 0 and not tp else [])
+            if tp and params["ncu_top_n"] > 0:
+                manifest["partial_reason"] = (
+                    "ncu: not run under tensor_parallel (ncu per rank is not built yet); the timeline of every "
+                    "rank is complete")
+                progress("ncu: left out under tensor_parallel (ncu per rank is not built yet)")
             for name in steps:
                 stage[0] = name
                 progress(f"{name}: start")
@@ -187,7 +196,7 @@ def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None):
 
     t = time.perf_counter()
     loaded = load_model(params["model"], params["weights"], "cuda", params["dtype"], params["trust_remote_code"],
-                        params.get("attn_implementation"))
+                        params.get("attn_implementation"), params.get("tensor_parallel", 1))
     wl = build_workload(loaded, params, "cuda")
     torch.cuda.synchronize()
     load_s = time.perf_counter() - t
@@ -249,6 +258,9 @@ def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None) -
 
         timeline, phases, info = nsys_timeline(params, run_dir)
         manifest["timeline_info"] = info
+    elif params.get("tensor_parallel", 1) > 1:
+        timeline, phases, info = tp_timeline(params, run_dir, progress or (lambda msg: None))
+        manifest["timeline_info"] = info
     else:
         timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None))
         manifest["timeline_info"] = info
@@ -307,6 +319,67 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     gc.collect()
     torch.cuda.empty_cache()
     return timeline, phases, info
+
+
+TP_RANK_KEYS = ("model_load_s", "plain_generate", "plain_phases", "profiled_generate_s", "overhead_ratio", "kernels",
+                "shapes", "vision_forwards_marked")
+
+
+def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
+    """Tensor parallelism: torchrun starts `tensor_parallel` ranks, each the timeline pass of
+    `torch_timeline` on its own GPU with its shard of the model (`python -m kernelbook _worker --mode
+    tp-timeline`); their tables are merged here with a `rank` column. The ranks' profiler clocks are the
+    one host's, so launch times compare across ranks."""
+    import torch
+
+    n = params["tensor_parallel"]
+    if torch.cuda.device_count() < n:
+        raise CaptureError(f"tensor_parallel: {n} needs {n} GPUs and torch sees {torch.cuda.device_count()}. "
+                           "Run on a machine with that many, or lower tensor_parallel.")
+    raw = run_dir / "raw"
+    pfile = raw / "tp-params.json"
+    pfile.write_text(json.dumps(params))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+           "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "tp-timeline", "--out", str(raw)]
+    # NVLink multicast (NVLS) off: its buffers fail to register on shared machines
+    env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
+    progress(f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
+                           f"{time.perf_counter() - t:.0f} s (its output is above)")
+    tls, phs, ranks = [], [], {}
+    for r in range(n):
+        d = raw / f"rank{r}"
+        tls.append(pd.read_parquet(d / "timeline.parquet").assign(rank=r))
+        phs.append(pd.read_parquet(d / "phases.parquet").assign(rank=r))
+        ranks[r] = json.loads((d / "info.json").read_text())
+    info = dict(ranks[0])
+    info.update(tensor_parallel=n, torchrun_s=time.perf_counter() - t,
+                ranks={str(r): {k: v.get(k) for k in TP_RANK_KEYS} for r, v in ranks.items()},
+                kernels=int(sum(v["kernels"] for v in ranks.values())))
+    return pd.concat(tls, ignore_index=True), pd.concat(phs, ignore_index=True), info
+
+
+def tp_rank_worker(params: dict, out: str) -> None:
+    """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>."""
+    import torch
+    import torch.distributed as dist
+
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    d = Path(out) / f"rank{rank}"
+    (d / "raw").mkdir(parents=True, exist_ok=True)
+    say = (lambda msg: print(f"  [rank 0] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
+    timeline, phases, info = torch_timeline(params, d, say)
+    timeline.to_parquet(d / "timeline.parquet", **PARQUET)
+    phases.to_parquet(d / "phases.parquet", **PARQUET)
+    (d / "info.json").write_text(json.dumps(info, default=str))
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _export_ingest(prof, trace: Path) -> tuple[pd.DataFrame, pd.DataFrame, float, float]:

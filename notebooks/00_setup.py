@@ -14,6 +14,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 device: str = ""  # device name for spec peaks; empty means the GPU recorded in the run
 lock_clocks: bool = False  # lock GPU clocks with scripts/lock-gpu-clock.sh while measuring here
@@ -28,7 +29,7 @@ from kernelbook.analyze import setup as S
 
 kb.setup(language)
 took = kb.capture_part(run_dir, "setup", capture, params_file)
-r = kb.open_run(run_dir, require_timeline=False)
+r = kb.open_run(run_dir, rank=rank, require_timeline=False)
 dev = S.device_for(r, device or None)
 
 # %%

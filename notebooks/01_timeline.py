@@ -15,20 +15,23 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 top_n: int = 15  # kernels per phase in the top-kernel tables, as in the reference report
+one_gpu_run: str = ""  # tensor-parallel run_dir: the same model on one GPU, for the comparison; empty: none
 capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
 params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import comm as C
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import timeline as T
 from kernelbook.plots import figures as F
 
 kb.setup(language)
 took = kb.capture_part(run_dir, "timeline", capture, params_file)
-r = kb.open_run(run_dir)
+r = kb.open_run(run_dir, rank=rank)
 summary = T.phase_summary(r.timeline, r.phases)
 shares = T.category_shares(r.timeline)
 cmp = T.reference_comparison(shares)
@@ -97,6 +100,36 @@ F.reference_bars(cmp)
 
 # %%
 kb.md(T.reference_prose(cmp, r))
+
+# %% [markdown]
+# ## Tensor parallelism: communication and waiting per rank
+# In a run split over several GPUs, each NCCL collective is paired across the ranks (the n-th of a step on
+# every rank). It ends on all ranks together, so the rank that launched it last shows the transfer itself;
+# every other rank's extra time in it is waiting for that rank. The rest of this chapter, and the
+# other chapters, show one rank: the `rank` parameter.
+
+# %%
+tp = C.section(r, kb.open_run(one_gpu_run) if one_gpu_run else None)
+kb.md(C.prose(tp, one_gpu_run))
+
+# %%
+kb.table(tp.ranks, kb.tr("NCCL time per rank and phase, split into transfer and wait (per step)")) if tp else None
+
+# %%
+kb.table(tp.link, kb.tr("Collectives against the link: bytes each rank sends, the time at the link's datasheet "
+                        "bandwidth, and the measured transfer")) if tp else None
+
+# %%
+F.launch_skew(tp.coll) if tp else None
+
+# %%
+kb.table(tp.against, kb.tr("Tensor parallel against one GPU (decode per token, prefill per call; NCCL transfer and "
+                            "wait from the profiled pass)")) \
+    if tp and tp.against is not None else None
+
+# %%
+kb.table(tp.categories, kb.tr("Decode kernel time per step by category: one GPU and each rank")) \
+    if tp and tp.categories is not None else None
 
 # %% [markdown]
 # ## How the timeline was taken

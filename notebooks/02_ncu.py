@@ -15,6 +15,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)
+rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 capture: str = "auto"  # auto: capture what run_dir lacks when this machine can (GPU), else read; never; always (new run_dir)
 params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) used when this chapter captures
@@ -27,7 +28,7 @@ from kernelbook.plots import figures as F
 
 kb.setup(language)
 took = kb.capture_part(run_dir, "ncu", capture, params_file)
-r = kb.open_run(run_dir, needs="ncu")
+r = kb.open_run(run_dir, rank=rank, needs="ncu")
 kernels = r.ncu_kernels()
 cov = N.coverage(kernels)
 fid = N.fidelity(kernels, r.timeline)

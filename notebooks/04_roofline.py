@@ -17,6 +17,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 phase: str = "decode"  # phase whose profiled kernels are shown
 
@@ -28,7 +29,7 @@ from kernelbook.devices import lookup
 from kernelbook.plots import figures as F
 
 kb.setup(language)
-r = kb.open_run(run_dir, needs="ncu", phase=phase)
+r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])
 roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())

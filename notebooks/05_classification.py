@@ -16,6 +16,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 phase: str = "decode"  # phase whose profiled kernels are classified
 high_pct: float = 60.0  # SM or memory throughput at or above this is high
@@ -33,7 +34,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.devices import lookup
 
 kb.setup(language)
-r = kb.open_run(run_dir, needs="ncu", phase=phase, kernel=kernel)
+r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])
 rules = C.Rules(high_pct, low_pct, l2_hit_min_pct, mem_latency_cycles)

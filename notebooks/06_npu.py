@@ -17,6 +17,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
+rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 
 # %%
@@ -26,7 +27,7 @@ from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
 kb.setup(language)
-r = kb.open_run(run_dir)
+r = kb.open_run(run_dir, rank=rank)
 tr, gpu, _, k = W.for_run(r)
 designs = {gpu.key: gpu, **W.load_designs()}
 val = W.validation(tr)

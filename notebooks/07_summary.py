@@ -16,6 +16,7 @@
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the baseline of the variants)
+rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 variant_runs: list = ["data/runs/h100-variant-static-graphs", "data/runs/h100-variant-batch8",
                       "data/runs/h100-variant-eager-attention"]  # variant runs of run_dir
 baseline_run: str = ""  # a run to compare run_dir against; empty: no comparison section
@@ -29,7 +30,7 @@ from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
 kb.setup(language)
-r = kb.open_run(run_dir)
+r = kb.open_run(run_dir, rank=rank)
 tr, gpu, roofs, k = W.for_run(r)
 kept, left_out = S.variants_of(r, [kb.open_run(p) for p in variant_runs])
 variants = [(v, W.for_run(v)[0]) for v in kept]

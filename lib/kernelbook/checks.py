@@ -54,6 +54,21 @@ def _list(xs) -> str:
     return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
 
 
+def run_ranks(run_dir) -> list[int]:
+    """The ranks a run's timeline holds ([0] for a one-GPU run or an unreadable one)."""
+    import pyarrow.parquet as pq
+
+    from .params import resolve_path
+
+    try:
+        f = pq.ParquetFile(resolve_path(run_dir) / "timeline.parquet")
+        if "rank" not in f.schema_arrow.names:
+            return [0]
+        return sorted(set(f.read(columns=["rank"]).column("rank").to_pylist()))
+    except Exception:
+        return [0]
+
+
 def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[str]:
     """Parameters that ask the run for a phase or kernel it does not hold (each problem names what the
     run has and how to capture the rest). Only parameters that feed one of `chapters` (all when None)
@@ -65,6 +80,11 @@ def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[
 
     run_dir = params["run_dir"]
     problems = []
+    if feeds("rank") and params["rank"] != 0:
+        ranks = run_ranks(run_dir)
+        if params["rank"] not in ranks:
+            problems.append(f"rank: {run_dir} holds rank(s) {ranks}; set rank to one of them (a one-GPU run has "
+                            "rank 0 only; tensor_parallel: N captures ranks 0 to N-1)")
     try:
         phases = profiled_phases(run_dir) if feeds("phase") or feeds("kernel") else {}
     except Exception:  # unreadable tables: the chapters that read them fail and show why

@@ -31,6 +31,7 @@ class Device:
     sm_count: int
     sm_clock_max_mhz: float
     source: str
+    link_gbps: float | None = None  # GPU-to-GPU link (NVLink), GB/s per direction; None: none listed
 
     @property
     def display_name(self) -> str:
@@ -60,7 +61,8 @@ def load_table(path: str | Path = DEVICES_YAML) -> dict[str, Device]:
         out[key] = Device(key=key, names=tuple(row["names"]), arch=row["arch"], cc=str(row["cc"]),
                           tflops=dict(row["tflops"]), dram_gbps=float(row["dram_gbps"]),
                           l2_mb=float(row["l2_mb"]), sm_count=int(row["sm_count"]),
-                          sm_clock_max_mhz=float(row["sm_clock_max_mhz"]), source=row["source"])
+                          sm_clock_max_mhz=float(row["sm_clock_max_mhz"]), source=row["source"],
+                          link_gbps=float(row["link_gbps"]) if row.get("link_gbps") else None)
     return out
 
 

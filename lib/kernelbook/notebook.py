@@ -130,7 +130,7 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
         if note:
             raise ChapterStop(note.replace("**", "")) from None
     try:
-        return load_run(run_dir, require_timeline=require_timeline)
+        return load_run(run_dir, require_timeline=require_timeline, rank=params.get("rank", 0))
     except RunError as e:
         raise ChapterStop(str(e)) from None
 

@@ -174,6 +174,9 @@ SCHEMA: dict[str, Param] = {
                     check=_device, nullable=True),
     "rank": Param(int, 0, CHAPTERS, "in a tensor-parallel run, the rank whose kernels the chapters show (0 = the "
                   "first GPU); a one-GPU run has rank 0 only", min=0, max=7),
+    "one_gpu_run": Param(str, "", ("01_timeline",), "for a tensor-parallel run_dir: the same model captured on one "
+                         "GPU, set beside it in chapter 01's tensor-parallel section; empty: no comparison",
+                         check=lambda v: _run_dir(v) if v else None),
     "top_n": Param(int, 15, ("01_timeline",), "kernels per phase in the top-kernel tables", min=1, max=200),
     "phase": Param(str, "decode", ("03_histograms", "04_roofline", "05_classification"),
                    "phase whose profiled kernels the analysis chapters show", choices=PHASE_NAMES),
@@ -250,6 +253,10 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
         problems += _run_to_capture(merged)
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")
+    if merged.get("tensor_parallel", 1) > 1 and (merged.get("weights") == "random" or merged.get("model") == "deepseek-ocr-2"):
+        problems.append("tensor_parallel: shards a checkpoint, and random weights are built on one GPU: make one with "
+                        "`python bench/make_checkpoint.py deepseek-ocr2-decoder <dir>` (or give any local checkpoint) "
+                        "and set model: <dir>, weights: pretrained")
     if problems:
         raise ParamError(problems, source)
     return merged

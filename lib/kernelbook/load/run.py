@@ -20,6 +20,13 @@ class Run:
     manifest: dict
     timeline: pd.DataFrame
     phases: pd.DataFrame
+    rank: int = 0  # the rank `timeline` and `phases` hold (a tensor-parallel run holds one table per rank)
+    ranks_timeline: pd.DataFrame | None = None  # every rank's rows, with a `rank` column (None: one GPU)
+    ranks_phases: pd.DataFrame | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        return [0] if self.ranks_timeline is None else sorted(self.ranks_timeline["rank"].unique().tolist())
 
     @property
     def run_id(self) -> str:
@@ -39,10 +46,12 @@ class Run:
         return pd.read_parquet(p) if p.exists() else None
 
 
-def load_run(path: str | Path, require_timeline: bool = True) -> Run:
+def load_run(path: str | Path, require_timeline: bool = True, rank: int = 0) -> Run:
     """Manifest, timeline and phases of a run; kernel identity recomputed so that naming improvements
     apply to old runs without a new capture. `require_timeline=False`: a run holding only its manifest
-    (chapter 00 while the capture chapters after it have not run yet) loads with empty tables."""
+    (chapter 00 while the capture chapters after it have not run yet) loads with empty tables. A
+    tensor-parallel run's tables hold every rank: `timeline` and `phases` are `rank`'s, every chapter reads
+    those, and `ranks_timeline` / `ranks_phases` keep all of them for the cross-rank analysis."""
     from ..analyze.kernels import annotate
 
     p = resolve_path(path)
@@ -57,4 +66,13 @@ def load_run(path: str | Path, require_timeline: bool = True) -> Run:
         raise RunError(f"{p} has no timeline.parquet (status: {manifest.get('status')}, "
                        f"reason: {manifest.get('reason', '-')})")
     timeline = annotate(pd.read_parquet(tl))
-    return Run(p, manifest, timeline, pd.read_parquet(p / "phases.parquet"))
+    phases = pd.read_parquet(p / "phases.parquet")
+    if "rank" not in timeline:
+        if rank != 0:
+            raise RunError(f"rank: {rank} asked for, but {p.name} is a one-GPU run (rank 0 only)")
+        return Run(p, manifest, timeline, phases)
+    have = sorted(timeline["rank"].unique().tolist())
+    if rank not in have:
+        raise RunError(f"rank: {rank} asked for, but {p.name} holds ranks {have}")
+    return Run(p, manifest, timeline[timeline["rank"] == rank].reset_index(drop=True),
+               phases[phases["rank"] == rank].reset_index(drop=True), rank, timeline, phases)

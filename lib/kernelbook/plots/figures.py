@@ -273,3 +273,22 @@ def variant_gains(rows: pd.DataFrame) -> go.Figure:
                       yaxis_title=tr("gain over the baseline (×, log)"), height=380,
                       title=tr("Variants: predicted vs measured gain"))
     return fig
+
+
+def launch_skew(coll: pd.DataFrame, phase: str = "decode") -> go.Figure:
+    """Per NCCL collective of `phase`, in launch order: each rank's launch after the earliest rank's (µs)
+    and its wait inside the kernel; a rank whose points sit at 0 launches first and waits for the others."""
+    c = coll[coll.phase == phase].sort_values(["step", "seq"])
+    fig = go.Figure()
+    for r, g in c.groupby("rank"):
+        x = np.arange(len(g))
+        fig.add_scatter(x=x, y=g.skew_ns / 1e3, mode="markers", marker=dict(size=4),
+                        name=tr("rank {r}: launched after the first rank", r=r),
+                        customdata=np.stack([g.step, g.collective, g.wait_ns / 1e3], axis=1),
+                        hovertemplate=tr("step %{{customdata[0]}} %{{customdata[1]}}: launched %{{y:.0f}} µs late, "
+                                         "waited %{{customdata[2]:.0f}} µs") + "<extra></extra>")
+    fig.update_layout(template=TEMPLATE, height=380, xaxis_title=tr("collective, in launch order"),
+                      yaxis_title=tr("launch after the earliest rank (µs)"),
+                      title=tr("Launch skew between ranks per collective ({phase})", phase=phase_label(phase)),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig

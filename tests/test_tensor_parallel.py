@@ -1,0 +1,119 @@
+"""Tensor parallelism on the committed 2× H200 runs: DeepSeek-OCR-2's decoder (random weights, 512-token
+prompt, 32 new tokens) with tensor_parallel: 2 and its one-GPU twin, at batch 1 and batch 8, captured by
+bench/gpu_tp.sh. The collectives pair across the ranks, their bytes are what the architecture implies, and
+the book renders the run per rank with the comparison."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from kernelbook import params as P
+from kernelbook.analyze import comm as C
+from kernelbook.capture.models import DEEPSEEK_OCR2_ARCH
+from kernelbook.load.run import RunError, load_run
+from kernelbook.runner import render_book
+
+RUNS = REPO / "data" / "runs"
+TP = {b: RUNS / f"h200-deepseek-decoder-tp2-b{b}" for b in (1, 8)}
+ONE = {b: RUNS / f"h200-deepseek-decoder-tp1-b{b}" for b in (1, 8)}
+TEXT = DEEPSEEK_OCR2_ARCH["text_config"]
+
+
+def test_nccl_kernel_names_parse_into_collective_dtype_and_algorithm():
+    assert C.parse_collective("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == {
+        "collective": "AllReduce", "reduce": "Sum", "dtype": "bf16", "algorithm": "RING", "protocol": "LL"}
+    assert C.parse_collective("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == {
+        "collective": "AllGather", "reduce": None, "dtype": None, "algorithm": "RING", "protocol": "LL"}
+    names = load_run(TP[1]).ranks_timeline.query("category == 'communication'").name.unique()
+    assert {C.parse_collective(n)["collective"] for n in names} == {"AllReduce", "AllGather"}
+
+
+def test_the_run_holds_both_ranks_and_the_chapters_read_one():
+    r0, r1 = load_run(TP[1]), load_run(TP[1], rank=1)
+    assert r0.ranks == [0, 1] and r0.manifest["timeline_info"]["tensor_parallel"] == 2
+    assert set(r0.timeline["rank"]) == {0} and set(r1.timeline["rank"]) == {1}
+    assert len(r0.timeline) + len(r1.timeline) == len(r0.ranks_timeline)
+    with pytest.raises(RunError, match=r"holds ranks \[0, 1\]"):
+        load_run(TP[1], rank=2)
+    with pytest.raises(RunError, match="one-GPU run"):
+        load_run(ONE[1], rank=1)
+
+
+@pytest.mark.parametrize("b", [1, 8])
+def test_collectives_pair_across_ranks_and_end_together(b):
+    """The premise of the transfer/wait split, checked on the data: paired kernels end within a few µs of
+    each other on the two ranks although they start hundreds of µs apart."""
+    run = load_run(TP[b])
+    c = C.collectives(run.ranks_timeline)
+    assert (c.ranks_paired == 2).all() and len(c[c["rank"] == 0]) == len(c[c["rank"] == 1])
+    c["end_ns"] = c.start_ns + c.duration_ns
+    ends = c.pivot_table(index=["phase", "step", "seq"], columns="rank", values="end_ns")
+    starts = c.pivot_table(index=["phase", "step", "seq"], columns="rank", values="start_ns")
+    assert (ends[0] - ends[1]).abs().median() < 5_000  # ns
+    assert (starts[0] - starts[1]).abs().median() > 20 * (ends[0] - ends[1]).abs().median()
+    assert (c.wait_ns >= 0).all() and (c.transfer_ns <= c.duration_ns).all()
+
+
+@pytest.mark.parametrize("b", [1, 8])
+def test_collective_bytes_are_what_the_architecture_implies(b):
+    """Decode: each layer's attention and MLP outputs are all-reduced (hidden × batch × 2 bytes, one token a
+    step); the LM head's logits are gathered (vocabulary × batch × 2 bytes)."""
+    c = C.collectives(load_run(TP[b]).ranks_timeline)
+    d = c[(c.phase == "decode") & (c["rank"] == 0)]
+    ar, ag = d[d.collective == "AllReduce"], d[d.collective == "AllGather"]
+    assert (ar.payload_bytes == TEXT["hidden_size"] * b * 2).all()
+    assert (ag.payload_bytes == TEXT["vocab_size"] * b * 2).all()
+    steps = d.step.nunique()
+    assert len(ar) / steps == 3 * TEXT["num_hidden_layers"]  # o_proj, MLP and shared experts (rowwise) per layer
+    assert len(ag) / steps == 1
+    p = c[(c.phase == "prefill") & (c["rank"] == 0) & (c.collective == "AllReduce")]
+    assert (p.payload_bytes == TEXT["hidden_size"] * b * 512 * 2).all()  # the 512-token prompt
+
+
+def test_per_rank_split_and_the_comparison_with_one_gpu():
+    tp, one = load_run(TP[1]), load_run(ONE[1])
+    sec = C.section(tp, one)
+    d = sec.ranks[sec.ranks.phase == "decode"].set_index("gpu_rank")
+    # transfer is the pair's (the same on both ranks); the rank that launches first waits
+    assert d.loc[0, "transfer_ms_per_step"] == pytest.approx(d.loc[1, "transfer_ms_per_step"])
+    assert d.loc[0, "wait_ms_per_step"] > 2 * d.loc[1, "wait_ms_per_step"]
+    assert d.loc[0, "median_skew_us"] == 0 and d.loc[1, "median_skew_us"] > 50
+    a = sec.against.set_index("phase").loc["decode"]
+    plain = (tp.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"],
+             one.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"])
+    assert a.basis == "plain runs" and a.tp_over_one_gpu == pytest.approx(plain[0] / plain[1])
+    assert a.tp_over_one_gpu > 1  # at batch 1, TP=2 made decode slower on this machine
+    link = sec.link.set_index(["phase", "collective"]).loc[("decode", "AllReduce")]
+    assert sec.link_gbps == 450 and link.link_time_us == pytest.approx(2560 / 450e9 * 1e6)
+    assert link.transfer_over_link_time > 100  # latency, not bandwidth
+    cats = sec.categories
+    comm = cats[(cats.category == "communication") & (cats.gpu_rank == 0)].iloc[0]
+    assert comm.one_gpu_ms == 0 and comm.tp_ms == pytest.approx(d.loc[0, "nccl_ms_per_step"])
+
+
+def test_tensor_parallel_needs_a_checkpoint_exit_2(tmp_path):
+    (tmp_path / "p.yaml").write_text("tensor_parallel: 2\n")
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "capture", "--params", str(tmp_path / "p.yaml"),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and "tensor_parallel: shards a checkpoint" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_book_rank_parameter_is_checked_against_the_run():
+    from kernelbook.checks import parameter_problems
+
+    assert parameter_problems({"run_dir": str(TP[1]), "rank": 1}) == []
+    (msg,) = parameter_problems({"run_dir": str(TP[1]), "rank": 3})
+    assert msg.startswith("rank:") and "[0, 1]" in msg
+
+
+def test_the_book_renders_the_tp_run_per_rank_with_its_one_gpu_twin(tmp_path):
+    params = P.load(REPO / "params" / "book-tp2.yaml", overrides={"rank": 1}, consumer="book")
+    out = render_book(params, tmp_path / "rep", chapters=["00_setup", "01_timeline", "06_npu", "07_summary"],
+                      log=lambda *_: None)
+    html = (out / "01_timeline.html").read_text()
+    for s in ("NCCL time per rank and phase", "Tensor parallel against one GPU", "waiting for the other rank",
+              "Launch skew between ranks per collective"):
+        assert s in html, s
+    assert "the rank parameter" in html or "<code>rank</code>" in html

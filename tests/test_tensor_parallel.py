@@ -92,6 +92,24 @@ def test_per_rank_split_and_the_comparison_with_one_gpu():
     assert comm.one_gpu_ms == 0 and comm.tp_ms == pytest.approx(d.loc[0, "nccl_ms_per_step"])
 
 
+def test_ncu_profiled_each_rank_on_its_own_kernels_without_nccl():
+    """One ncu per rank (that rank's worker under ncu, the other plain): every selected kernel of each rank
+    profiled, NCCL kernels never selected (named reason), rank 1's tables apart from rank 0's."""
+    m = load_run(TP[1]).manifest["ncu"]
+    assert set(m["ranks"]) == {"0", "1"} and "hangs" in m["nccl"]
+    for r in (0, 1):
+        run = load_run(TP[1], rank=r)
+        assert run.ncu_dir == (TP[1] / "ncu" if r == 0 else TP[1] / "ncu" / "rank1")
+        k = run.ncu_kernels()
+        assert (k.status == "profiled").all() and len(k) == 20
+        assert not k.name.str.contains("nccl", case=False).any()
+        assert {p: (v["selected"], v["profiled"]) for p, v in m["ranks"][str(r)]["phases"].items()} == {
+            "decode": (10, 10), "prefill": (10, 10)}
+        assert m["ranks"][str(r)]["results_per_selected"] <= 1.3
+    # each rank holds half of every sharded GEMM: its kernels are profiled on its own GPU's launches
+    assert not load_run(TP[1]).ncu_metrics().equals(load_run(TP[1], rank=1).ncu_metrics())
+
+
 def test_tensor_parallel_needs_a_checkpoint_exit_2(tmp_path):
     (tmp_path / "p.yaml").write_text("tensor_parallel: 2\n")
     proc = subprocess.run([sys.executable, "-m", "kernelbook", "capture", "--params", str(tmp_path / "p.yaml"),
@@ -110,7 +128,7 @@ def test_book_rank_parameter_is_checked_against_the_run():
 
 def test_the_book_renders_the_tp_run_per_rank_with_its_one_gpu_twin(tmp_path):
     params = P.load(REPO / "params" / "book-tp2.yaml", overrides={"rank": 1}, consumer="book")
-    out = render_book(params, tmp_path / "rep", chapters=["00_setup", "01_timeline", "06_npu", "07_summary"],
+    out = render_book(params, tmp_path / "rep", chapters=["00_setup", "01_timeline", "02_ncu", "06_npu", "07_summary"],
                       log=lambda *_: None)
     html = (out / "01_timeline.html").read_text()
     for s in ("NCCL time per rank and phase", "Tensor parallel against one GPU", "waiting for the other rank",

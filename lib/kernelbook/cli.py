@@ -101,13 +101,22 @@ def _diff(a: str, b: str) -> int:
 def _worker(argv: list[str]) -> int:
     w = argparse.ArgumentParser(prog="python -m kernelbook _worker")
     w.add_argument("--params", required=True)
-    w.add_argument("--mode", choices=("ncu", "nsys", "tp-timeline"), required=True)
+    w.add_argument("--mode", choices=("ncu", "nsys", "tp-timeline", "tp-exec"), required=True)
     w.add_argument("--target")
     w.add_argument("--targets")
     w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into")
     args = w.parse_args(argv)
     from .capture.run import tp_rank_worker, worker
 
+    if args.mode == "tp-exec":  # one torchrun rank of the ncu stage: ncu around the worker, or the worker
+        import os
+
+        launch = json.loads(Path(args.params).read_text())
+        profiled = int(os.environ["RANK"]) == launch["ncu_rank"]
+        if not profiled:
+            os.environ["KB_NCU_PLAIN_RANK"] = "1"
+        cmd = launch["ncu"] if profiled else launch["plain"]
+        os.execvp(cmd[0], cmd)
     if args.mode == "tp-timeline":
         tp_rank_worker(json.loads(Path(args.params).read_text()), args.out)
         return 0

@@ -29,8 +29,9 @@ def ncu_progress(label: str, say=_say):
     return report
 
 
-def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
-    """`say(line)` gets the progress lines (stderr by default; a chapter passes its progress bar)."""
+def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None) -> None:
+    """`say(line)` gets the progress lines (stderr by default; a chapter passes its progress bar). `wrap(cmd,
+    worker)`: the command that actually runs (tensor parallelism: torchrun around it)."""
     timeline = pd.read_parquet(run_dir / "timeline.parquet")
     ncu_dir = run_dir / "ncu"
     ncu_dir.mkdir(exist_ok=True)
@@ -40,7 +41,7 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
                                        "cache_control": params["cache_control"], "phases": {}})
     sels = [select_kernels(timeline, ph, params["ncu_top_n"]) for ph in params["ncu_phases"]]
     if "op_index" in timeline and (timeline.op_index >= 0).any():
-        _by_position(params, run_dir, manifest, timeline, sels, params_file, say)
+        _by_position(params, run_dir, manifest, timeline, sels, params_file, say, wrap)
     else:
         _by_name(params, run_dir, manifest, timeline, sels, params_file, say)
     failed = [p for p, v in info["phases"].items() if v["error"]]
@@ -76,7 +77,55 @@ def _read(rep: Path, ncu_dir: Path, error: str | None):
         return None, None, error or str(e)
 
 
-def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say) -> None:
+NCCL_REASON = ("not profiled under tensor parallelism: replaying a collective on one rank while the other "
+               "rank waits in it hangs (ncu 2025.3, measured on 2x H200); its time is split into transfer and "
+               "wait in chapter 01")
+
+
+def tp_ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
+    """ncu per rank under tensor parallelism: for each rank, torchrun starts every rank again with that
+    rank's worker under ncu and the others plain (one ncu per GPU: the form that works on 2x H200), with
+    the rank's own top kernels selected from its timeline, NCCL kernels left out (NCCL_REASON). Rank 0's
+    tables land in ncu/ as in a one-GPU run, rank r's in ncu/rank<r>/; the hang guard is run_ncu's time
+    limit, which ends ncu, torchrun and every rank by process group."""
+    import os
+    import shutil
+
+    from ..analyze.kernels import is_nccl
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    timeline = pd.read_parquet(run_dir / "timeline.parquet")
+    n = params["tensor_parallel"]
+    ranks = {}
+    for r in range(n):
+        sub = run_dir / f".ncu-rank{r}"  # shaped like a run: rank r's timeline without its NCCL kernels
+        sub.mkdir()
+        tl = timeline[timeline["rank"] == r].drop(columns="rank")
+        tl[~tl.name.map(is_nccl)].to_parquet(sub / "timeline.parquet", **PARQUET)
+        m: dict = {}
+        say(f"  ncu rank {r} of {n}")
+        try:
+            ncu_stage(params, sub, m, say, wrap=lambda cmd, worker, r=r: _tp_command(cmd, worker, r, n, sub))
+        finally:
+            dest = run_dir / "ncu" if r == 0 else run_dir / "ncu" / f"rank{r}"
+            if (sub / "ncu").exists():
+                shutil.move(str(sub / "ncu"), str(dest))
+            ranks[str(r)] = m.get("ncu", {})
+            shutil.rmtree(sub, ignore_errors=True)
+            manifest["ncu"] = {**ranks["0"], "ranks": ranks, "nccl": NCCL_REASON,
+                               "mode": f"per rank: one ncu around one rank's worker under torchrun ({n} ranks)"}
+            write_manifest(run_dir, manifest)
+
+
+def _tp_command(ncu_cmd: list[str], worker: list[str], rank: int, n: int, where: Path) -> list[str]:
+    """torchrun with `n` ranks: rank `rank` runs `ncu_cmd` (ncu around the worker), the others `worker`."""
+    f = where / "launch.json"
+    f.write_text(json.dumps({"ncu_rank": rank, "ncu": ncu_cmd, "plain": worker}))
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+            "-m", "kernelbook", "_worker", "--mode", "tp-exec", "--params", str(f)]
+
+
+def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None) -> None:
     from ..analyze.ncu_metrics import kernel_table_by_position
 
     ncu_dir, info = run_dir / "ncu", manifest["ncu"]
@@ -87,6 +136,8 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     report = ncu_dir / "ncu"
     worker = worker_command(params_file, targets_file=targets)
     cmd = ncu_command(report, None, worker, params["clock_control"], params["cache_control"])
+    if wrap is not None:
+        cmd = wrap(cmd, worker)
     label = "+".join(s.phase for s in sels)
     say(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
         f"op calls for {len(reps)} kernels")
@@ -112,7 +163,8 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
         "processes": 1, "wall_s": wall, "expected_launches": len(exp), "results": n_results,
         "selected": len(selected), "results_per_selected": n_results / max(1, len(selected)),
         "op_calls_marked_by_worker": len(seen), "op_check": _op_check(reps, seen),
-        "command": " ".join("<report>" if c == str(report) else c for c in cmd[:len(cmd) - len(worker)])
+        "command": (" ".join("<report>" if c == str(report) else c for c in cmd[:len(cmd) - len(worker)])
+                    if wrap is None else "torchrun: ncu (as below) around one rank's worker, the others plain")
         + " python -m kernelbook _worker --mode ncu --targets ncu/targets.json",
     })
     for s in sels:

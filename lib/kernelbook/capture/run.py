@@ -57,11 +57,8 @@ def land(tmp: Path, out_dir: Path, manifest: dict, body, progress=None) -> Path:
     old = signal.signal(signal.SIGTERM, _sigterm) if _main_thread() else None
     try:
         body(stage)
-        # a body that finished but left a step out on purpose names it in `partial_reason`
-        manifest["status"] = "partial" if manifest.get("partial_reason") else "complete"
+        manifest["status"] = "complete"
         manifest.pop("reason", None)
-        if manifest.get("partial_reason"):
-            manifest["reason"] = manifest.pop("partial_reason")
     except BaseException as e:
         manifest["status"] = "partial"
         manifest["reason"] = f"{stage[0]}: {type(e).__name__}: {e}"
@@ -143,17 +140,16 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
             write_manifest(tmp, manifest)
             tp = params.get("tensor_parallel", 1) > 1
             steps = (["measure_peaks"] if params["measure_peaks"] else []) + ["timeline"] + (
-                ["ncu"] if params["ncu_top_n"] > 0 and not tp else [])
-            if tp and params["ncu_top_n"] > 0:
-                manifest["partial_reason"] = (
-                    "ncu: not run under tensor_parallel (ncu per rank is not built yet); the timeline of every "
-                    "rank is complete")
-                progress("ncu: left out under tensor_parallel (ncu per rank is not built yet)")
+                ["ncu"] if params["ncu_top_n"] > 0 else [])
             for name in steps:
                 stage[0] = name
                 progress(f"{name}: start")
                 t = time.perf_counter()
-                if name == "measure_peaks":
+                if name == "ncu" and tp:
+                    from .ncu_stage import tp_ncu_stage
+
+                    tp_ncu_stage(params, tmp, manifest)
+                elif name == "measure_peaks":
                     from ..measure import measure_peaks
 
                     manifest["measured_peaks"] = measure_peaks()
@@ -194,6 +190,8 @@ def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None):
     from .models import load_model
     from .workload import build_workload
 
+    if params.get("tensor_parallel", 1) > 1:
+        init_rank()
     t = time.perf_counter()
     loaded = load_model(params["model"], params["weights"], "cuda", params["dtype"], params["trust_remote_code"],
                         params.get("attn_implementation"), params.get("tensor_parallel", 1))
@@ -362,15 +360,23 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     return pd.concat(tls, ignore_index=True), pd.concat(phs, ignore_index=True), info
 
 
-def tp_rank_worker(params: dict, out: str) -> None:
-    """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>."""
+def init_rank() -> int:
+    """This torchrun rank's GPU (LOCAL_RANK) and the NCCL process group; returns the rank."""
     import torch
     import torch.distributed as dist
 
-    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     if not dist.is_initialized():
         dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return dist.get_rank()
+
+
+def tp_rank_worker(params: dict, out: str) -> None:
+    """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>."""
+    import torch.distributed as dist
+
+    rank = init_rank()
     d = Path(out) / f"rank{rank}"
     (d / "raw").mkdir(parents=True, exist_ok=True)
     say = (lambda msg: print(f"  [rank 0] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
@@ -428,7 +434,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStop()
         require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
-    if targets_file:
+    if targets_file and os.environ.get("KB_NCU_PLAIN_RANK") != "1":  # the profiled rank writes what it marked
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "

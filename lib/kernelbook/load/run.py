@@ -37,12 +37,17 @@ class Run:
         gpu = self.manifest.get("environment", {}).get("gpu", {})
         return gpu.get("name", "unknown") if isinstance(gpu, dict) else str(gpu)
 
+    @property
+    def ncu_dir(self) -> Path:
+        """This rank's ncu tables: ncu/ (rank 0, or a one-GPU run), ncu/rank<r>/ for another rank."""
+        return self.path / "ncu" if self.rank == 0 else self.path / "ncu" / f"rank{self.rank}"
+
     def ncu_kernels(self) -> pd.DataFrame | None:
-        p = self.path / "ncu" / "kernels.parquet"
+        p = self.ncu_dir / "kernels.parquet"
         return pd.read_parquet(p) if p.exists() else None
 
     def ncu_metrics(self) -> pd.DataFrame | None:
-        p = self.path / "ncu" / "metrics.parquet"
+        p = self.ncu_dir / "metrics.parquet"
         return pd.read_parquet(p) if p.exists() else None
 
 

@@ -79,6 +79,8 @@ def test_per_rank_split_and_the_comparison_with_one_gpu():
     assert d.loc[0, "transfer_ms_per_step"] == pytest.approx(d.loc[1, "transfer_ms_per_step"])
     assert d.loc[0, "wait_ms_per_step"] > 2 * d.loc[1, "wait_ms_per_step"]
     assert d.loc[0, "median_skew_us"] == 0 and d.loc[1, "median_skew_us"] > 50
+    # one stream: no rank's NCCL kernels add up to more than the span of its phase's kernels
+    assert (sec.ranks.nccl_ms_per_step <= sec.ranks.gpu_span_ms_per_step).all()
     a = sec.against.set_index("phase").loc["decode"]
     plain = (tp.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"],
              one.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"])
@@ -87,6 +89,9 @@ def test_per_rank_split_and_the_comparison_with_one_gpu():
     link = sec.link.set_index(["phase", "collective"]).loc[("decode", "AllReduce")]
     assert sec.link_gbps == 450 and link.link_time_us == pytest.approx(2560 / 450e9 * 1e6)
     assert link.transfer_over_link_time > 100  # latency, not bandwidth
+    # the link model: every decode collective's bytes per rank ÷ 450 GB/s, per step
+    per_step = (36 * 2560 + 129280) / 450e9 * 1e3
+    assert C.link_step_ms(sec) == pytest.approx(per_step) and C.link_step_ms(sec) < a.transfer_ms / 100
     cats = sec.categories
     comm = cats[(cats.category == "communication") & (cats.gpu_rank == 0)].iloc[0]
     assert comm.one_gpu_ms == 0 and comm.tp_ms == pytest.approx(d.loc[0, "nccl_ms_per_step"])

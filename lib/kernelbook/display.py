@@ -107,6 +107,7 @@ COLUMNS: dict[str, Col] = {
     "nccl_pct_of_kernel_time": Col("NCCL % of kernel time", "pct"),
     "wall_ms_per_step": Col("Wall per step", "ms"),
     "median_skew_us": Col("Median launch skew", "us"),
+    "gpu_span_ms_per_step": Col("GPU span per step", "ms"),
     "payload_bytes": Col("Payload", "bytes"),
     "bus_bytes": Col("Bytes sent per rank", "bytes"),
     "link_time_us": Col("At link bandwidth", "us"),

@@ -79,19 +79,21 @@ def collectives(ranks_timeline: pd.DataFrame) -> pd.DataFrame:
 
 def per_rank(coll: pd.DataFrame, ranks_timeline: pd.DataFrame, ranks_phases: pd.DataFrame) -> pd.DataFrame:
     """Per rank and phase, per step: collectives, NCCL kernel ms, its transfer and wait ms, NCCL share of
-    the rank's kernel time, wall ms, and the median launch skew (µs)."""
+    the rank's kernel time, GPU span ms (the phase's first kernel start to its last kernel end, ÷ steps:
+    kernels attributed to a step by their launch run past its host range while the rank waits), and the
+    median launch skew (µs)."""
     k = ranks_timeline[ranks_timeline.kind == "kernel"]
     rows = []
     for (rank, ph), c in coll.groupby(["rank", "phase"]):
         steps = max(1, ranks_phases[(ranks_phases["rank"] == rank) & (ranks_phases.phase == ph)].step.nunique())
-        kt = k[(k["rank"] == rank) & (k.phase == ph)].duration_ns.sum()
-        p = ranks_phases[(ranks_phases["rank"] == rank) & (ranks_phases.phase == ph)]
+        kp = k[(k["rank"] == rank) & (k.phase == ph)]
+        kt = kp.duration_ns.sum()
         rows.append({"gpu_rank": rank, "phase": ph, "steps": steps, "collectives_per_step": len(c) / steps,
                      "nccl_ms_per_step": c.duration_ns.sum() / steps / 1e6,
                      "transfer_ms_per_step": c.transfer_ns.sum() / steps / 1e6,
                      "wait_ms_per_step": c.wait_ns.sum() / steps / 1e6,
                      "nccl_pct_of_kernel_time": 100 * c.duration_ns.sum() / kt if kt else np.nan,
-                     "wall_ms_per_step": p.duration_ns.sum() / steps / 1e6,
+                     "gpu_span_ms_per_step": (kp.end_ns.max() - kp.start_ns.min()) / steps / 1e6,
                      "median_skew_us": c.skew_ns.median() / 1e3})
     return pd.DataFrame(rows)
 
@@ -113,6 +115,16 @@ def link_check(coll: pd.DataFrame, n: int, link_gbps: float | None) -> pd.DataFr
     if len(out):
         out["transfer_over_link_time"] = out.transfer_us / out.link_time_us
     return out
+
+
+def link_step_ms(sec) -> float:
+    """The link model's collective time per decode step: every collective's bytes per rank ÷ the link's
+    datasheet bandwidth (NaN without a bandwidth in devices.yaml)."""
+    if not sec.link_gbps:
+        return np.nan
+    c = sec.coll[(sec.coll.phase == "decode") & (sec.coll["rank"] == sec.coll["rank"].min())]
+    bus = (c.payload_bytes * c.collective.map(lambda x: bus_factor(x, sec.n))).sum()
+    return bus / (sec.link_gbps * 1e9) * 1e3 / max(1, c.step.nunique())
 
 
 def against_one_gpu(tp_run, one_run) -> pd.DataFrame:
@@ -230,4 +242,11 @@ def prose(sec: Section | None, one_run_id: str = "") -> str:
             out.append(tr("Against the same model on one GPU ({run}): decode takes {x:.2f}× the time per token "
                           "({tp:.2f} ms against {one:.2f} ms, {basis}).", run=one_run_id, x=a.tp_over_one_gpu,
                           tp=a.tp_ms, one=a.one_gpu_ms, basis=tr(a.basis)))
+            link = link_step_ms(sec)
+            if link == link:
+                out.append(tr("The link model (bytes ÷ the datasheet bandwidth) predicts {p:.4f} ms of collective time "
+                              "per decode step; the paired kernels measure {t:.3f} ms of transfer and up to {w:.2f} "
+                              "ms of wait: the cost of tensor parallelism here is the ranks' launch skew and each "
+                              "collective's fixed latency, which a bandwidth model does not see.", p=link,
+                              t=a.transfer_ms, w=a.wait_ms_max))
     return "\n\n".join(out)

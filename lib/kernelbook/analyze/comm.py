@@ -131,9 +131,12 @@ def against_one_gpu(tp_run, one_run) -> pd.DataFrame:
     """Decode and prefill of the TP run (every rank) beside the one-GPU twin: wall ms per token (the plain
     calls' phase timings where both captures have them, else the profiled pass), the ratio, and per token
     the TP ranks' NCCL transfer and wait."""
-    def plain(run, ph):
-        p = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get(ph)
-        return p["ms_per_step"] if p else None
+    from .summary import plain_ms_per_step as plain
+    from .timeline import phase_summary
+
+    def profiled(run, ph):
+        s = phase_summary(run.timeline, run.phases).set_index("phase").loc[ph]
+        return s.wall_ms / max(1, s.steps)
 
     coll = collectives(tp_run.ranks_timeline)
     pr = per_rank(coll, tp_run.ranks_timeline, tp_run.ranks_phases).set_index(["gpu_rank", "phase"])
@@ -144,8 +147,7 @@ def against_one_gpu(tp_run, one_run) -> pd.DataFrame:
         basis = "plain runs"
         if one is None or tp is None:
             basis = "profiled pass"
-            one = _profiled_ms(one_run.phases, ph)
-            tp = _profiled_ms(tp_run.phases, ph)
+            one, tp = profiled(one_run, ph), profiled(tp_run, ph)
         row = {"phase": ph, "unit": "ms/token" if ph == "decode" else "ms/call", "basis": basis,
                "one_gpu_ms": one / b, "tp_ms": tp / b, "tp_over_one_gpu": tp / one}
         here = [r for r in tp_run.ranks if (r, ph) in pr.index]
@@ -154,11 +156,6 @@ def against_one_gpu(tp_run, one_run) -> pd.DataFrame:
             row["wait_ms_max"] = max(pr.loc[(r, ph), "wait_ms_per_step"] for r in here) / b
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _profiled_ms(phases: pd.DataFrame, ph: str) -> float:
-    p = phases[phases.phase == ph]
-    return p.duration_ns.sum() / max(1, p.step.nunique()) / 1e6
 
 
 def category_deltas(tp_run, one_run, phase: str = "decode") -> pd.DataFrame:

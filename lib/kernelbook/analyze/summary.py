@@ -173,7 +173,7 @@ def lever(changed: dict) -> Lever:
     return Lever("; ".join(label), design, batch)
 
 
-def _plain(run, phase: str) -> float | None:
+def plain_ms_per_step(run, phase: str) -> float | None:
     """Plain (unprofiled) wall ms per step of `phase`, when the capture timed it (`plain_phases`)."""
     p = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get(phase)
     return p["ms_per_step"] if p else None
@@ -206,11 +206,11 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
         for ph, unit in (("decode", "ms/token"), ("prefill", "ms/call")):
             if ph not in base_m.index or ph not in vm.index:
                 continue
-            plain = _plain(base_run, ph) is not None and _plain(run, ph) is not None
+            plain = plain_ms_per_step(base_run, ph) is not None and plain_ms_per_step(run, ph) is not None
             scale = None if plain else 1.0
             per = (lambda x, b: x / b) if ph == "decode" else (lambda x, b: x)
-            base_ms = per(_plain(base_run, ph) if plain else base_m.loc[ph, "wall_ms_per_step"], bb)
-            var_ms = per(_plain(run, ph) if plain else vm.loc[ph, "wall_ms_per_step"], vb)
+            base_ms = per(plain_ms_per_step(base_run, ph) if plain else base_m.loc[ph, "wall_ms_per_step"], bb)
+            var_ms = per(plain_ms_per_step(run, ph) if plain else vm.loc[ph, "wall_ms_per_step"], vb)
             if lv.design is not None and (ph == "decode" or lv.batch > 1):
                 # the graph lever applies to the decode step only (prefill stays eager in the variant);
                 # the model's own baseline replay is the reference, so its bias cancels in the ratio

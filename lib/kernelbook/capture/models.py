@@ -167,10 +167,7 @@ def load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat1
         spec = model_spec(model, weights, trust_remote_code)
         m = build_random(spec.config, device, dtype, attn_implementation)
         return LoadedModel(m, spec.processor, "random", _count(m), spec.kind)
-    if tp_size > 1 and (source is None or weights == "random"):
-        raise ValueError("tensor_parallel needs a checkpoint to shard (weights: pretrained or a path); random "
-                         "weights are built on one GPU. Make one with `python bench/make_checkpoint.py "
-                         "deepseek-ocr2-decoder <dir>` and give model: <dir>, weights: pretrained")
+    # tp_size > 1 reaches here only with a checkpoint: params.validate refuses it with random weights
     return _from_pretrained(source, device, dtype, trust_remote_code, attn_implementation, tp_size)
 
 

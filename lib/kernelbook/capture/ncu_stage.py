@@ -14,7 +14,7 @@ import pandas as pd
 
 from .ncu import (NcuError, NcuStopped, expected_launches, ncu_command, representative_launches, run_ncu,
                   select_kernels, targets_json, worker_command)
-from .run import PARQUET, write_manifest
+from .run import PARQUET, torchrun_worker, write_manifest
 
 
 def _say(msg: str) -> None:
@@ -88,12 +88,10 @@ def tp_ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
     the rank's own top kernels selected from its timeline, NCCL kernels left out (NCCL_REASON). Rank 0's
     tables land in ncu/ as in a one-GPU run, rank r's in ncu/rank<r>/; the hang guard is run_ncu's time
     limit, which ends ncu, torchrun and every rank by process group."""
-    import os
     import shutil
 
     from ..analyze.kernels import is_nccl
 
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     timeline = pd.read_parquet(run_dir / "timeline.parquet")
     n = params["tensor_parallel"]
     ranks = {}
@@ -121,8 +119,7 @@ def _tp_command(ncu_cmd: list[str], worker: list[str], rank: int, n: int, where:
     """torchrun with `n` ranks: rank `rank` runs `ncu_cmd` (ncu around the worker), the others `worker`."""
     f = where / "launch.json"
     f.write_text(json.dumps({"ncu_rank": rank, "ncu": ncu_cmd, "plain": worker}))
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-            "-m", "kernelbook", "_worker", "--mode", "tp-exec", "--params", str(f)]
+    return torchrun_worker(n, "--mode", "tp-exec", "--params", str(f))
 
 
 def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None) -> None:

@@ -337,10 +337,8 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     raw = run_dir / "raw"
     pfile = raw / "tp-params.json"
     pfile.write_text(json.dumps(params))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-           "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "tp-timeline", "--out", str(raw)]
-    # NVLink multicast (NVLS) off: its buffers fail to register on shared machines
-    env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
+    cmd = torchrun_worker(n, "--params", str(pfile), "--mode", "tp-timeline", "--out", str(raw))
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
     progress(f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
     t = time.perf_counter()
     proc = subprocess.run(cmd, env=env)
@@ -360,6 +358,12 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     return pd.concat(tls, ignore_index=True), pd.concat(phs, ignore_index=True), info
 
 
+def torchrun_worker(n: int, *args: str) -> list[str]:
+    """`python -m kernelbook _worker ARGS` on `n` ranks of one machine, one GPU each (torchrun)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+            "-m", "kernelbook", "_worker", *args]
+
+
 def init_rank() -> int:
     """This torchrun rank's GPU (LOCAL_RANK) and the NCCL process group; returns the rank."""
     import torch
@@ -367,6 +371,8 @@ def init_rank() -> int:
 
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
+    # NVLink multicast (NVLS) off: its buffers fail to register on shared machines
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     if not dist.is_initialized():
         dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     return dist.get_rank()

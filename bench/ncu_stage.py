@@ -5,6 +5,8 @@ each configuration `<selection>:<cache control>[:<top-n>]`: selection `position`
 each selected kernel's op call, one ncu process for all phases) or `name` (the earlier --kernel-name
 filter, one process per phase; forced by dropping the timeline's op numbering), cache control `all`
 or `none`.
+Each row also holds the seconds before each profiled launch's `==PROF==` line (`launch_s`; the first
+includes ncu's start, the model build and the warmup).
 Usage: python bench/ncu_stage.py data/runs/<run-id> position:all name:all position:none
        → bench/out/ncu_stage.json (rewritten after each configuration)
 """
@@ -42,8 +44,14 @@ def main(run: str, *configs: str) -> None:
                 params["ncu_top_n"] = int(top[0])
             manifest = {"params": params}
             t = time.perf_counter()
+            stamps: list[float] = []  # when each profiled launch's ==PROF== line came (seconds into the stage)
+
+            def say(line: str) -> None:
+                if " launches, " in line:
+                    stamps.append(time.perf_counter() - t)
+                print(line, file=sys.stderr, flush=True)
             try:
-                ncu_stage(params, d, manifest)
+                ncu_stage(params, d, manifest, say=say)
             except NcuError as e:
                 print(f"{cfg}: {e}", flush=True)
             wall = time.perf_counter() - t
@@ -57,9 +65,14 @@ def main(run: str, *configs: str) -> None:
                               for p, v in info["phases"].items()},
                    "missed": k.loc[k.status != "profiled", ["phase", "kernel_id", "name", "status"]]
                    .assign(name=lambda x: x["name"].str.slice(0, 120)).to_dict("records"),
-                   "op_check": info.get("op_check"),
+                   "op_check": info.get("op_check"), "worker_ran": info.get("worker"),
                    "worker": [ln for ln in (d / "ncu" / "ncu.log").read_text().splitlines()
                               if "kernelbook worker done" in ln] if (d / "ncu" / "ncu.log").exists() else []}
+            if (d / "ncu" / "launches.parquet").exists():  # what each launch cost: the gap before its line
+                la = pd.read_parquet(d / "ncu" / "launches.parquet")
+                gaps = [b - a for a, b in zip([0.0, *stamps], stamps)]
+                row["launch_s"] = [{"phase": r.phase, "op": r.op, "name": r.name[:80], "grid": r.grid,
+                                    "s": round(g, 2)} for r, g in zip(la.itertuples(), gaps)]
             if res is not None and "dram_bytes" in k:
                 row["dram_bytes"] = k[["phase", "kernel_id", "dram_bytes"]].to_dict("records")
             rows.append(row)

@@ -225,6 +225,36 @@ def test_op_calls_are_numbered_the_same_in_the_record_pass_and_the_ncu_worker(ti
     assert all(seen[c] == recorded[c] for c in seen), {c: (seen[c], recorded[c]) for c in seen}
 
 
+def test_ncu_worker_runs_lead_up_decode_steps_without_cudnn_attention(tiny_ocr2):
+    """The ncu worker's decode steps that only lead up to a profiled one run SDPA without cuDNN (each KV length
+    would load cuDNN kernels of its own, and ncu's cost per profiled launch grows with loaded modules); the
+    prefill and every profiled step run with the flag as it was, the flag is restored at the end, and the
+    op calls the worker marks are the ones it marks without the switch."""
+    import torch
+
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 6}, "cpu")
+    targets = {("prefill", 0): {1}, ("decode", 2): {0, 3}, ("decode", 4): {2}}
+    seen = {}
+    for lead_up in (False, True):
+        worker = PhaseTracker(lm.model, nvtx=False, record=False, op_targets=targets,
+                              cudnn_free_prefix=lead_up).install()
+        flags = []
+        hook = lm.model.register_forward_pre_hook(lambda m, a: flags.append(torch.backends.cuda.cudnn_sdp_enabled()))
+        before = torch.backends.cuda.cudnn_sdp_enabled()
+        worker.start()
+        wl.generate()
+        worker.stop()
+        worker.remove()
+        hook.remove()
+        seen[lead_up] = worker.op_seen
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    # steps: prefill 0, decode 1..5; lead-ups are decode 1 and 3 (before the last profiled step 4, not profiled)
+    assert flags == [before, False, before, False, before, before]
+    assert worker.cudnn_free_steps == 2
+    assert seen[True] == seen[False] and len(seen[True]) == 4
+
+
 def test_attention_implementation_is_a_capture_parameter(tiny_ocr2):
     """`attn_implementation: eager` builds the language model with eager attention: its decode then runs
     matmul + softmax, and no SDPA op at all."""

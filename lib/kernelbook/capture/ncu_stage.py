@@ -155,6 +155,8 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     seen_file = targets.with_suffix(".seen.json")
     seen = pd.DataFrame(json.loads(seen_file.read_text())) if seen_file.exists() else pd.DataFrame()
     n_results = 0 if results is None else len(results)
+    ran = targets.with_suffix(".worker.json")  # how the worker ran the workload (see capture.run.worker)
+    info.update({"worker": json.loads(ran.read_text())} if ran.exists() else {})
     info.update({
         "mode": "by position: NVTX range around each selected kernel's op call, no name filter",
         "processes": 1, "wall_s": wall, "expected_launches": len(exp), "results": n_results,

@@ -77,6 +77,11 @@ class PhaseTracker:
     calls: int = 0
     vision_calls: int = 0  # vision-module forwards marked since `start` (0 on an image model = no vision work)
     clock: list | None = None  # plain timing: (phase, step, start s, end s) per range, GPU synchronized at its end
+    # ncu mode by op call: decode steps before the last profiled one that are not profiled themselves run
+    # SDPA without cuDNN (see `_attention_for`); how many did
+    cudnn_free_prefix: bool = False
+    cudnn_free_steps: int = 0
+    _cudnn_sdp: bool | None = None
     _stack: list = field(default_factory=list)
     _handles: list = field(default_factory=list)
     _op_counts: dict = field(default_factory=dict)
@@ -106,6 +111,7 @@ class PhaseTracker:
         self.vision_calls = 0
         self._op_counts = {}
         self.op_seen = []
+        self.cudnn_free_steps = 0
         self.active = True
         if self.op_record or self.op_targets:
             from .opindex import OpNumbering
@@ -115,6 +121,11 @@ class PhaseTracker:
 
     def stop(self) -> None:
         self.active = False
+        if self._cudnn_sdp is not None:
+            import torch
+
+            torch.backends.cuda.enable_cudnn_sdp(self._cudnn_sdp)
+            self._cudnn_sdp = None
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
@@ -178,12 +189,30 @@ class PhaseTracker:
         if not self.active:
             return
         phase = "prefill" if self.calls == 0 else "decode"
+        if self.cudnn_free_prefix and self.op_targets:
+            self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)
         self.calls += 1
 
     def _top_post(self, module, args, output):
         if self._stack and self._stack[-1].owner is module:
             self._pop()
+
+    def _attention_for(self, phase: str, step: int) -> None:
+        """cuDNN's SDPA builds a graph, with kernels compiled for it, for every KV length, so each decode step
+        loads modules of its own; ncu's cost per profiled launch grows with the modules the process holds
+        (bench/ncu_floor.py, H100: 0.5 s per launch before a generate, 4.8 s after a 64-token one, 0.7 s when
+        attention did not use cuDNN). Decode steps that only lead up to a profiled one therefore run SDPA's
+        other backends; a profiled step runs as the timeline's did (the ncu stage checks its op calls and
+        kernels launch for launch). The steps' results differ only in rounding, their shapes not at all."""
+        import torch
+
+        if self._cudnn_sdp is None:
+            self._cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
+        last = max((st for ph, st in self.op_targets if ph == "decode"), default=-1)
+        lead_up = phase == "decode" and step < last and (phase, step) not in self.op_targets
+        self.cudnn_free_steps += lead_up
+        torch.backends.cuda.enable_cudnn_sdp(self._cudnn_sdp and not lead_up)
 
     def _vision_pre(self, module, args):
         # one range per outermost vision forward (a vision module called inside another is part of it);

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -183,8 +184,10 @@ def pick_backend(choice: str) -> tuple[str, str]:
     return ("nsys", f"auto: {why}") if ok else ("torch", f"auto: nsys unusable ({why})")
 
 
-def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None):
-    """Model + workload + phase hooks, warmed up. Returns (workload, tracker, load_s)."""
+def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None, warmup_tokens: int | None = None,
+            cudnn_free_prefix: bool = False):
+    """Model + workload + phase hooks, warmed up (`params["warmup"]` generate calls, of `warmup_tokens` new
+    tokens each when given). Returns (workload, tracker, load_s)."""
     import torch
 
     from .models import load_model
@@ -199,9 +202,11 @@ def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None):
     torch.cuda.synchronize()
     load_s = time.perf_counter() - t
     tracker = PhaseTracker(loaded.model, nvtx=nvtx, record=ncu_target is None and op_targets is None,
-                           ncu_target=ncu_target, op_targets=op_targets).install()
+                           ncu_target=ncu_target, op_targets=op_targets, cudnn_free_prefix=cudnn_free_prefix).install()
+    warm = wl if warmup_tokens is None else replace(
+        wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": warmup_tokens, "min_new_tokens": warmup_tokens})
     for _ in range(params["warmup"]):
-        wl.generate()
+        warm.generate()
     torch.cuda.synchronize()
     return wl, tracker, load_s
 
@@ -413,7 +418,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
     ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it."""
     import torch
 
-    ncu_target = op_targets = None
+    ncu_target = op_targets = warmup_tokens = None
     if targets_file:
         raw = json.loads(Path(targets_file).read_text())
         op_targets = {(k.split(":")[0], int(k.split(":")[1])): set(v) for k, v in raw.items()}
@@ -423,6 +428,11 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         only_decode = all(ph == "decode" for ph, _ in op_targets)
         params = {**params, "max_new_tokens": max(decode_steps, default=0) + 1,
                   "warmup": 0 if only_decode else params["warmup"]}
+        # A prefill target is warmed up by a one-token generate (the prefill alone), not a whole one: every
+        # decode length loads cuDNN attention kernels of its own, and ncu's cost per profiled launch grows
+        # with the modules a process has loaded (bench/ncu_floor.py, H100: 0.5 s per launch before a
+        # generate, 4.8 s after a 64-token one, 0.7 s when attention did not use cuDNN).
+        warmup_tokens = 1
     elif target:
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
@@ -431,8 +441,12 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
             # (bench/kernel_choice.py), the step launches the timeline's kernels in the timeline's order.
             params = {**params, "max_new_tokens": int(step) + 1, "warmup": 0}
     t = time.perf_counter()
-    wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets)
-    mem = torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30
+    # not under CUDA graphs (static cache): a changed SDPA flag would make torch.compile build the step anew
+    lead_up = op_targets is not None and params.get("cache_implementation", "dynamic") != "static"
+    wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
+                                  warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
+    mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
+           torch.cuda.memory_stats().get("segment.all.current", 0))
     ready = time.perf_counter() - t
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStart()
@@ -443,9 +457,12 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
     if targets_file and os.environ.get("KB_NCU_PLAIN_RANK") != "1":  # the profiled rank writes what it marked
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
+        Path(targets_file).with_suffix(".worker.json").write_text(json.dumps({
+            "warmup_generates": params["warmup"], "warmup_tokens": warmup_tokens,
+            "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps}))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
-          f"{mem[1]:.1f} GiB reserved; peak {torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved",
+          f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; peak {torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved",
           file=sys.stderr)
 
 

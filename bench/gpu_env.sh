@@ -1,6 +1,7 @@
-# Source on a GPU machine (repo root): installs the carried wheels (bench/gpu_wheels.sh) into /tmp/site.
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "installing .whl/*.whl failed: run bench/gpu_wheels.sh on the machine with registry access"; return 1; }
+# Source on a GPU machine (repo root): installs the carried wheels (bench/gpu_wheels.sh; the folder $KB_WHEELS,
+# .whl by default) into /tmp/site.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${KB_WHEELS:-.whl}/*.whl \
+  || { echo "installing ${KB_WHEELS:-.whl}/*.whl failed: run bench/gpu_wheels.sh on the machine with registry access"; return 1; }
 export PYTHONPATH=/tmp/site:$PWD/lib${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # data files of the wheels (nbconvert's templates, the widget and plotly extensions) land under /tmp/site/share
 export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH} PATH=/tmp/site/bin:$PATH

@@ -101,6 +101,17 @@ def test_a_point_above_its_roof_is_flagged_with_a_cause(run, k, roofs):
     assert padded.likely_cause.str.contains("pads the small dimension").all()
 
 
+def test_fidelity_shows_the_shapes_of_the_launch_ncu_profiled(run, k):
+    """A decode attention's KV length grows by one per step: chapter 02's fidelity table shows the shapes of
+    the launch ncu profiled (its step), not of the configuration's first or most common launch."""
+    from kernelbook.analyze.ncu_report import fidelity
+
+    fid = fidelity(k, run.timeline).set_index("kernel_id")
+    att = k.set_index("kernel_id").loc["d008"]  # cuDNN SDPA, decode
+    kv = run.manifest["timeline_info"]["inputs"]["prompt_tokens"] + int(att.profiled_step)
+    assert fid.loc["d008", "op_shapes"].split(";")[1] == f"1x10x{kv}x128"
+
+
 def test_histograms_weight_by_time_share(k):
     d = k[k.phase == "decode"]
     h = H.histogram_table(d)

@@ -10,14 +10,17 @@ from kernelbook.params import CAPTURE, SCHEMA
 
 
 def test_engineering_prefixes_with_three_significant_digits(run):
-    k = run.ncu_kernels().set_index("kernel_id")
-    # raw cells of the bundled run: p000's achieved FLOP/s (348,161,503,333,333, the prefill MoE grouped
-    # GEMM) and the H200 bf16 roof
-    assert D.cell(k.loc["p000", "flops_per_s"], "flop_per_s") == "348 TFLOP/s"
+    # raw cells of a bundled-run capture (as literals: a re-capture changes the run's last digits):
+    # p000's achieved FLOP/s (the prefill MoE grouped GEMM), the H200 bf16 roof, the lm_head GEMV's DRAM
+    # bytes (the 129280 x 1280 bf16 matrix) and d000's duration
+    assert D.cell(348_161_503_333_333, "flop_per_s") == "348 TFLOP/s"
     assert D.eng(989_400_000_000_000, "FLOP/s") == "989 TFLOP/s"
-    # the lm_head GEMV's DRAM bytes, 333,709,312 (the 129280 x 1280 bf16 matrix), and d000's 5,920 ns
-    assert D.cell(k.loc["d004", "dram_bytes"], "bytes") == "334 MB"
-    assert D.cell(k.loc["d000", "duration_ns"], "ns") == "5.92 µs"
+    assert D.cell(333_709_312.0, "bytes") == "334 MB"
+    assert D.cell(5_920.0, "ns") == "5.92 µs"
+    # the same cells of the run as it is now keep three significant digits and their unit
+    k = run.ncu_kernels().set_index("kernel_id")
+    assert D.cell(k.loc["p000", "flops_per_s"], "flop_per_s").endswith(" TFLOP/s")
+    assert len(D.cell(k.loc["p000", "flops_per_s"], "flop_per_s").split()[0].replace(".", "")) == 3
     assert D.cell(960e-3, "us") == "960 ns" and D.cell(1348.0, "ms") == "1.35 s"
     assert D.eng(999_700, "B") == "1.00 MB" and D.sig(9.996) == "10.0" and D.sig(0.00745) == "0.00745"
     assert D.count(45675) == "45,675" and D.count(2_647_654_400) == "2.65 G"

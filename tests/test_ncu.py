@@ -1,4 +1,6 @@
 """The ncu reader on a real report (3 decode kernels, H200, ncu 2025.3.1) and the derived columns."""
+import json
+
 import pandas as pd
 import pytest
 
@@ -261,3 +263,21 @@ def test_chapters_say_what_cache_control_none_distorts(run):
     for ch, what in (("03", "L2 hit histograms"), ("04", "DRAM-level roofline point"), ("05", "memory-bound")):
         note = cache_control_note(none, ch)
         assert "--cache-control none" in note and what in note and "cache_control: all" in note
+
+
+def test_chapter_02_says_how_the_ncu_worker_ran(run):
+    """The bundled run's ncu account names the worker's one-token warmup and the decode steps that led up to a
+    profiled one without cuDNN attention, as the worker recorded them (manifest ncu.worker)."""
+    from kernelbook.analyze.provenance import ncu_account
+
+    w = run.manifest["ncu"]["worker"]
+    assert w["warmup_tokens"] == 1 and w["cudnn_free_decode_steps"] > 0
+    # the lead-up steps are the decode steps before the last profiled one, less the profiled ones
+    steps = {int(k.split(":")[1]) for k in json.loads((run.path / "ncu" / "targets.json").read_text())
+             if k.startswith("decode:")}
+    assert w["cudnn_free_decode_steps"] == max(steps) - 1 - len(steps - {max(steps)})
+    assert w["max_new_tokens"] == max(steps) + 1
+    acc = ncu_account(run.manifest).set_index("item")["value"]
+    assert acc["ncu worker"] == (f"1 warmup generate of 1 token; {w['max_new_tokens']} new tokens; "
+                                 f"{w['cudnn_free_decode_steps']} decode steps that lead up to a profiled one "
+                                 "ran attention without cuDNN")

@@ -144,16 +144,23 @@ def test_each_variant_changed_one_capture_parameter(runs, path, label, changed):
 
 def test_batch8_predicted_against_measured(runs):
     """Batch 8 runs 8 prompts per call: the model scales the work by 8 on the baseline's kernels and keeps the
-    launches; per token (decode) it predicts 8 tokens a step for a little more than one step's time."""
+    launches; per token (decode) it predicts 8 tokens a step. The two runs were captured in one call on one
+    machine (bench/gpu_book_variants.sh), so both timed plain calls per phase and the gains are of plain runs;
+    the chapter states each error against the 25 % target, whichever side it falls."""
     base, _, tb, _, gpu, _ = runs
     var = load_run(BATCH8)
     rows = S.variant_rows(tb, gpu, base, [(var, W.for_run(var)[0])]).set_index("phase")
-    batched = W.predict(tb, gpu, host_scale=1.0, batch=8).set_index("phase")
+    assert (rows.basis == "plain runs").all()
+    batched = W.predict(tb, gpu, batch=8, host_scale=None).set_index("phase")  # host gaps as in a plain run
     assert rows.loc["decode", "predicted_ms"] == pytest.approx(batched.loc["decode", "wall_ms_per_step"] / 8)
-    for ph in ("decode", "prefill"):
-        assert abs(rows.loc[ph, "gain_error_pct"]) <= S.TARGET_PCT, rows.loc[ph].to_dict()
-    sb, sv = (D.phases(base, var).set_index("phase").loc["decode", c] for c in ("wall_ms_per_step_a", "wall_ms_per_step_b"))
-    assert rows.loc["decode", "measured_gain"] == pytest.approx(8 * sb / sv)  # per token: 8 tokens a step
+    plain = {ph: (S.plain_ms_per_step(base, ph), S.plain_ms_per_step(var, ph)) for ph in ("decode", "prefill")}
+    assert rows.loc["decode", "measured_gain"] == pytest.approx(8 * plain["decode"][0] / plain["decode"][1])
+    assert rows.loc["prefill", "measured_gain"] == pytest.approx(plain["prefill"][0] / plain["prefill"][1])
+    assert abs(rows.loc["prefill", "gain_error_pct"]) <= S.TARGET_PCT, rows.loc["prefill"].to_dict()
+    prose = S.variants_prose(rows.reset_index(), {})
+    for x in rows.itertuples():
+        side = "within" if abs(x.gain_error_pct) <= S.TARGET_PCT else "outside"
+        assert f"({x.gain_error_pct:+.0f} %, {side} the 25 % target)" in prose, prose
 
 
 def test_eager_attention_is_measured_and_says_why_it_is_not_predicted(runs):

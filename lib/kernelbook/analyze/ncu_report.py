@@ -64,7 +64,8 @@ def expected_gemm_flops(op_shapes: str | None) -> float:
 
 def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, phase_col: str = "phase") -> pd.DataFrame:
     """Per profiled kernel: ncu duration ÷ timeline median of the same launch configuration, and for
-    GEMM/GEMV kernels tensor FLOPs ÷ 2·M·N·K from the aten shapes of that configuration."""
+    GEMM/GEMV kernels tensor FLOPs ÷ 2·M·N·K from the aten shapes of the profiled launch (kernels'
+    `profiled_step` and `op_index`, when the run has them), else the configuration's most common."""
     ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
     kernels = kernels.drop(columns=[c for c in ("friendly_name", "category") if c in kernels]).join(ident, on="name")
     rows = []
@@ -72,7 +73,13 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, phase_col: str = "ph
         tl = timeline[(timeline.name == k["name"]) & (timeline.phase == k[phase_col])]
         same = tl[(tl.grid.map(_dim3) == _dim3(k.get("grid"))) & (tl.block.map(_dim3) == _dim3(k.get("block")))]
         ref = same if len(same) else tl
-        shapes = ref.op_shapes.dropna().mode()
+        # the shapes of the launch ncu profiled (a decode attention's KV length grows with the step), else
+        # the configuration's most common
+        step, op_index = k.get("profiled_step"), k.get("op_index")
+        at = ref[ref.step == step] if pd.notna(step) and "step" in ref else ref.iloc[:0]
+        if pd.notna(op_index) and "op_index" in at:
+            at = at[at.op_index == op_index]
+        shapes = at.op_shapes.dropna() if at.op_shapes.notna().any() else ref.op_shapes.dropna().mode()
         shp = shapes.iloc[0] if len(shapes) else None
         expect = expected_gemm_flops(shp) if k.get("category") in ("GEMM", "GEMV") or (
             isinstance(k.get("name"), str) and "nvjet" in k["name"]) else np.nan

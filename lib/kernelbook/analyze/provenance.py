@@ -85,6 +85,7 @@ def ncu_account(manifest: dict) -> pd.DataFrame:
                                           expected=n.get("expected_launches")) if results is not None else None),
              (tr("per selected kernel"), f"{n['results_per_selected']:.2f}" if n.get("results_per_selected")
               else None),
+             (tr("ncu worker"), _worker(n["worker"]) if n.get("worker") else None),
              (tr("ncu wall time"), _s(wall)),
              (tr("per profiled launch"), _s(wall / results) if results else None)]
     for ph, v in n.get("phases", {}).items():
@@ -92,6 +93,16 @@ def ncu_account(manifest: dict) -> pd.DataFrame:
                       tr("{profiled}/{selected} (step {step})", profiled=v.get("profiled"), selected=v.get("selected"),
                          step=v.get("step")) + (f"; {v['error']}" if v.get("error") else "")))
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
+
+
+def _worker(w: dict) -> str:
+    """How the ncu worker ran the workload (capture.run.worker): its warmup and the decode steps that led up
+    to a profiled one without cuDNN attention (ncu's cost per launch grows with the modules loaded)."""
+    warm = (tr("{n} warmup generate of {tokens} token", n=w["warmup_generates"], tokens=w["warmup_tokens"])
+            if w.get("warmup_generates") and w.get("warmup_tokens") else
+            tr("{n} warmup generate", n=w.get("warmup_generates") or 0))
+    return warm + tr("; {new} new tokens; {steps} decode steps that lead up to a profiled one ran attention "
+                     "without cuDNN", new=w.get("max_new_tokens"), steps=w.get("cudnn_free_decode_steps", 0))
 
 
 def _s(v) -> str | None:

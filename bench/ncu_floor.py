@@ -1,10 +1,12 @@
-"""What one profiled launch costs under ncu in a bare torch process, and what makes it grow (GPU machine).
+"""What one profiled launch costs under ncu in a torch process, and what makes it grow (GPU machine).
 
 Each variant is one ncu process (kernelbook's own command line, `capture.ncu.ncu_command`) around a
-small worker: it takes `gib` GiB of device memory in `pieces` tensors and writes it, warms a bf16 matmul up, then launches
-it `n` times inside the NVTX target range, so ncu profiles exactly those `n` launches. The seconds
-between consecutive `==PROF==` lines are the cost of one profiled launch; the variants change one
-thing each (sections, footprint, matrix size, cache control) against `full`.
+small worker: it takes `gib` GiB of device memory in `pieces` tensors and writes it, optionally builds the
+bundled run's model (and generates with it), warms a bf16 matmul up, then launches it `n` times inside the
+NVTX target range, so ncu profiles exactly those `n` launches. The seconds between consecutive `==PROF==`
+lines are the cost of one profiled launch; each variant changes one thing against `full`.
+Measured on an H100 (bench/measured/ncu_floor_h100.json): the cost follows the modules the process has
+loaded, not its memory; cuDNN's SDPA loads kernels for every KV length.
 Usage: python bench/ncu_floor.py [variant ...]   → bench/out/ncu_floor.json
 """
 from __future__ import annotations
@@ -33,7 +35,8 @@ VARIANTS = {
     "full-cache-none": {"cache": "none"},
     # the footprint in 600 tensors of ~10 MiB: each its own cudaMalloc segment, as a model's weights are
     "full-6gib-600": {"gib": 6, "pieces": 600},
-    "full-6gib-600-expandable": {"gib": 6, "pieces": 600, "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}},
+    "full-6gib-600-expandable": {"gib": 6, "pieces": 600,
+                                 "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}},
     # cuDNN attention, sort, topk and cuBLASLt run once before: more libraries and modules loaded
     "full-libs": {"libs": True},
     # the bundled run's model and inputs built first (kernelbook's `prepare`), then with one generate too
@@ -90,7 +93,8 @@ def worker(gib: str, pieces: str, size: str, n: str, libs: str, model: str) -> N
     print(f"floor worker: ready {ready:.1f} s, {n} launches {time.perf_counter() - t:.1f} s, "
           f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB allocated in "
           f"{torch.cuda.memory_stats().get('segment.all.current', 0)} segments; pinned host "
-          f"{ {k: v for k, v in torch.cuda.host_memory_stats().items() if 'current' in k} }", c.shape, len(ballast), flush=True)
+          f"{ {k: v for k, v in torch.cuda.host_memory_stats().items() if 'current' in k} }", c.shape, len(ballast),
+          flush=True)
 
 
 def main(*names: str) -> None:
@@ -116,7 +120,8 @@ def main(*names: str) -> None:
                 for k, old in saved.items():
                     os.environ.pop(k) if old is None else os.environ.__setitem__(k, old)
             gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-            row = {"variant": name, **{k: v[k] for k in ("gib", "pieces", "size", "n", "cache", "libs", "env", "model")},
+            row = {"variant": name,
+                   **{k: v[k] for k in ("gib", "pieces", "size", "n", "cache", "libs", "env", "model")},
                    "sections": list(kw["sections"]), "wall_s": wall, "results": len(stamps),
                    "passes": [int(x) for x in re.findall(r"- (\d+) pass", proc.stdout)][:1],
                    "first_result_s": stamps[0] if stamps else None,

@@ -462,7 +462,8 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
             "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps}))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
-          f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; peak {torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved",
+          f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; "
+          f"peak {torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved",
           file=sys.stderr)
 
 

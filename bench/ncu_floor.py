@@ -23,7 +23,7 @@ from pathlib import Path
 from _common import save_json
 
 FULL = {"sections": "full", "extra": None, "gib": 0, "pieces": 1, "size": 1024, "n": 10, "cache": "all",
-        "libs": False, "env": {}, "model": 0}
+        "libs": False, "env": {}, "model": "none"}
 # each variant changes one thing against `full`
 VARIANTS = {
     "none": {"n": 0},  # ncu start + worker, nothing profiled
@@ -40,12 +40,12 @@ VARIANTS = {
     # cuDNN attention, sort, topk and cuBLASLt run once before: more libraries and modules loaded
     "full-libs": {"libs": True},
     # the bundled run's model and inputs built first (kernelbook's `prepare`), then with one generate too
-    "full-model": {"model": 1},
-    "full-model-generate": {"model": 2},
+    "full-model": {"model": "built"},
+    "full-model-generate": {"model": "generate"},
     # what after a generate makes a launch cost more: 4 launches each
-    "gen-emptied": {"model": 3, "n": 4},      # then the device and pinned-host caches emptied
-    "gen-no-cudnn": {"model": 4, "n": 4},     # attention without cuDNN (its runtime-compiled kernels)
-    "gen-2-tokens": {"model": 5, "n": 4},     # a generate of 2 tokens: does the cost grow with launches made?
+    "gen-emptied": {"model": "generate-emptied", "n": 4},    # then the device and pinned-host caches emptied
+    "gen-no-cudnn": {"model": "generate-no-cudnn", "n": 4},  # attention without cuDNN (its compiled kernels)
+    "gen-2-tokens": {"model": "generate-2-tokens", "n": 4},  # 2 tokens: does the cost grow with launches made?
     "eager-modules": {"env": {"CUDA_MODULE_LOADING": "EAGER"}},  # every module of every library loaded at start
 }
 RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "h100-deepseek-ocr-2"
@@ -66,16 +66,17 @@ def worker(gib: str, pieces: str, size: str, n: str, libs: str, model: str) -> N
         torch.sort(torch.randn(10000, device="cuda"))
         torch.topk(torch.randn(64, 1000, device="cuda"), 6)
         torch.nn.functional.linear(a[:1], a)
-    if model != "0":
+    if model != "none":
         from kernelbook.capture.run import prepare
 
         params = json.loads((RUN / "manifest.json").read_text())["params"]
-        if model == "4":
+        if model == "generate-no-cudnn":
             torch.backends.cuda.enable_cudnn_sdp(False)
-        wl, _, _ = prepare({**params, "warmup": 0, **({"max_new_tokens": 2} if model == "5" else {})}, nvtx=False)
-        if model != "1":
+        short = {"max_new_tokens": 2} if model == "generate-2-tokens" else {}
+        wl, _, _ = prepare({**params, "warmup": 0, **short}, nvtx=False)
+        if model != "built":
             wl.generate()
-        if model == "3":
+        if model == "generate-emptied":
             torch.cuda.empty_cache()
             for f in ("_host_emptyCache", "_accelerator_emptyHostCache"):
                 if hasattr(torch._C, f):

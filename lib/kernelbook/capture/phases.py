@@ -81,7 +81,8 @@ class PhaseTracker:
     # SDPA without cuDNN (see `_attention_for`); how many did
     cudnn_free_prefix: bool = False
     cudnn_free_steps: int = 0
-    _cudnn_sdp: bool | None = None
+    _cudnn_sdp: bool | None = None  # the flag as it was before `start`, restored at `stop`
+    _lead_up_until: int = -1  # the last profiled decode step (steps before it may lead up to it)
     _stack: list = field(default_factory=list)
     _handles: list = field(default_factory=list)
     _op_counts: dict = field(default_factory=dict)
@@ -112,6 +113,12 @@ class PhaseTracker:
         self._op_counts = {}
         self.op_seen = []
         self.cudnn_free_steps = 0
+        self._lead_up_until = max((st for ph, st in self.op_targets if ph == "decode"), default=-1) \
+            if self.cudnn_free_prefix and self.op_targets else -1
+        if self._lead_up_until > 0:
+            import torch
+
+            self._cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
         self.active = True
         if self.op_record or self.op_targets:
             from .opindex import OpNumbering
@@ -189,7 +196,7 @@ class PhaseTracker:
         if not self.active:
             return
         phase = "prefill" if self.calls == 0 else "decode"
-        if self.cudnn_free_prefix and self.op_targets:
+        if self._lead_up_until > 0:
             self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)
         self.calls += 1
@@ -207,10 +214,7 @@ class PhaseTracker:
         kernels launch for launch). The steps' results differ only in rounding, their shapes not at all."""
         import torch
 
-        if self._cudnn_sdp is None:
-            self._cudnn_sdp = torch.backends.cuda.cudnn_sdp_enabled()
-        last = max((st for ph, st in self.op_targets if ph == "decode"), default=-1)
-        lead_up = phase == "decode" and step < last and (phase, step) not in self.op_targets
+        lead_up = phase == "decode" and step < self._lead_up_until and (phase, step) not in self.op_targets
         self.cudnn_free_steps += lead_up
         torch.backends.cuda.enable_cudnn_sdp(self._cudnn_sdp and not lead_up)
 

@@ -306,9 +306,15 @@ def test_plain_generate_calls_time_each_phase(tiny_ocr2):
     wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
     tracker = PhaseTracker(lm.model).install()
     t = time.perf_counter()
-    totals, phases = _plain_trials(wl, tracker, 2)
+    totals, phases, steps = _plain_trials(wl, tracker, 2)
     wall = time.perf_counter() - t
     tracker.remove()
+    # every step of each plain generate timed on its own: decode steps 1..N once per trial, and their sum is
+    # the decode phase's exclusive time of that trial
+    dec = steps[steps.phase == "decode"]
+    assert sorted(dec[dec.trial == 0].step) == list(range(1, PARAMS["max_new_tokens"]))
+    assert dec.groupby("trial").wall_ms.sum().median() == pytest.approx(
+        phases["decode"]["ms_per_step"] * phases["decode"]["steps"], rel=0.5)
     assert set(phases) == {"vision_encode", "prefill", "decode"}
     assert phases["decode"]["steps"] == PARAMS["max_new_tokens"] - 1 and phases["prefill"]["steps"] == 1
     assert all(len(p["samples_ms_per_step"]) == 2 and p["ms_per_step"] > 0 for p in phases.values())

@@ -148,6 +148,15 @@ SCHEMA: dict[str, Param] = {
     "timing_trials": Param(int, 3, (CAPTURE,), "plain generate calls timed for the overhead ratio", min=1, max=50),
     "shapes_pass": Param(bool, True, (CAPTURE,), "torch backend: time the timeline without record_shapes and "
                          "take aten shapes from a second pass (less host overhead in the timed pass)"),
+    "sample_window": Param(int, 0, (CAPTURE,), "long generations: decode steps per profiled window (the profiler "
+                           "records the prefill and windows of this many steps, every sample_every steps, and a last "
+                           "window ending at the last step; every step is still timed plain); 0: profile every step",
+                           min=0, max=4095),
+    "sample_every": Param(int, 256, (CAPTURE,), "decode steps from one profiled window's start to the next "
+                          "(with sample_window > 0)", min=1, max=4095),
+    "ncu_step": Param(int, None, (CAPTURE,), "decode step whose kernels ncu profiles (the recorded step nearest to "
+                      "it); null: the step covering most selected kernels, the middle one on ties (the middle of the "
+                      "generation)", min=1, max=4095, nullable=True),
     "timeline_backend": Param(str, "auto", (CAPTURE,), "auto | torch | nsys", choices=("auto", "torch", "nsys")),
     "ncu_phases": Param(list, ["decode", "prefill"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),
@@ -251,6 +260,10 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
             merged[key] = v
     if capturing and consumer in (None, "book"):
         problems += _run_to_capture(merged)
+    if not any(p.startswith(("max_new_tokens:", "sample_")) for p in problems):
+        from .capture.sampling import sample_problems
+
+        problems += sample_problems(merged["max_new_tokens"], merged["sample_window"], merged["sample_every"])
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")
     if merged.get("tensor_parallel", 1) > 1 and (merged.get("weights") == "random" or merged.get("model") == "deepseek-ocr-2"):

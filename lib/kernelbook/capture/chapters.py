@@ -117,6 +117,9 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
         raise
     wall = time.perf_counter() - t
     manifest["timings_s"][_timing_key(which)] = wall
+    from .run import peak_rss_gb
+
+    manifest.setdefault("peak_rss_gb", {})[_timing_key(which)] = peak_rss_gb()
     manifest.setdefault("produced_by", {})[_timing_key(which)] = {
         "chapter": CHAPTER[which], "command": os.environ.get(BOOK_COMMAND) or "the chapter run alone (papermill "
                                                                              "or JupyterLab)"}
@@ -181,15 +184,32 @@ def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress) -> N
         if stage.exists():
             shutil.rmtree(stage)
         (stage / "raw").mkdir(parents=True)
-        timeline_stage(params, stage, manifest, progress)
-        for f in ("timeline.parquet", "phases.parquet"):  # the parquet files last: their presence marks the part
-            os.replace(stage / f, run_dir / f".{f}.tmp")
-        for f in (stage / "raw").iterdir():
-            os.replace(f, run_dir / "raw" / f.name)
-        for f in ("phases.parquet", "timeline.parquet"):
-            os.replace(run_dir / f".{f}.tmp", run_dir / f)
-        shutil.rmtree(stage)
+        try:
+            timeline_stage(params, stage, manifest, progress)
+        except BaseException:  # stopped mid-way: what the stage holds (e.g. a long generation's windows) lands
+            if not (stage / "timeline.parquet").exists():
+                raise
+            _land_timeline(stage, run_dir)
+            raise
+        _land_timeline(stage, run_dir)
         return
+    _run_ncu(params, run_dir, manifest, progress)
+
+
+def _land_timeline(stage: Path, run_dir: Path) -> None:
+    """Move the timeline stage's files into the run, the parquet files last: their presence marks the part."""
+    for f in ("timeline.parquet", "phases.parquet"):
+        os.replace(stage / f, run_dir / f".{f}.tmp")
+    for f in (stage / "raw").iterdir():
+        os.replace(f, run_dir / "raw" / f.name)
+    if (stage / "steps.parquet").exists():  # every plain step's time (long generations: the whole curve)
+        os.replace(stage / "steps.parquet", run_dir / "steps.parquet")
+    for f in ("phases.parquet", "timeline.parquet"):
+        os.replace(run_dir / f".{f}.tmp", run_dir / f)
+    shutil.rmtree(stage)
+
+
+def _run_ncu(params: dict, run_dir: Path, manifest: dict, progress) -> None:
     from .ncu_stage import ncu_stage
 
     stage = run_dir / ".ncu-staging"

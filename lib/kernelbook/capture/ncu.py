@@ -57,11 +57,14 @@ class Selection:
     kernels: pd.DataFrame  # kernel_id, name, total_ns, launches, median_ns, rank, share
 
 
-def select_kernels(timeline: pd.DataFrame, phase: str = "decode", top_n: int = 20) -> Selection:
+def select_kernels(timeline: pd.DataFrame, phase: str = "decode", top_n: int = 20,
+                   step: int | None = None) -> Selection:
     """Top-`top_n` kernel identities of `phase` by total GPU time, and the step ncu will profile.
 
     The step is the one whose launches cover the most selected identities (ties: the middle one),
-    so each kernel's representative launch comes from a typical step.
+    so each kernel's representative launch comes from a typical step. `step` (decode: `ncu_step`)
+    asks for a step: the recorded step nearest to it is taken (a sampled long generation records
+    windows of steps only).
     """
     k = timeline[(timeline.phase == phase) & (timeline.kind == "kernel")]
     if k.empty:
@@ -74,9 +77,11 @@ def select_kernels(timeline: pd.DataFrame, phase: str = "decode", top_n: int = 2
     top["rank"] = range(1, len(top) + 1)
     chosen = set(top["name"])
     cover = k[k.name.isin(chosen)].groupby("step")["name"].nunique()
+    if step is not None and phase == "decode":
+        steps = cover.index.to_numpy()
+        return Selection(phase, int(steps[abs(steps - step).argmin()]), top)
     best = cover[cover == cover.max()].index.to_list()
-    step = int(best[len(best) // 2])
-    return Selection(phase, step, top)
+    return Selection(phase, int(best[len(best) // 2]), top)
 
 
 # Namespace tokens that repeat in every ATen name: left out of a pattern (they add nothing but backtracking).
@@ -108,7 +113,7 @@ def name_pattern(name: str) -> str:
     return f"(^|{_NW})" + f"{_NW}(.*{_NW})?".join(toks) + f"({_NW}|$)"
 
 
-def name_regex(names: list[str]) -> str:
+def name_regex(names: list[str], bare: bool = True) -> str:
     """ncu `--kernel-name` filter (matched on ncu's demangled names): one `name_pattern` per selected
     instantiation, plus `BARE_NAME`.
 
@@ -122,9 +127,12 @@ def name_regex(names: list[str]) -> str:
     launches, each once per launch configuration; it also covers the selected C-linkage names, so
     only templated names need a pattern. The reader identifies each result by the name in the
     report (`kernels.name_key`).
+
+    `bare=False` (kernels of a CUDA-graph replay): every selected name gets its own pattern and
+    `BARE_NAME` is left out, since it would match every Triton kernel of the replayed step.
     """
-    alts = [name_pattern(n) for n in dict.fromkeys(names) if "<" in n or "(" in n]
-    return "regex:" + "|".join(f"({a})" for a in [*alts, BARE_NAME])
+    alts = [name_pattern(n) for n in dict.fromkeys(names) if not bare or "<" in n or "(" in n]
+    return "regex:" + "|".join(f"({a})" for a in alts + ([BARE_NAME] if bare else []))
 
 
 def representative_launches(timeline: pd.DataFrame, sel: Selection) -> pd.DataFrame:
@@ -147,6 +155,42 @@ def representative_launches(timeline: pd.DataFrame, sel: Selection) -> pd.DataFr
                      "op": pick.op, "launch_ns": pick.launch_ns})
     return pd.DataFrame(rows, columns=["kernel_id", "name", "phase", "step", "op_index", "grid", "block", "op",
                                        "launch_ns"])
+
+
+def graph_phase(timeline: pd.DataFrame, sel: Selection) -> bool:
+    """Whether the selection's step ran as a CUDA-graph replay: its kernels were launched by a compiled
+    graph's call (torch.compile, mode reduce-overhead), not by numbered aten op calls, so selection by op
+    call has nothing to mark there and ncu must take the step's graph replay node by node."""
+    k = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel") & (timeline.step == sel.step)]
+    if k.empty:
+        return False
+    if "graph" in k:  # the trace named the launching call cudaGraphLaunch
+        return bool(k["graph"].fillna(False).astype(bool).mean() > 0.5)
+    return not (k.op_index >= 0).any() and bool(k.op.fillna("").str.contains("CompiledFxGraph").mean() > 0.5)
+
+
+def graph_launches(timeline: pd.DataFrame, sel: Selection) -> pd.DataFrame:
+    """Graph runs: each selected kernel's representative launch named by (step, launch index in the step):
+    its launch configuration holding the most time in the phase, and of that configuration the first launch
+    in the selection's step. The step's graph replay launches the same nodes in the same order every step,
+    so ncu, filtering the step by name once per launch configuration, profiles exactly these launches.
+    Columns: kernel_id, name, phase, step, launch_index, grid, block."""
+    k = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel") & (timeline.step == sel.step)]
+    k = k.sort_values(["launch_ns", "start_ns"], kind="stable").reset_index(drop=True)
+    k = k.assign(launch_index=range(len(k)), _g=k.grid.fillna("?").astype(str), _b=k.block.fillna("?").astype(str))
+    ph = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel")]
+    ph = ph.assign(_g=ph.grid.fillna("?").astype(str), _b=ph.block.fillna("?").astype(str))
+    rows = []
+    for r in sel.kernels.itertuples():
+        mine = k[k.name == r.name]
+        if mine.empty:
+            continue
+        cfg = ph[ph.name == r.name].groupby(["_g", "_b"])["duration_ns"].sum().idxmax()
+        same = mine[(mine._g == cfg[0]) & (mine._b == cfg[1])]
+        pick = (same if len(same) else mine).iloc[0]
+        rows.append({"kernel_id": r.kernel_id, "name": r.name, "phase": sel.phase, "step": sel.step,
+                     "launch_index": int(pick.launch_index), "grid": pick.grid, "block": pick.block})
+    return pd.DataFrame(rows, columns=["kernel_id", "name", "phase", "step", "launch_index", "grid", "block"])
 
 
 def expected_launches(timeline: pd.DataFrame, reps: pd.DataFrame) -> pd.DataFrame:
@@ -176,9 +220,12 @@ def targets_json(reps: pd.DataFrame) -> dict:
 
 
 def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], clock_control: str = "none",
-                cache_control: str = "all", sections=SECTIONS, extra_metrics=EXTRA_METRICS) -> list[str]:
+                cache_control: str = "all", sections=SECTIONS, extra_metrics=EXTRA_METRICS,
+                graph: bool = False) -> list[str]:
     """The ncu command line. `names=None`: by position (every launch inside the NVTX target ranges);
-    a list: by name (`name_regex`, once per launch configuration)."""
+    a list: by name (`name_regex`, once per launch configuration). `graph`: the target range holds a
+    CUDA-graph replay, profiled node by node (`--graph-profiling node`: each kernel node is a result,
+    with the NVTX ranges open at the graph's launch), names matched exactly (no `BARE_NAME`)."""
     exe = shutil.which("ncu")
     if not exe:
         raise NcuError("Nsight Compute (ncu) is not on PATH. Install Nsight Compute (it ships with the CUDA "
@@ -186,8 +233,10 @@ def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], c
                        "add its folder to PATH, or set ncu_top_n: 0 to capture the timeline only.")
     cmd = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/"]
     if names is not None:
-        cmd += ["--kernel-name-base", "demangled", "--kernel-name", name_regex(names),
+        cmd += ["--kernel-name-base", "demangled", "--kernel-name", name_regex(names, bare=not graph),
                 "--filter-mode", "per-launch-config", "--launch-count", "1"]
+    if graph:
+        cmd += ["--graph-profiling", "node"]
     cmd += ["--clock-control", clock_control, "--cache-control", cache_control,
             "-o", str(report_base), "--force-overwrite"]
     for s in sections:

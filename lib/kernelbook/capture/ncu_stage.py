@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .ncu import (NcuError, NcuStopped, expected_launches, ncu_command, representative_launches, run_ncu,
-                  select_kernels, targets_json, worker_command)
+from .ncu import (NcuError, NcuStopped, expected_launches, graph_launches, graph_phase, ncu_command,
+                  representative_launches, run_ncu, select_kernels, targets_json, worker_command)
 from .run import PARQUET, torchrun_worker, write_manifest
 
 
@@ -39,11 +39,15 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None) 
     params_file.write_text(json.dumps(params))
     info = manifest.setdefault("ncu", {"clock_control": params["clock_control"],
                                        "cache_control": params["cache_control"], "phases": {}})
-    sels = [select_kernels(timeline, ph, params["ncu_top_n"]) for ph in params["ncu_phases"]]
-    if "op_index" in timeline and (timeline.op_index >= 0).any():
-        _by_position(params, run_dir, manifest, timeline, sels, params_file, say, wrap)
-    else:
-        _by_name(params, run_dir, manifest, timeline, sels, params_file, say)
+    sels = [select_kernels(timeline, ph, params["ncu_top_n"], params.get("ncu_step")) for ph in params["ncu_phases"]]
+    graphs = [s for s in sels if graph_phase(timeline, s)]
+    eager = [s for s in sels if s not in graphs]
+    if eager and "op_index" in timeline and (timeline.op_index >= 0).any():
+        _by_position(params, run_dir, manifest, timeline, eager, params_file, say, wrap)
+    elif eager:
+        _by_name(params, run_dir, manifest, timeline, eager, params_file, say)
+    if graphs:
+        _by_name(params, run_dir, manifest, timeline, graphs, params_file, say, graph=True)
     failed = [p for p, v in info["phases"].items() if v["error"]]
     if failed and all(info["phases"][p]["profiled"] == 0 for p in failed):
         raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
@@ -190,21 +194,41 @@ def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:
             "differ": m.loc[~agree, ["phase", "step", "op_index", "op", "op_seen"]].astype(str).to_dict("records")[:10]}
 
 
-def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say) -> None:
+GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's graph replay, "
+              "--graph-profiling node, exact names of the selected kernels, first launch of each launch configuration")
+
+
+def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
+    """One ncu process per phase, by name. `graph`: the phase's steps are CUDA-graph replays (see
+    `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step)."""
     from ..analyze.ncu_metrics import kernel_table
 
     ncu_dir, info = run_dir / "ncu", manifest["ncu"]
-    info["mode"] = "by name: --kernel-name filter per phase (timeline without op numbering)"
-    all_metrics, all_kernels, all_results = [], [], []
+    mode = GRAPH_MODE if graph else "by name: --kernel-name filter per phase (timeline without op numbering)"
+    info["mode"] = f"{info['mode']}; {mode}" if info.get("mode") and graph else mode
+    all_metrics, all_kernels, all_results = _tables(ncu_dir) if graph else ([], [], [])
+    next_id = int(all_results[0].result_id.max()) + 1 if all_results and len(all_results[0]) else 0
     for sel in sels:
         phase = sel.phase
         report = ncu_dir / f"{phase}"
         cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, phase, sel.step),
-                          params["clock_control"], params["cache_control"])
+                          params["clock_control"], params["cache_control"], graph=graph)
+        say(f"  ncu {phase}: {len(sel.kernels)} kernels by name in step {sel.step}"
+            + (" (CUDA-graph replay, node by node)" if graph else ""))
         metrics, results, error, stop, wall = _profile(cmd, ncu_dir / f"{phase}.log", report,
                                                         params["ncu_timeout_s"], ncu_progress(phase, say))
+        if metrics is not None:  # result ids stay unique across the stage's ncu processes
+            metrics = metrics.assign(result_id=metrics.result_id + next_id)
+            results = results.assign(result_id=results.result_id + next_id)
+            next_id = int(results.result_id.max()) + 1 if len(results) else next_id
         kernels = kernel_table(sel, metrics, results, timeline, error)
         kernels.insert(0, "phase", phase)
+        if graph:
+            at = graph_launches(timeline, sel).set_index("kernel_id")
+            kernels["profiled_step"] = sel.step
+            kernels["launch_index"] = kernels.kernel_id.map(at["launch_index"]).fillna(-1).astype("int64")
+            kernels.loc[kernels.status == "profiled", "identity"] = (
+                "graph node: (step, launch index) of the first launch of its launch configuration; names agree")
         if metrics is not None:
             metrics = metrics.merge(results[["result_id"]], on="result_id")
             metrics.insert(0, "phase", phase)
@@ -214,7 +238,9 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say) -
         info["phases"][phase] = {
             "step": sel.step, "selected": len(sel.kernels), "wall_s": wall, "error": error,
             "profiled": int((kernels.status == "profiled").sum()), "results": 0 if results is None else len(results),
-            "command": " ".join(cmd[:cmd.index("--kernel-name")]) + " --kernel-name <regex of selected names> ...",
+            "graph_replay": graph,
+            "command": " ".join(cmd[:cmd.index("--kernel-name")]) + " --kernel-name <regex of selected names> ..."
+            + (" --graph-profiling node" if graph else ""),
         }
         write_manifest(run_dir, manifest)
         if stop is not None:
@@ -223,5 +249,17 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say) -
         pd.concat(all_metrics, ignore_index=True).to_parquet(ncu_dir / "metrics.parquet", **PARQUET)
         pd.concat(all_results, ignore_index=True).to_parquet(ncu_dir / "results.parquet", **PARQUET)
     pd.concat(all_kernels, ignore_index=True).to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
+    n_sel = sum(len(k) for k in all_kernels)
+    n_res = sum(len(r) for r in all_results)
+    info.update(selected=n_sel, results=n_res, results_per_selected=n_res / max(1, n_sel))
+    write_manifest(run_dir, manifest)
     if stop is not None:
         raise stop
+
+
+def _tables(ncu_dir: Path) -> tuple[list, list, list]:
+    """The tables an earlier ncu process of this stage wrote (eager phases), to which graph phases add."""
+    def read(name):
+        f = ncu_dir / f"{name}.parquet"
+        return [pd.read_parquet(f)] if f.exists() else []
+    return read("metrics"), read("kernels"), read("results")

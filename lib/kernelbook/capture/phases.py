@@ -81,6 +81,10 @@ class PhaseTracker:
     # SDPA without cuDNN (see `_attention_for`); how many did
     cudnn_free_prefix: bool = False
     cudnn_free_steps: int = 0
+    # long generations (capture.sampling): the profiler whose schedule `step()` advances at each top-level
+    # forward, and the steps it records (op calls are numbered only there)
+    prof: object = None
+    sample_steps: frozenset | None = None
     _cudnn_sdp: bool | None = None  # the flag as it was before `start`, restored at `stop`
     _lead_up_until: int = -1  # the last profiled decode step (steps before it may lead up to it)
     _stack: list = field(default_factory=list)
@@ -147,7 +151,7 @@ class PhaseTracker:
         key = (top.phase, top.step)
         i = self._op_counts.get(key, 0)
         self._op_counts[key] = i + 1
-        if self.op_record:
+        if self.op_record and (self.sample_steps is None or top.step in self.sample_steps):
             with torch.profiler.record_function(f"{OP_RANGE}{i}"):
                 return func(*args, **kwargs)
         if self.op_targets and i in self.op_targets.get(key, ()):
@@ -196,6 +200,8 @@ class PhaseTracker:
         if not self.active:
             return
         phase = "prefill" if self.calls == 0 else "decode"
+        if self.prof is not None and self.calls > 0:
+            self._advance_profiler(self.calls)
         if self._lead_up_until > 0:
             self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)
@@ -204,6 +210,16 @@ class PhaseTracker:
     def _top_post(self, module, args, output):
         if self._stack and self._stack[-1].owner is module:
             self._pop()
+
+    def _advance_profiler(self, step: int) -> None:
+        """Sampled profiling: the profiler's step becomes `step`. Where a recorded window ends, the GPU is
+        synchronized first, so every kernel of the window's last step is in the trace handed over."""
+        if self.sample_steps is not None and step - 1 in self.sample_steps and step not in self.sample_steps:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        self.prof.step()
 
     def _attention_for(self, phase: str, step: int) -> None:
         """cuDNN's SDPA builds a graph, with kernels compiled for it, for every KV length, so each decode step
@@ -242,6 +258,19 @@ def plain_phase_times(clock: list) -> dict:
         d["steps"].add(step)
         d["s"] += (t1 - t0) - inner
     return {ph: {"steps": len(d["steps"]), "s": d["s"]} for ph, d in out.items()}
+
+
+def plain_step_times(clock: list):
+    """Every step of one generate's `clock`: a table of phase, step and exclusive wall ms (a range's span
+    less the ranges opened inside it)."""
+    import pandas as pd
+
+    spans = sorted(clock, key=lambda c: (c[2], -c[3]))
+    rows = []
+    for i, (ph, step, t0, t1) in enumerate(spans):
+        inner = sum(e - s for p2, _, s, e in spans[i + 1:i + 64] if s >= t0 and e <= t1 and (p2, s, e) != (ph, t0, t1))
+        rows.append((ph, step, 1e3 * ((t1 - t0) - inner)))
+    return pd.DataFrame(rows, columns=["phase", "step", "wall_ms"])
 
 
 class NoVisionWork(RuntimeError):

@@ -161,6 +161,7 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
 
                     ncu_stage(params, tmp, manifest)
                 manifest["timings_s"][name] = time.perf_counter() - t
+                manifest.setdefault("peak_rss_gb", {})[name] = peak_rss_gb()
                 write_manifest(tmp, manifest)
                 progress(f"{name}: done in {manifest['timings_s'][name]:.1f} s")
                 gc.collect()
@@ -168,6 +169,15 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
     out = land(tmp, out_dir, manifest, body, progress)
     progress(f"capture complete: {out_dir}")
     return out
+
+
+def peak_rss_gb() -> dict:
+    """Peak resident host memory so far (GB): this process, and the largest of its finished children
+    (the ncu worker, torchrun ranks)."""
+    import resource
+
+    kb = lambda who: resource.getrusage(who).ru_maxrss / 1e6  # noqa: E731 - Linux reports KiB
+    return {"capture": kb(resource.RUSAGE_SELF), "largest_child": kb(resource.RUSAGE_CHILDREN)}
 
 
 def pick_backend(choice: str) -> tuple[str, str]:
@@ -226,22 +236,24 @@ def _timed_generate(wl, tracker=None) -> float:
     return time.perf_counter() - t
 
 
-def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict]:
-    """Plain generate calls (no profiler): the whole call's seconds, and per phase the wall ms per step
+def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict, pd.DataFrame]:
+    """Plain generate calls (no profiler): the whole call's seconds, per phase the wall ms per step
     (median over the calls) from host clocks at the phase hooks, the GPU synchronized at each phase end
-    (no profiler ranges, no NVTX)."""
+    (no profiler ranges, no NVTX), and every step's own wall ms (`steps.parquet`: trial, phase, step,
+    wall_ms; exclusive of ranges opened inside it)."""
     import numpy as np
 
-    from .phases import plain_phase_times
+    from .phases import plain_phase_times, plain_step_times
 
     keep = tracker.record, tracker.nvtx
     tracker.record = tracker.nvtx = False
-    totals, per = [], []
+    totals, per, steps = [], [], []
     try:
-        for _ in range(trials):
+        for trial in range(trials):
             tracker.clock = []
             totals.append(_timed_generate(wl, tracker))
             per.append(plain_phase_times(tracker.clock))
+            steps.append(plain_step_times(tracker.clock).assign(trial=trial))
     finally:
         tracker.clock = None
         tracker.record, tracker.nvtx = keep
@@ -250,7 +262,7 @@ def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict]:
         ms = [1e3 * p[ph]["s"] / p[ph]["steps"] for p in per if ph in p]
         phases[ph] = {"steps": per[0][ph]["steps"], "ms_per_step": float(np.median(ms)), "samples_ms_per_step": ms,
                       "method": "host clock at the phase hooks, GPU synchronized at each phase end"}
-    return totals, phases
+    return totals, phases, pd.concat(steps, ignore_index=True)
 
 
 def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None) -> None:
@@ -267,43 +279,51 @@ def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None) -
     else:
         timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None))
         manifest["timeline_info"] = info
+    _write_timeline(run_dir, timeline, phases)
+
+
+def _write_timeline(run_dir: Path, timeline: pd.DataFrame, phases: pd.DataFrame) -> None:
     from ..analyze.kernels import annotate
 
-    timeline = annotate(timeline)
-    timeline.to_parquet(run_dir / "timeline.parquet", **PARQUET)
+    annotate(timeline).to_parquet(run_dir / "timeline.parquet", **PARQUET)
     phases.to_parquet(run_dir / "phases.parquet", **PARQUET)
 
 
 def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from ..load.trace import join_shapes
     from ..measure import summarize
+    from .sampling import plan
 
+    sampling = plan(params["max_new_tokens"], params.get("sample_window", 0), params.get("sample_every", 1))
     progress("  model build, inputs, warmup")
     wl, tracker, load_s = prepare(params)
     progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
-    plain, plain_phases = _plain_trials(wl, tracker, params["timing_trials"])
-    progress("  profiled generate (timeline pass)")
+    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params["timing_trials"])
+    plain_steps.to_parquet(run_dir / "steps.parquet", **PARQUET)
+    what = (f"{len(sampling.windows)} windows, {len(sampling.steps) - 1} of {sampling.decode_steps} decode steps"
+            if sampling else "every step")
+    progress(f"  profiled generate (timeline pass, {what})")
     two_pass = params.get("shapes_pass", True)
     tracker.op_record = not two_pass  # op calls are numbered in the pass that records shapes
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=not two_pass) as prof:
-        profiled_s = _timed_generate(wl, tracker)
+    timeline, phases, profiled_s, export_s, ingest_s = _profiled_pass(
+        wl, tracker, not two_pass, run_dir / "raw" / "trace", sampling, progress)
     require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
-    timeline, phases, export_s, ingest_s = _export_ingest(prof, run_dir / "raw" / "trace.json")
-    del prof
     shapes = None
     if two_pass:  # aten shapes and op numbering from a second generate, joined launch by launch
         tracker.op_record = True
         progress("  shapes pass (record_shapes, op numbering)")
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
-            shapes_s = _timed_generate(wl, tracker)
-        shaped, _, _, _ = _export_ingest(prof, run_dir / "raw" / "trace-shapes.json")
-        del prof
+        try:
+            shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, run_dir / "raw" / "trace-shapes", sampling,
+                                                       progress)
+        except BaseException:  # stopped in the shapes pass: the run keeps the timeline, without shapes
+            _write_timeline(run_dir, timeline, phases)
+            raise
         t = time.perf_counter()
         timeline, shapes = join_shapes(timeline, shaped)
         shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t)
+        del shaped
     tracker.remove()
     info = {
         "model_load_s": load_s, "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
@@ -313,6 +333,8 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
         "plain_generate": summarize(plain).as_dict(), "plain_phases": plain_phases, "profiled_generate_s": profiled_s,
         "overhead_ratio": profiled_s / summarize(plain).median_s,
         "trace_export_s": export_s, "ingest_s": ingest_s, "kernels": int((timeline.kind == "kernel").sum()),
+        "sampling": ({**sampling.describe(), "method": "torch.profiler schedule over the windows; every step of "
+                      "the plain generates timed (steps.parquet)"} if sampling else None),
         "shapes": ({"method": "second pass with record_shapes, joined by (phase, step, kernel, n-th launch)", **shapes}
                    if shapes is not None else {"method": "same pass (record_shapes on the timed generate)"}),
         "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
@@ -322,6 +344,46 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     gc.collect()
     torch.cuda.empty_cache()
     return timeline, phases, info
+
+
+def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling, progress=lambda msg: None):
+    """One generate under torch.profiler: (timeline, phases, generate s, export s, ingest s). Without
+    `sampling` every step is recorded into one trace (`<trace_base>.json.gz`); with it the profiler records
+    the sampled windows only, each window's trace exported and read as soon as it ends (then deleted), so
+    the host holds one window's events at a time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    if sampling is None:
+        with profile(activities=acts, record_shapes=record_shapes) as prof:
+            gen_s = _timed_generate(wl, tracker)
+        timeline, phases, export_s, ingest_s = _export_ingest(prof, trace_base.with_suffix(".json"))
+        return timeline, phases, gen_s, export_s, ingest_s
+    parts, cost = [], [0.0, 0.0]
+
+    def ready(prof):
+        trace = trace_base.with_name(f"{trace_base.name}-w{len(parts)}.json")
+        tl, ph, e, i = _export_ingest(prof, trace, keep=False)
+        parts.append((tl, ph))
+        cost[0] += e
+        cost[1] += i
+        progress(f"    window {len(parts)} of {len(sampling.windows)} read ({len(tl)} GPU events)")
+
+    prof = profile(activities=acts, record_shapes=record_shapes, schedule=sampling.action, on_trace_ready=ready)
+    tracker.prof, tracker.sample_steps = prof, sampling.steps
+    try:
+        with prof:
+            gen_s = _timed_generate(wl, tracker)
+    except BaseException:  # stopped during a long generate: the windows already read land with the run
+        if parts and not record_shapes:
+            _write_timeline(trace_base.parent.parent, pd.concat([p[0] for p in parts], ignore_index=True),
+                            pd.concat([p[1] for p in parts], ignore_index=True))
+        raise
+    finally:
+        tracker.prof, tracker.sample_steps = None, None
+    timeline = pd.concat([p[0] for p in parts], ignore_index=True).sort_values("start_ns", kind="stable")
+    phases = pd.concat([p[1] for p in parts], ignore_index=True)
+    return timeline.reset_index(drop=True), phases, gen_s, cost[0], cost[1]
 
 
 TP_RANK_KEYS = ("model_load_s", "plain_generate", "plain_phases", "profiled_generate_s", "overhead_ratio", "kernels",
@@ -351,6 +413,8 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
         raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
                            f"{time.perf_counter() - t:.0f} s (its output is above)")
     tls, phs, ranks = [], [], {}
+    if (raw / "rank0" / "steps.parquet").exists():  # rank 0's plain step times stand for the run
+        shutil.copy(raw / "rank0" / "steps.parquet", run_dir / "steps.parquet")
     for r in range(n):
         d = raw / f"rank{r}"
         tls.append(pd.read_parquet(d / "timeline.parquet").assign(rank=r))
@@ -399,8 +463,9 @@ def tp_rank_worker(params: dict, out: str) -> None:
     dist.destroy_process_group()
 
 
-def _export_ingest(prof, trace: Path) -> tuple[pd.DataFrame, pd.DataFrame, float, float]:
-    """Export the profiler's trace, read it, gzip the raw file: (timeline, phases, export s, ingest s)."""
+def _export_ingest(prof, trace: Path, keep: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, float, float]:
+    """Export the profiler's trace, read it, gzip the raw file (`keep=False`: delete it): (timeline, phases,
+    export s, ingest s)."""
     from ..load.trace import ingest_torch_trace
 
     t = time.perf_counter()
@@ -409,7 +474,10 @@ def _export_ingest(prof, trace: Path) -> tuple[pd.DataFrame, pd.DataFrame, float
     t = time.perf_counter()
     timeline, phases = ingest_torch_trace(trace)
     ingest_s = time.perf_counter() - t
-    subprocess.run(["gzip", "-f", str(trace)], check=False)
+    if keep:
+        subprocess.run(["gzip", "-f", str(trace)], check=False)
+    else:
+        trace.unlink(missing_ok=True)
     return timeline, phases, export_s, ingest_s
 
 
@@ -426,7 +494,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         # stop right after the last profiled step; warm up only when the first steps are profiled
         # (decode steps before the profiled one warm it up; bench/kernel_choice.py)
         only_decode = all(ph == "decode" for ph, _ in op_targets)
-        params = {**params, "max_new_tokens": max(decode_steps, default=0) + 1,
+        params = {**params, "max_new_tokens": _worker_tokens(params, max(decode_steps, default=0) + 1),
                   "warmup": 0 if only_decode else params["warmup"]}
         # A prefill target is warmed up by a one-token generate (the prefill alone), not a whole one: every
         # decode length loads cuDNN attention kernels of its own, and ncu's cost per profiled launch grows
@@ -437,9 +505,10 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
         if phase == "decode":  # stop right after the profiled step (its KV length is unchanged), and
-            # no warmup generate: the steps before the profiled one warm it up. Measured on an H100
-            # (bench/kernel_choice.py), the step launches the timeline's kernels in the timeline's order.
-            params = {**params, "max_new_tokens": int(step) + 1, "warmup": 0}
+            # no warmup generate: the steps before the profiled one warm it up (under CUDA graphs they
+            # also compile and record the step). Measured on an H100 (bench/kernel_choice.py), the step
+            # launches the timeline's kernels in the timeline's order.
+            params = {**params, "max_new_tokens": _worker_tokens(params, int(step) + 1), "warmup": 0}
     t = time.perf_counter()
     # not under CUDA graphs (static cache): a changed SDPA flag would make torch.compile build the step anew
     lead_up = op_targets is not None and params.get("cache_implementation", "dynamic") != "static"
@@ -465,6 +534,13 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
           f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; "
           f"peak {torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved",
           file=sys.stderr)
+
+
+def _worker_tokens(params: dict, needed: int) -> int:
+    """New tokens the ncu worker generates: just enough to reach its last profiled step, except with a
+    static cache, whose length (prompt + max_new_tokens) sets the shapes of every step (the attention's
+    padded KV length, the mask): there the worker generates what the timeline did."""
+    return params["max_new_tokens"] if params.get("cache_implementation") == "static" else needed
 
 
 def load_timeline(run_dir: Path) -> pd.DataFrame:

@@ -18,6 +18,8 @@ import pandas as pd
 from ..capture.phases import parse_op_range, parse_record_name
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+# runtime / driver calls that launch a whole CUDA graph: their kernels are graph nodes (`graph` column)
+GRAPH_LAUNCH = {"cudaGraphLaunch", "cuGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch_ptsz"}
 US_TO_NS = 1000.0
 
 
@@ -47,7 +49,7 @@ def ingest_torch_trace(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    gpu, ops, launches, ranges, op_ranges = [], {}, {}, [], []
+    gpu, ops, launches, ranges, op_ranges, graph_corr = [], {}, {}, [], [], set()
     for ev in events:
         cat = ev.get("cat")
         if cat in GPU_CATS:
@@ -62,6 +64,8 @@ def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
             corr = a.get("correlation")
             if corr is not None:
                 launches[corr] = ev.get("ts", 0.0)
+                if ev.get("name") in GRAPH_LAUNCH:
+                    graph_corr.add(corr)
         elif cat == "user_annotation":
             name = ev.get("name", "")
             parsed = parse_record_name(name)
@@ -70,7 +74,7 @@ def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
             elif (i := parse_op_range(name)) is not None:
                 op_ranges.append((ev["ts"], ev["ts"] + ev.get("dur", 0.0), i))
     phases = _phase_table(ranges)
-    timeline = _gpu_table(gpu, ops, launches, phases)
+    timeline = _gpu_table(gpu, ops, launches, phases, graph_corr)
     timeline["op_index"] = _assign_op_index(timeline, op_ranges)
     return timeline, phases
 
@@ -105,8 +109,10 @@ def _phase_table(ranges: list[tuple]) -> pd.DataFrame:
     return df
 
 
-def _gpu_table(gpu: list[dict], ops: dict, launches: dict, phases: pd.DataFrame) -> pd.DataFrame:
+def _gpu_table(gpu: list[dict], ops: dict, launches: dict, phases: pd.DataFrame,
+               graph_corr: set = frozenset()) -> pd.DataFrame:
     n = len(gpu)
+    graph = np.zeros(n, dtype=bool)
     name = [None] * n
     kind = [None] * n
     start = np.empty(n)
@@ -128,6 +134,7 @@ def _gpu_table(gpu: list[dict], ops: dict, launches: dict, phases: pd.DataFrame)
         corr = a.get("correlation")
         if corr in launches:
             launch[i] = launches[corr]
+            graph[i] = corr in graph_corr
         stream[i] = a.get("stream", -1)
         if "registers per thread" in a:
             regs[i] = a["registers per thread"]
@@ -148,7 +155,7 @@ def _gpu_table(gpu: list[dict], ops: dict, launches: dict, phases: pd.DataFrame)
         "duration_ns": np.round(dur * US_TO_NS).astype("int64"),
         "launch_ns": launch * US_TO_NS,
         "grid": grid, "block": block, "registers": regs, "shared_bytes": shmem, "stream": stream,
-        "op": op, "op_shapes": shapes,
+        "op": op, "op_shapes": shapes, "graph": graph,
     })
     df["end_ns"] = df["start_ns"] + df["duration_ns"]
     df["phase"], df["step"] = _assign_phase(df["launch_ns"].to_numpy(), df["start_ns"].to_numpy(), phases)
@@ -194,11 +201,19 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
     take = ["op", "op_shapes"] + (["op_index"] if "op_index" in b else [])
     m = a.drop(columns=[c for c in ("op_shapes", "op_index") if c in a]).merge(
         b[keys + take].rename(columns={"op": "_op_b"}), on=keys, how="left")
-    same_op = m["_op_b"].notna() & ((m["op"] == m["_op_b"]) | m["op"].isna())
+    # A kernel node of a CUDA-graph replay (its op is the compiled graph's call) takes the aten op and shapes
+    # of the same-named n-th launch of the step in the shapes pass, which runs the step eagerly (the
+    # dispatch mode that numbers op calls keeps torch.compile out): library kernels (cuBLAS GEMMs, cuDNN
+    # attention, top-k) are the ones the compiled graph calls; Inductor's fused Triton kernels have no
+    # eager twin and stay without shapes.
+    graph_node = m["op"].fillna("").str.contains("CompiledFxGraph", regex=False)
+    if "graph" in m:
+        graph_node |= m["graph"].fillna(False).astype(bool)
+    same_op = m["_op_b"].notna() & ((m["op"] == m["_op_b"]) | m["op"].isna() | graph_node)
     m.loc[~same_op, "op_shapes"] = None
     if "op_index" in m:  # the op call that launched it, in the shapes pass: ncu's identity by position
-        m["op_index"] = m["op_index"].where(same_op, -1).fillna(-1).astype("int64")
-    m["op"] = m["op"].where(m["op"].notna(), m["_op_b"].where(same_op))
+        m["op_index"] = m["op_index"].where(same_op & ~graph_node, -1).fillna(-1).astype("int64")
+    m["op"] = m["op"].where(m["op"].notna() & ~(graph_node & same_op), m["_op_b"].where(same_op))
     kern = m.kind == "kernel"
 
     def seq(t):
@@ -210,7 +225,9 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
     stats = {"kernels": int(kern.sum()), "kernels_matched": int((kern & same_op).sum()),
              "matched_pct": 100 * float((kern & same_op).sum()) / max(1, int(kern.sum())),
              "instances": int(len(sa)), "instances_identical": int((sa.loc[common] == sb.loc[common]).sum()),
-             "kernels_in_shapes_pass": int((b.kind == "kernel").sum())}
+             "kernels_in_shapes_pass": int((b.kind == "kernel").sum()),
+             "graph_nodes": int((kern & graph_node).sum()),
+             "graph_nodes_with_eager_shapes": int((kern & graph_node & same_op).sum())}
     cols = list(timing.columns) + (["op_index"] if "op_index" in m and "op_index" not in timing else [])
     out = m.drop(columns=["_occ", "_op_b"])[cols]
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True), stats

@@ -1,0 +1,107 @@
+"""Long generations in bounded memory (capture.sampling): which decode steps the profiler records, the
+parameter checks on the windows, the agreement check, and a sampled timeline pass on a tiny checkpoint."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kernelbook.capture.sampling import agreement, plan, sample_problems
+from kernelbook.params import ParamError, validate
+
+
+def test_windows_start_at_the_first_step_repeat_and_end_at_the_last():
+    s = plan(2048, 8, 256)  # 2047 decode steps
+    assert s.windows[0] == (1, 8) and s.windows[1] == (257, 264)
+    assert s.windows[-1] == (2040, 2047)  # the last window ends at the last decode step
+    assert len(s.windows) == 9  # 1, 257, …, 1793, then the last
+    assert s.steps == {0} | {st for a, b in s.windows for st in range(a, b + 1)}
+    assert len(s.steps) - 1 == 9 * 8
+    starts = [a for a, _ in s.windows]
+    assert all(b < a2 for (_, b), a2 in zip(s.windows, starts[1:]))  # no overlap
+
+
+def test_a_last_window_that_would_overlap_joins_the_one_before():
+    s = plan(21, 4, 8)  # 20 decode steps: windows at 1 and 9; the last, 17..20, fits after 9..12
+    assert s.windows == ((1, 4), (9, 12), (17, 20))
+    s = plan(19, 4, 8)  # 18 decode steps: 17..18 would cut 15..18, which overlaps nothing: 9..12, then 15..18
+    assert s.windows == ((1, 4), (9, 12), (15, 18))
+    s = plan(14, 4, 8)  # 13 decode steps: 9..12 then 10..13 overlaps it, so the window before runs to 13
+    assert s.windows == ((1, 4), (9, 13))
+
+
+def test_sampling_off_profiles_every_step():
+    assert plan(64, 0, 256) is None
+
+
+def test_the_profiler_schedule_records_windows_and_hands_each_over_at_its_end():
+    torch = pytest.importorskip("torch")
+    A = torch.profiler.ProfilerAction
+    s = plan(30, 3, 10)  # 29 decode steps: 1-3, 11-13, 21-23, 27-29
+    assert [s.action(i) for i in range(0, 5)] == [A.RECORD, A.RECORD, A.RECORD, A.RECORD_AND_SAVE, A.NONE]
+    assert s.action(10) == A.NONE and s.action(11) == A.RECORD and s.action(13) == A.RECORD_AND_SAVE
+    assert s.action(29) == A.RECORD_AND_SAVE
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"max_new_tokens": 64, "sample_window": 80}, "sample_window: 80 steps run past"),
+    ({"max_new_tokens": 64, "sample_window": 8, "sample_every": 4}, "sample_every: 4 is shorter"),
+    ({"max_new_tokens": 1, "sample_window": 1}, "sample_window: 1 asks for decode windows"),
+    ({"sample_every": 0}, "sample_every: 0 is below the minimum"),
+    ({"sample_window": -1}, "sample_window: -1 is below the minimum"),
+])
+def test_bad_sampling_parameters_name_the_key(values, key):
+    with pytest.raises(ParamError) as e:
+        validate({**values, "capture": "never"}, consumer="capture")
+    assert key in str(e.value)
+
+
+def test_bad_sampling_parameters_exit_2_from_the_cli(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("max_new_tokens: 64\nsample_window: 100\n")
+    r = subprocess.run([sys.executable, "-m", "kernelbook", "capture", "--params", str(p), "--out",
+                        str(tmp_path / "run")], capture_output=True, text=True)
+    assert r.returncode == 2 and "sample_window: 100 steps run past" in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr and not (tmp_path / "run").exists()
+
+
+def test_the_agreement_check_sets_the_windows_estimate_against_the_plain_total():
+    plain = {s: 10.0 + (s % 2) for s in range(1, 101)}  # alternating 10 and 11 ms
+    a = agreement(plain, [1, 2, 3, 4])
+    assert a["plain_total_ms"] == pytest.approx(1050.0)
+    assert a["sampled_estimate_ms"] == pytest.approx(10.5 * 100)
+    assert a["error_pct"] == pytest.approx(0.0)
+    b = agreement(plain, [1, 3])  # only the 11 ms steps
+    assert b["error_pct"] == pytest.approx(100 * (1100 - 1050) / 1050)
+
+
+def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):
+    """The profiled pass of a long generation on a tiny DeepSeek-OCR-2 (CPU): the trace holds the vision
+    encode, the prefill and exactly the windows' decode steps, each window read as it ended and its raw
+    trace deleted; op calls are numbered in the recorded steps only."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model
+    from kernelbook.capture.phases import PhaseTracker
+    from kernelbook.capture.run import _profiled_pass
+    from kernelbook.capture.workload import build_workload
+    from test_capture_cpu import PARAMS, TINY_OCR2
+
+    ckpt = tmp_path / "tiny"
+    build_random(deepseek_ocr2_config(**TINY_OCR2), "cpu", torch.float32).save_pretrained(ckpt)
+    lm = load_model(str(ckpt), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 12}, "cpu")
+    sampling = plan(12, 2, 5)  # 11 decode steps: 1-2, 6-7, 10-11
+    assert sampling.windows == ((1, 2), (6, 7), (10, 11))
+    tracker = PhaseTracker(lm.model, nvtx=False, op_record=True).install()
+    (tmp_path / "raw").mkdir()
+    said = []
+    timeline, phases, gen_s, _, _ = _profiled_pass(wl, tracker, True, tmp_path / "raw" / "trace", sampling,
+                                                    said.append)
+    tracker.remove()
+    assert gen_s > 0 and len([m for m in said if "window" in m]) == 3
+    recorded = set(zip(phases.phase, phases.step))
+    assert {st for ph, st in recorded if ph == "decode"} == {1, 2, 6, 7, 10, 11}
+    assert ("prefill", 0) in recorded and ("vision_encode", 0) in recorded
+    assert list((tmp_path / "raw").iterdir()) == []  # each window's trace read, then deleted
+    assert tracker.prof is None and tracker.sample_steps is None

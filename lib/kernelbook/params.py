@@ -155,8 +155,8 @@ SCHEMA: dict[str, Param] = {
     "sample_every": Param(int, 256, (CAPTURE,), "decode steps from one profiled window's start to the next "
                           "(with sample_window > 0)", min=1, max=4095),
     "ncu_step": Param(int, None, (CAPTURE,), "decode step whose kernels ncu profiles (the recorded step nearest to "
-                      "it); null: the step covering most selected kernels, the middle one on ties (the middle of the "
-                      "generation)", min=1, max=4095, nullable=True),
+                      "it); null: the middle of a sampled long generation (sample_window > 0), else the step covering most "
+                      "selected kernels (the middle one on ties)", min=1, max=4095, nullable=True),
     "timeline_backend": Param(str, "auto", (CAPTURE,), "auto | torch | nsys", choices=("auto", "torch", "nsys")),
     "ncu_phases": Param(list, ["decode", "prefill"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),

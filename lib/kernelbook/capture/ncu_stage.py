@@ -39,7 +39,10 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None) 
     params_file.write_text(json.dumps(params))
     info = manifest.setdefault("ncu", {"clock_control": params["clock_control"],
                                        "cache_control": params["cache_control"], "phases": {}})
-    sels = [select_kernels(timeline, ph, params["ncu_top_n"], params.get("ncu_step")) for ph in params["ncu_phases"]]
+    step = params.get("ncu_step")
+    if step is None and params.get("sample_window", 0) > 0:  # a sampled long generation: its middle
+        step = params["max_new_tokens"] // 2
+    sels = [select_kernels(timeline, ph, params["ncu_top_n"], step) for ph in params["ncu_phases"]]
     graphs = [s for s in sels if graph_phase(timeline, s)]
     eager = [s for s in sels if s not in graphs]
     if eager and "op_index" in timeline and (timeline.op_index >= 0).any():
@@ -194,8 +197,9 @@ def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:
             "differ": m.loc[~agree, ["phase", "step", "op_index", "op", "op_seen"]].astype(str).to_dict("records")[:10]}
 
 
-GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's graph replay, "
-              "--graph-profiling node, exact names of the selected kernels, first launch of each launch configuration")
+GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's graph replay, --graph-profiling "
+              "node, the first launch of every launch configuration in the step (no name filter: ncu's filter sees "
+              "graph nodes under stale names), tied by the report's names and launch configurations")
 
 
 def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
@@ -228,7 +232,7 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
             kernels["profiled_step"] = sel.step
             kernels["launch_index"] = kernels.kernel_id.map(at["launch_index"]).fillna(-1).astype("int64")
             kernels.loc[kernels.status == "profiled", "identity"] = (
-                "graph node: (step, launch index) of the first launch of its launch configuration; names agree")
+                "graph node: the report's name and launch configuration, at (step, launch index) of its first launch")
         if metrics is not None:
             metrics = metrics.merge(results[["result_id"]], on="result_id")
             metrics.insert(0, "phase", phase)
@@ -239,8 +243,8 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
             "step": sel.step, "selected": len(sel.kernels), "wall_s": wall, "error": error,
             "profiled": int((kernels.status == "profiled").sum()), "results": 0 if results is None else len(results),
             "graph_replay": graph,
-            "command": " ".join(cmd[:cmd.index("--kernel-name")]) + " --kernel-name <regex of selected names> ..."
-            + (" --graph-profiling node" if graph else ""),
+            "command": (" ".join(cmd[:cmd.index("-o")]) if graph else
+                        " ".join(cmd[:cmd.index("--kernel-name")]) + " --kernel-name <regex of selected names> ..."),
         }
         write_manifest(run_dir, manifest)
         if stop is not None:

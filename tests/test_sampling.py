@@ -105,3 +105,39 @@ def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):
     assert ("prefill", 0) in recorded and ("vision_encode", 0) in recorded
     assert list((tmp_path / "raw").iterdir()) == []  # each window's trace read, then deleted
     assert tracker.prof is None and tracker.sample_steps is None
+
+
+def test_op_calls_are_numbered_only_in_the_recorded_steps(tmp_path):
+    """The shapes pass of a sampled generation numbers op calls (kbop# ranges) in the vision encode, the prefill
+    and the windows only; between windows the dispatch mode is off (it costs host time on every op)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model
+    from kernelbook.capture.phases import PhaseTracker, parse_op_range, parse_record_name
+    from kernelbook.capture.workload import build_workload
+    from test_capture_cpu import PARAMS, TINY_OCR2
+
+    ckpt = tmp_path / "tiny"
+    build_random(deepseek_ocr2_config(**TINY_OCR2), "cpu", torch.float32).save_pretrained(ckpt)
+    lm = load_model(str(ckpt), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 8}, "cpu")
+    sampling = plan(8, 2, 4)  # 7 decode steps: 1-2, 5-6, then 6-7 joins: (1,2), (5,7)
+    tracker = PhaseTracker(lm.model, nvtx=False, op_record=True).install()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:  # every step recorded: where were ops numbered?
+        tracker.prof, tracker.sample_steps = type("P", (), {"step": lambda self: None})(), sampling.steps
+        tracker.start()
+        wl.generate()
+        tracker.stop()
+    tracker.remove()
+    ev = prof.events()
+    ranges = [(e.time_range.start, e.time_range.end, parse_record_name(e.name)) for e in ev if e.name.startswith("kb::")]
+    numbered = set()
+    for e in ev:
+        if parse_op_range(e.name) is not None:
+            inside = [r for r in ranges if r[0] <= e.time_range.start <= r[1]]
+            numbered.add(min(inside, key=lambda r: r[1] - r[0])[2] if inside else None)
+    steps = {st for ph, st in numbered if ph == "decode"}
+    assert steps == {st for st in sampling.steps if st > 0} == {1, 2, 5, 6, 7}
+    assert ("prefill", 0) in numbered and not tracker._mode_on

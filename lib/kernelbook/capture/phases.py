@@ -91,6 +91,7 @@ class PhaseTracker:
     _handles: list = field(default_factory=list)
     _op_counts: dict = field(default_factory=dict)
     _mode: object = None
+    _mode_on: bool = False
 
     def install(self) -> "PhaseTracker":
         """Hooks on the top-level forward and the vision modules. They run eagerly also when generate
@@ -129,6 +130,7 @@ class PhaseTracker:
 
             self._mode = OpNumbering(self)
             self._mode.__enter__()
+            self._mode_on = True
 
     def stop(self) -> None:
         self.active = False
@@ -138,8 +140,9 @@ class PhaseTracker:
             torch.backends.cuda.enable_cudnn_sdp(self._cudnn_sdp)
             self._cudnn_sdp = None
         if self._mode is not None:
-            self._mode.__exit__(None, None, None)
-            self._mode = None
+            if self._mode_on:
+                self._mode.__exit__(None, None, None)
+            self._mode, self._mode_on = None, False
 
     def op_call(self, func, args, kwargs):
         """Run one aten op call (from the dispatch mode), numbered within the innermost open phase range."""
@@ -202,6 +205,11 @@ class PhaseTracker:
         phase = "prefill" if self.calls == 0 else "decode"
         if self.prof is not None and self.calls > 0:
             self._advance_profiler(self.calls)
+            if self._mode is not None and self.op_record and (self.calls in self.sample_steps) != self._mode_on:
+                # op calls are numbered in the recorded steps only: the dispatch mode costs host time on every
+                # op, and a long generation runs thousands of steps between its windows
+                (self._mode.__enter__ if not self._mode_on else lambda: self._mode.__exit__(None, None, None))()
+                self._mode_on = not self._mode_on
         if self._lead_up_until > 0:
             self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)

@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _diff(a: str, b: str) -> int:
     from .analyze.compare import text_report
+    from .escape import terminal
     from .load.run import RunError, load_run
     from .params import resolve_path
 
@@ -94,7 +95,7 @@ def _diff(a: str, b: str) -> int:
     except RunError as e:
         _err(f"diff: {e}")
         return EXIT_BAD_PARAMS
-    print(text_report(*runs))
+    print(terminal(text_report(*runs)))  # kernel names from the runs: no escape sequence reaches the terminal
     return 0
 
 

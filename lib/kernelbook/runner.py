@@ -235,7 +235,10 @@ def _title(py_path: Path, language: str = "en") -> str:
 
 
 def render_book(params: dict, out: str | Path | None = None, chapters: list[str] | None = None,
-                log=print) -> Path:
+                log=print, run_as_given: str | None = None) -> Path:
+    """Render the chapters of `params["run_dir"]` into `out` (default reports/<run-id>); paths in `params`
+    and `out` are absolute (the command line resolves them against the caller's folder), and
+    `run_as_given` is the run as the caller wrote it, for the index."""
     import papermill
 
     from .checks import parameter_problems
@@ -330,7 +333,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         if text:
             (stage / "report.md").write_text(text, encoding="utf-8")
     with in_language(language):
-        _index(stage, run_id, params, entries, time.perf_counter() - t_all)
+        _index(stage, run_id, params, entries, time.perf_counter() - t_all, run_as_given or params["run_dir"])
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
         dest = out.with_name(out.name + ".failed")
@@ -420,7 +423,7 @@ def _to_nb(v):
     return v if not isinstance(v, Path) else str(v)
 
 
-def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float) -> None:
+def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float, run_shown: str) -> None:
     """index.html: one row per chapter with its summary, in the current language (`i18n`)."""
     manifest = json.loads((P.resolve_path(params["run_dir"]) / "manifest.json").read_text())
     gpu = manifest.get("environment", {}).get("gpu", {})
@@ -448,7 +451,7 @@ def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s:
 table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.5rem;text-align:left;vertical-align:top}}
 td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.5rem}}</style></head><body>
 <h1>kernelbook: {esc(run_id)}</h1>
-<p>{esc(captured)}</p>{warn}
+<p>{esc(captured)}</p><p>{esc(tr("Run:"))} <code>{esc(run_shown)}</code></p>{warn}
 {contract}
 <table><tr><th>{esc(tr("chapter"))}</th><th>{esc(tr("summary"))}</th><th>{esc(tr("render"))}</th></tr>
 {rows}

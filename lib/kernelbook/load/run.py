@@ -103,8 +103,8 @@ def check_run(path: str | Path) -> dict:
       belong and known phases; timeline and phases not empty;
     - a complete run holds every part its parameters asked for (timeline and phases; ncu tables unless
       captured with `ncu_top_n: 0`), and a partial one the phases beside its timeline;
-    - every kernel in the ncu tables ran in the timeline (by name and phase), and every ncu launch names a
-      kernel of the ncu kernel table."""
+    - every kernel in the ncu tables ran in the timeline (by name and phase), and in a complete run every
+      ncu launch names a kernel of the ncu kernel table."""
     p = resolve_path(path)
     if not p.is_dir():
         raise RunError(f"{p} is not a folder: no run there")
@@ -141,7 +141,7 @@ def check_run(path: str | Path) -> dict:
                                  f"in timeline.parquet{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}: "
                                  "the ncu tables belong to another run")
         lp = kp.with_name("launches.parquet")
-        if lp.exists():
+        if lp.exists() and manifest["status"] == "complete":  # a partial ncu stage may end between its files
             names = _schema(p, str(lp.relative_to(p)))
             if "kernel_id" in names:
                 ids = set(_table(p, str(lp.relative_to(p)), ["kernel_id"]).kernel_id.dropna()) - set(k.kernel_id)

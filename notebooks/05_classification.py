@@ -125,7 +125,7 @@ kb.table(opps.get(phase), kb.tr("Top opportunities in {phase}", phase=kb.phase_l
          empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase)))
 
 # %%
-kb.md("```\n" + C.contract_markdown(r, summary, c, opps) + "\n```")
+kb.source(C.contract_markdown(r, summary, c, opps))
 
 # %% [markdown]
 # ## Kernel explorer

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from .params import resolve_path
+from .escape import md
 
 CAPTURE_CMD = "python -m kernelbook capture --params <your.yaml> --out data/runs/<new-run-id>"
 
@@ -125,18 +126,18 @@ def missing(run_dir: str | Path, needs: str, renders_without: bool = False) -> s
         return None
     m = _manifest(run_dir)
     status = m.get("status", "?")
-    why = (tr("The run's capture is **{status}**: {reason}.", status=status, reason=m["reason"]) if m.get("reason")
-           else tr("The run's capture is **{status}**.", status=status))
+    why = (tr("The run's capture is **{status}**: {reason}.", status=md(status), reason=md(m["reason"]))
+           if m.get("reason") else tr("The run's capture is **{status}**.", status=md(status)))
     k = ncu_table(run_dir)
     if k is not None and len(k) and "status" in k:
         reasons = k.status.value_counts()
         held = tr("It selected {n} kernels for ncu and profiled none of them ({reasons}).", n=len(k),
-                  reasons="; ".join(f"{n}: {s}" for s, n in reasons.items()))
+                  reasons="; ".join(f"{n}: {md(s)}" for s, n in reasons.items()))
     elif m.get("params", {}).get("ncu_top_n") == 0:
         held = tr("It was captured with `ncu_top_n: 0`, so it holds no ncu counters.")
     else:
         held = tr("It holds no ncu tables (`ncu/kernels.parquet`).")
-    values = dict(run=Path(str(run_dir)).name, why=why, held=held, command=CAPTURE_CMD)
+    values = dict(run=md(Path(str(run_dir)).name), why=why, held=held, command=CAPTURE_CMD)
     if renders_without:
         return tr("**No Nsight Compute counters in {run}**: this chapter renders without them, from the timeline "
                   "alone. {why} {held} The timeline chapters (00, 01, 06) still read the run. To get counters, capture "

@@ -44,13 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "diff":
         return _diff(args.run_a, args.run_b)
+    # every path the caller gives is resolved once, here, against the caller's folder, and travels on absolute:
+    # the chapters run in the repository, where a relative path would name another file
+    cwd = Path.cwd()
+    params_path = str(cwd / Path(args.params).expanduser()) if args.params else None
+    out_dir = cwd / Path(args.out).expanduser() if getattr(args, "out", None) else None
     try:
         overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
         if args.cmd == "book" and args.params:  # the capture chapters take their capture parameters from it
             overrides["params_file"] = args.params
         if getattr(args, "language", None):
             overrides["language"] = args.language
-        params = P.load(args.params, overrides, consumer=args.cmd)
+        params = P.load(params_path, overrides, consumer=args.cmd, base=cwd)
     except P.ParamError as e:
         _err(str(e))
         return EXIT_BAD_PARAMS
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
         chapters = args.chapters.split(",") if args.chapters else None
         try:
-            out = render_book(params, args.out, chapters=chapters)
+            out = render_book(params, out_dir, chapters=chapters, run_as_given=args.run)
         except BookError as e:
             _err(str(e))
             return e.exit_code
@@ -69,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         from .capture.run import CaptureError, CaptureStopped, capture
 
         try:
-            run = capture(params, args.out, params_source=args.params)
+            run = capture(params, out_dir, params_source=args.params)
         except CaptureError as e:
             _err(str(e))
             return EXIT_BAD_PARAMS
@@ -86,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _diff(a: str, b: str) -> int:
     from .analyze.compare import text_report
+    from .escape import terminal
     from .load.run import RunError, load_run
     from .params import resolve_path
 
@@ -94,7 +100,7 @@ def _diff(a: str, b: str) -> int:
     except RunError as e:
         _err(f"diff: {e}")
         return EXIT_BAD_PARAMS
-    print(text_report(*runs))
+    print(terminal(text_report(*runs)))  # kernel names from the runs: no escape sequence reaches the terminal
     return 0
 
 

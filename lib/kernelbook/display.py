@@ -21,7 +21,6 @@ displays without asking goes through the same layer.
 """
 from __future__ import annotations
 
-import html
 import math
 import re
 import shutil
@@ -32,6 +31,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from .escape import html as esc_html
 from .i18n import N_, text, tr
 
 MISSING = "—"
@@ -485,21 +485,21 @@ def demangle(name: str) -> str:
 def cell(v, kind: str) -> str:
     """One cell as HTML (escaped), by kind."""
     if kind == "phase" and isinstance(v, (list, tuple, str)):  # one phase or several
-        return html.escape(phase_list(v))
+        return esc_html(phase_list(v))
     if kind in ("text", "code", "shapes") and isinstance(v, (list, tuple)):
         v = ", ".join(map(str, v))
     if kind == "shapes":
-        return html.escape(shapes(v))
+        return esc_html(shapes(v))
     if missing(v):
         return MISSING
     if kind == "bool" or isinstance(v, (bool, np.bool_)):
         return tr("yes") if bool(v) else tr("no")
     if kind == "code":
-        return f"<code>{html.escape(str(v))}</code>"
+        return f"<code>{esc_html(str(v))}</code>"
     if kind == "phase":
-        return html.escape(phase_label(v))
+        return esc_html(phase_label(v))
     if kind == "text" or isinstance(v, str):
-        return html.escape(text(str(v)))  # a value that is a catalog key (a class, a side) shows translated
+        return esc_html(text(str(v)))  # a value that is a catalog key (a class, a side) shows translated
     if kind == "pct":
         return pct(v)
     if kind == "share":
@@ -627,8 +627,8 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
         df = df.to_frame()
     if df is None or len(df) == 0 or len(df.columns) == 0:
         sentence = empty or tr("No rows.")
-        cap = f'<p class="kb-caption">{html.escape(caption)}</p>' if caption else ""
-        return Shown(f'{cap}<p class="kb-empty">{html.escape(sentence)}</p>', None, sentence)
+        cap = f'<p class="kb-caption">{esc_html(caption)}</p>' if caption else ""
+        return Shown(f'{cap}<p class="kb-empty">{esc_html(sentence)}</p>', None, sentence)
     frame = df
     df = _flatten(df)
     if styles is not None:
@@ -650,7 +650,7 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
     for c in df.columns:
         cls = " ".join(x for x in ("t" if kinds[c] in ("text", "code", "phase", "shapes") else "",
                                    "sticky" if c == first else "") if x)
-        th.append(f'<th class="{cls}">{html.escape(heads[c])}</th>' if cls else f"<th>{html.escape(heads[c])}</th>")
+        th.append(f'<th class="{cls}">{esc_html(heads[c])}</th>' if cls else f"<th>{esc_html(heads[c])}</th>")
     for i in range(len(df)):
         tds = []
         for c in df.columns:
@@ -670,7 +670,7 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
     fit = " fit" if "code" in kinds.values() else ""
     body = (f'<div class="kb-tablebox"><table class="kb{fit}"><thead><tr>{"".join(th)}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
-    cap = f'<p class="kb-caption">{html.escape(caption)}</p>' if caption else ""
+    cap = f'<p class="kb-caption">{esc_html(caption)}</p>' if caption else ""
     foot = ""
     if notes:
         any_missing = any(df[c].map(missing).any() for c in df.columns)
@@ -679,13 +679,13 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
             tr("{missing} in {column}: {why}", missing=MISSING, column=heads.get(c, label(c)), why=text(why))
             for c, why in notes.items()
             if c in df.columns and df[c].map(missing).any()]
-        foot = "".join(f'<p class="kb-note">{html.escape(n)}</p>' for n in items)
+        foot = "".join(f'<p class="kb-note">{esc_html(n)}</p>' for n in items)
     return Shown(STYLE + cap + body + foot, frame, caption or "")
 
 
 def sentence(text: str) -> Shown:
     """A result that is one sentence (an empty table said in words)."""
-    return Shown(f'<p class="kb-empty">{html.escape(text)}</p>', None, text)
+    return Shown(f'<p class="kb-empty">{esc_html(text)}</p>', None, text)
 
 
 def styler_table(styler, caption: str | None = None, **kw) -> Shown:

@@ -15,6 +15,7 @@ from plotly.io._base_renderers import PlotlyRenderer
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
+from . import escape as esc
 from .display import phase_label, sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
 from .i18n import language, tr, use_language  # noqa: F401  (chapters call kb.tr / kb.use_language)
 
@@ -93,20 +94,32 @@ def full(df, caption: str | None = None):
 
 
 def md(text: str):
+    """Markdown the package wrote: every run string in it went through `escape.md` / `escape.md_code`."""
     from IPython.display import Markdown
 
     return Markdown(text)
 
 
+def source(text: str):
+    """`text` (Markdown source, e.g. report.md) shown as written, in a fenced block no line of it can close."""
+    return md(esc.md_fence(esc.md_block(text)))
+
+
 class ChapterStop(Exception):
-    """Ends a chapter early with a note instead of a traceback: the run cannot serve what follows.
+    """Ends a chapter early with a note instead of a traceback: the run is missing or broken, or the
+    parameters ask it for what it does not hold.
 
     IPython shows `_render_traceback_`'s lines in place of a traceback, so JupyterLab shows the note
     alone and Run All stops there; papermill reports the same lines; the book runner recognises it by
-    name, keeps the chapter (its HTML shows the note) and goes on."""
+    name, keeps the chapter's HTML with the note, and ends with a non-zero exit status."""
 
     def _render_traceback_(self):
         return [str(self)]
+
+
+class ChapterNotServed(ChapterStop):
+    """A `ChapterStop` by design: the run lacks a whole stage the chapter needs (no ncu counters in a
+    timeline-only or partial run). The book keeps the chapter with its note and still succeeds."""
 
 
 def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = True, **asked):
@@ -114,6 +127,7 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
     `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with
     one note naming what the run holds and how to capture the rest (`ChapterStop`)."""
     from .checks import missing, parameter_problems
+    from .escape import plain
     from .load.run import RunError, load_run
     from .params import ParamError, validate
 
@@ -128,7 +142,7 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
     if needs is not None:
         note = missing(run_dir, needs)
         if note:
-            raise ChapterStop(note.replace("**", "")) from None
+            raise ChapterNotServed(plain(note)) from None
     try:
         return load_run(run_dir, require_timeline=require_timeline, rank=params.get("rank", 0))
     except RunError as e:
@@ -188,7 +202,7 @@ def explorer(cards: dict[str, dict], first: str = ""):
         c = cards[pick.value]
         out.clear_output(wait=True)  # the old card stays until the new one is drawn (no empty flash)
         with out:
-            display(md(f"**{c['class']}**\n\n`{demangle(c['name'])}`"), table(c["metrics"], tr("Metrics")),
+            display(md(f"**{esc.md(c['class'])}**\n\n`{esc.md_code(demangle(c['name']))}`"), table(c["metrics"], tr("Metrics")),
                     table(c["roofline"], tr("Roofline points"), empty=nopoint))
 
     pick.observe(show, names="value")
@@ -200,6 +214,5 @@ def explorer(cards: dict[str, dict], first: str = ""):
 
 
 def html_escape(s) -> str:
-    import html
-
-    return html.escape(str(s))
+    """`s` (from a run) as HTML text: `escape.html`."""
+    return esc.html(s)

@@ -207,6 +207,36 @@ SCHEMA: dict[str, Param] = {
 }
 
 
+# parameters that name a file or folder: the command line makes them absolute once, against the caller's folder
+PATH_KEYS = ("run_dir", "variant_runs", "baseline_run", "one_gpu_run", "params_file", "omnidocbench_dir",
+             "omnidocbench_subset")
+# parameters that name a path or something else (a hub id): absolute only where the caller's folder holds it
+MAYBE_PATH_KEYS = ("model", "weights")
+
+
+def absolute_paths(values: dict, base: Path) -> dict:
+    """`values` with every path parameter the caller gave made absolute against `base` (the caller's folder),
+    so the chapters, which run in the repository, read the same files; `~` expanded. Empty strings stay
+    empty (no comparison run), and a model or weights value is made absolute only when `base` holds it
+    (else it is a hub id or a built-in name)."""
+    def one(v, maybe=False):
+        if not isinstance(v, str) or not v:
+            return v
+        p = Path(v).expanduser()
+        if p.is_absolute():
+            return str(p)
+        if maybe and not (base / p).exists():
+            return v
+        return str(base / p)
+
+    out = dict(values)
+    for k in PATH_KEYS + MAYBE_PATH_KEYS:
+        if k in out:
+            v = out[k]
+            out[k] = [one(x) for x in v] if isinstance(v, list) else one(v, k in MAYBE_PATH_KEYS)
+    return out
+
+
 def resolve_path(v: str | Path) -> Path:
     p = Path(v).expanduser()
     return p if p.is_absolute() else (Path.cwd() / p if (Path.cwd() / p).exists() else REPO / p)
@@ -275,8 +305,11 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
     return merged
 
 
-def load(path: str | Path | None, overrides: dict | None = None, consumer: str | None = None) -> dict:
-    """Read and validate a params YAML (None = defaults only)."""
+def load(path: str | Path | None, overrides: dict | None = None, consumer: str | None = None,
+         base: Path | None = None) -> dict:
+    """Read and validate a params YAML (None = defaults only). `base`: the caller's folder; every path
+    parameter given (in the file or the overrides) is made absolute against it before the check
+    (`absolute_paths`), and the defaults (the bundled runs) against the repository."""
     values: dict = {}
     source = "parameters"
     if path is not None:
@@ -292,7 +325,11 @@ def load(path: str | Path | None, overrides: dict | None = None, consumer: str |
             raise ParamError([f"expected a mapping of key: value, got {type(loaded).__name__}"], source)
         values.update(loaded)
     values.update(overrides or {})
-    return validate(values, source, consumer)
+    if base is None:
+        return validate(values, source, consumer)
+    values = absolute_paths(values, base)
+    merged = validate(values, source, consumer)
+    return {**merged, **absolute_paths({k: merged[k] for k in PATH_KEYS if k not in values}, REPO)}
 
 
 def _run_to_capture(merged: dict) -> list[str]:

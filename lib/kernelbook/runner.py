@@ -16,7 +16,6 @@ note (`notebook.ChapterStop`); the book keeps it, its HTML shows the note, and t
 """
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -27,6 +26,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from . import escape
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import BOOK_COMMAND, LOCKS_HELD
@@ -160,6 +160,7 @@ def _plotly_html(nb) -> None:
 
 
 STOP = "ChapterStop"
+NOT_SERVED = "ChapterNotServed"  # a stop by design (notebook.ChapterNotServed): the book still succeeds
 
 
 def _stop_notes(nb) -> None:
@@ -170,20 +171,39 @@ def _stop_notes(nb) -> None:
         if "papermill-error-cell-tag" in cell.get("metadata", {}).get("tags", []):
             continue
         keep.append(cell)
-        stops = [o for o in cell.get("outputs", []) if o.get("output_type") == "error" and o.get("ename") == STOP]
+        stops = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"
+                 and o.get("ename") in (STOP, NOT_SERVED)]
         if stops:
             note = stops[0]["evalue"]
             cell["outputs"] = [o for o in cell["outputs"] if o not in stops] + [
                 {"output_type": "display_data", "metadata": {},
                  "data": {"text/html": f'<div class="kb-note" style="background:#fff3cd;padding:.6rem 1rem">'
-                                       f'{html.escape(note)}</div>', "text/plain": note}}]
+                                       f'{escape.html(note)}</div>', "text/plain": escape.terminal(note)}}]
             break
     nb.cells = keep
 
 
 def _stopped(err) -> str | None:
-    """The note of a chapter stopped with `ChapterStop`, or None for a real failure."""
-    return getattr(err, "evalue", None) if getattr(err, "ename", None) == STOP else None
+    """The note of a chapter stopped with `ChapterStop` (or `ChapterNotServed`), or None for a real failure."""
+    return getattr(err, "evalue", None) if getattr(err, "ename", None) in (STOP, NOT_SERVED) else None
+
+
+def check_runs(params: dict) -> None:
+    """Every run the parameters name (run_dir when it exists, variant_runs, baseline_run, one_gpu_run),
+    checked against the run contract before anything is written: a damaged one stops the book with one
+    message naming the file and what is wrong (exit 2, the previous report kept)."""
+    from .load.run import RunError, check_run
+
+    paths = [params["run_dir"], *params.get("variant_runs", []), params.get("baseline_run"),
+             params.get("one_gpu_run")]
+    for i, v in enumerate(p for p in paths if p):
+        p = P.resolve_path(v)
+        if i == 0 and not (p / "manifest.json").exists():
+            continue  # a run the capture chapters will capture (the parameter check allowed it)
+        try:
+            check_run(p)
+        except RunError as e:
+            raise BookError(f"damaged run: {e}\nnothing rendered; an earlier report is kept", 2) from None
 
 
 def _summary(executed: Path) -> str:
@@ -197,8 +217,8 @@ def _summary(executed: Path) -> str:
             text = data.get("text/markdown") or data.get("text/plain") or ""
             if isinstance(text, list):
                 text = "".join(text)
-            if "kb-summary" in str(out.get("metadata", {})):
-                return text.strip().strip("*")
+            if "kb-summary" in str(out.get("metadata", {})):  # Markdown: the index lists what a reader reads
+                return escape.plain(text).strip()
     return ""
 
 
@@ -215,7 +235,10 @@ def _title(py_path: Path, language: str = "en") -> str:
 
 
 def render_book(params: dict, out: str | Path | None = None, chapters: list[str] | None = None,
-                log=print) -> Path:
+                log=print, run_as_given: str | None = None) -> Path:
+    """Render the chapters of `params["run_dir"]` into `out` (default reports/<run-id>); paths in `params`
+    and `out` are absolute (the command line resolves them against the caller's folder), and
+    `run_as_given` is the run as the caller wrote it, for the index."""
     import papermill
 
     from .checks import parameter_problems
@@ -227,6 +250,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     if problems:
         raise BookError(f"{len(problems)} problem(s) in parameters for the run {params['run_dir']}:\n"
                         + "\n".join(f"  - {p}" for p in problems) + "\nnothing rendered", 2)
+    check_runs(params)
     run_dir = P.resolve_path(params["run_dir"])
     run_id = run_dir.name
     capture_stems = _capturing_chapters(params, run_dir, books)
@@ -265,6 +289,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             except Exception as e:  # papermill keeps the executed notebook with the error in it
                 error = e
             note = _stopped(error)
+            broken = note is not None and getattr(error, "ename", None) == STOP
             if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
                 error = None
             src.unlink()
@@ -280,13 +305,17 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                     # the note's first clause, up to its first colon (either language's), names what is missing
                     first = re.split(r"[:：]", note.replace("**", "").split("\n")[0], maxsplit=1)[0]
                     summary = tr("Not shown: {note}", note=first)
-            entries.append({"stem": nb.stem, "title": _title(nb, language), "seconds": dt, "ok": error is None,
+            entries.append({"stem": nb.stem, "title": _title(nb, language), "seconds": dt, "ok": error is None and not broken,
                             "summary": summary, **({"stopped": note} if note is not None else {})})
             if log is print:
-                state = "ok" if note is None else "stopped: the run cannot serve it (see its note)"
+                state = "ok" if note is None else ("STOPPED: the run is missing or broken (see its note)" if broken
+                                                   else "stopped: the run cannot serve it (see its note)")
                 print(f" {state if error is None else 'FAILED'} ({dt:.1f} s)", flush=True)
             if error is not None:
                 failed = (nb.stem, error)
+                break
+            if broken:  # the run is missing or broken: the book stops here, not a stop by design
+                failed = (nb.stem, BookError(f"stopped: {escape.terminal(note.strip().splitlines()[0])}", 2))
                 break
             if capture_stems and nb.stem == capture_stems[-1]:
                 locks.close()  # the analysis chapters need no lock
@@ -304,7 +333,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         if text:
             (stage / "report.md").write_text(text, encoding="utf-8")
     with in_language(language):
-        _index(stage, run_id, params, entries, time.perf_counter() - t_all)
+        _index(stage, run_id, params, entries, time.perf_counter() - t_all, run_as_given or params["run_dir"])
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
         dest = out.with_name(out.name + ".failed")
@@ -312,6 +341,9 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             shutil.rmtree(dest)
         os.replace(stage, dest)
         name, err = failed
+        if isinstance(err, BookError):  # a chapter stopped because the run is missing or broken
+            raise BookError(f"chapter {name} {err}\n  its notebook and HTML (with the note) are in {dest}; the "
+                            f"previous report in {out} is unchanged", 2)
         last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise BookError(f"chapter {name} failed: {last}\n  its executed notebook and HTML (error visible) are in "
                         f"{dest}; the previous report in {out} is unchanged")
@@ -391,12 +423,12 @@ def _to_nb(v):
     return v if not isinstance(v, Path) else str(v)
 
 
-def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float) -> None:
+def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float, run_shown: str) -> None:
     """index.html: one row per chapter with its summary, in the current language (`i18n`)."""
     manifest = json.loads((P.resolve_path(params["run_dir"]) / "manifest.json").read_text())
     gpu = manifest.get("environment", {}).get("gpu", {})
     gpu_name = gpu.get("name", "?") if isinstance(gpu, dict) else gpu
-    esc = html.escape
+    esc = escape.html
     rows = "\n".join(
         f'<tr><td><a href="{e["stem"]}.html">{esc(e["title"])}</a></td>'
         f'<td>{esc(e["summary"]) or ("" if e["ok"] else "<b>" + esc(tr("failed")) + "</b>")}</td>'
@@ -419,7 +451,7 @@ def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s:
 table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.5rem;text-align:left;vertical-align:top}}
 td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.5rem}}</style></head><body>
 <h1>kernelbook: {esc(run_id)}</h1>
-<p>{esc(captured)}</p>{warn}
+<p>{esc(captured)}</p><p>{esc(tr("Run:"))} <code>{esc(run_shown)}</code></p>{warn}
 {contract}
 <table><tr><th>{esc(tr("chapter"))}</th><th>{esc(tr("summary"))}</th><th>{esc(tr("render"))}</th></tr>
 {rows}

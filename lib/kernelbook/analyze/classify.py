@@ -18,6 +18,7 @@ import pandas as pd
 from ..display import phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
+from ..escape import md
 
 MAX_WARPS_PER_SM = {"hopper": 64, "ampere": 64, "ada": 48, "blackwell": 64}
 REGISTERS_PER_SM = 65536
@@ -307,12 +308,12 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
     m = run.manifest
     info = m.get("timeline_info", {})
     p = m.get("params", {})
-    lines = [tr("Profile: {model} [{run}]", model=p.get("model", "?"), run=run.run_id), "",
+    lines = [tr("Profile: {model} [{run}]", model=md(p.get("model", "?")), run=md(run.run_id)), "",
              tr("## Configuration"), "", "| b | s | t | dtype |", "|---|---|---|---|",
-             f"| {p.get('batch_size', '?')} | {info.get('inputs', {}).get('prompt_tokens', '?')} | "
-             f"{p.get('max_new_tokens', '?')} | {p.get('dtype', 'bfloat16')} |", "",
+             "| " + " | ".join(md(v) for v in (p.get("batch_size", "?"), info.get("inputs", {}).get("prompt_tokens", "?"),
+                                               p.get("max_new_tokens", "?"), p.get("dtype", "bfloat16"))) + " |", "",
              tr("## Stages"), "", CONTRACT_HEADER, "|---|---|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(row) + " |" for row in contract_stage_rows(summary, c, opps)]
+    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in contract_stage_rows(summary, c, opps)]
     return "\n".join(lines + ["", contract_sections(summary, c, opps)])
 
 
@@ -347,14 +348,14 @@ def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd
         pc = c[c.phase == ph]
         bott, frac = dominant_class(pc)  # opps holds only phases with profiled kernels
         idle = 100 * (1 - s.gpu_busy_ms / s.wall_ms)
-        lines += [f"## {ph}", "", tr("Bottleneck: {cls}", cls=class_label(bott).capitalize()), "",
+        lines += [f"## {md(ph)}", "", tr("Bottleneck: {cls}", cls=class_label(bott).capitalize()), "",
                   tr("Root cause: the GPU is idle {idle:.0f} % of {phase} wall time between kernels (measured under the "
                      "profiler), and the kernels that run are mostly {cls} ({pct:.0f} % of profiled time).", idle=idle,
                      phase=phase_label(ph), cls=class_label(bott), pct=100 * frac), "",
                   tr("Top 3 Opportunities (ranked by estimated impact)"), ""]
         for _, r in o.head(3).iterrows():
-            lines.append(tr("- {opportunity} — est. {gain:.0f}% gain — trigger: {trigger}", opportunity=r.opportunity,
-                            gain=r.gain_pct, trigger=r.trigger))
+            lines.append(tr("- {opportunity} — est. {gain:.0f}% gain — trigger: {trigger}", opportunity=md(r.opportunity),
+                            gain=r.gain_pct, trigger=md(r.trigger)))
         lines.append("")
     return "\n".join(lines)
 
@@ -378,7 +379,7 @@ def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
     top, frac = dominant_class(cp)
     first = "" if opps is None or not len(opps) else tr(
         "; first to try: {what} (est. ≤ {gain:.0f} % of {phase} wall time)",
-        what=re.split("[:：]", opps.iloc[0].opportunity)[0].lower(), gain=opps.iloc[0].gain_pct,
+        what=md(re.split("[:：]", opps.iloc[0].opportunity)[0].lower()), gain=opps.iloc[0].gain_pct,
         phase=phase_label(phase))
     return tr("{phase}: {pct:.0f} % of profiled kernel time is {cls} ({n_cls} of {n} kernels){first}",
               phase=phase_label(phase), pct=100 * frac, cls=class_label(top), n_cls=(cp["class"] == top).sum(),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..i18n import tr
 from .kernels import is_nccl
+from ..escape import md
 
 _NAME = re.compile(r"ncclDevKernel_(?P<collective>[A-Za-z]+?)(?:_(?P<reduce>Sum|Prod|Max|Min|PreMulSum|SumPostDiv))?"
                    r"(?:_(?P<dtype>bf16|f16|f32|f64|i8|u8|i32|u32|i64|u64|f8e4m3|f8e5m2))?"
@@ -237,7 +238,7 @@ def prose(sec: Section | None, one_run_id: str = "") -> str:
         if len(dd):
             a = dd.iloc[0]
             out.append(tr("Against the same model on one GPU ({run}): decode takes {x:.2f}× the time per token "
-                          "({tp:.2f} ms against {one:.2f} ms, {basis}).", run=one_run_id, x=a.tp_over_one_gpu,
+                          "({tp:.2f} ms against {one:.2f} ms, {basis}).", run=md(one_run_id), x=a.tp_over_one_gpu,
                           tp=a.tp_ms, one=a.one_gpu_ms, basis=tr(a.basis)))
             link = link_step_ms(sec)
             if link == link:

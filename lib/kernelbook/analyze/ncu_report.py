@@ -9,6 +9,7 @@ from ..i18n import N_, tr
 
 from .ncu_metrics import _dim3
 from .timeline import gemm_dims, is_matvec
+from ..escape import md, md_code
 
 # Fidelity targets: tensor FLOPs ÷ 2·M·N·K within ±5 % (the target), and how far an ncu
 # duration may stray from the timeline median before the prose counts it.
@@ -118,10 +119,10 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
                         "control `{clock}`, cache control `{cache}`).",
                         phases=tr(", ").join(phase_label(p) for p in info["phases"]), results=info["results"],
                         selected=info["selected"], per_kernel=info["results_per_selected"], seconds=info["wall_s"],
-                        clock=info.get("clock_control"), cache=info.get("cache_control")))
+                        clock=md_code(info.get("clock_control")), cache=md_code(info.get("cache_control"))))
         check = info.get("op_check") or {}
         if check.get("checked"):
-            pairs = sorted({tr("`{seen}` around `{op}`", seen=d["op_seen"], op=d["op"])
+            pairs = sorted({tr("`{seen}` around `{op}`", seen=md_code(d["op_seen"]), op=md_code(d["op"]))
                             for d in check.get("differ", [])})
             others = tr("; the others the op that calls it at the dispatcher ({pairs})",
                         pairs=tr(", ").join(pairs)) if pairs else ""
@@ -132,15 +133,15 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
             lines.append(tr("- **{phase}**: one ncu process profiled step {step} of the phase, {results} launch "
                             "configurations in {seconds:.0f} s (clock control `{clock}`, cache control `{cache}`).",
                             phase=phase_label(ph), step=v["step"], results=v["results"], seconds=v["wall_s"],
-                            clock=info.get("clock_control"), cache=info.get("cache_control")))
+                            clock=md_code(info.get("clock_control")), cache=md_code(info.get("cache_control"))))
     if "identity" in kernels:
         other = kernels[kernels.identity.fillna("").str.len() > 0]
         other = other[~other.identity.eq("position; names agree")]
         for r in other.itertuples():
-            lines.append(f"- {r.kernel_id}: {r.identity}.")
+            lines.append(f"- {md(r.kernel_id)}: {md(r.identity)}.")
     bad = kernels[kernels.status != "profiled"]
     for r in bad.itertuples():
-        lines.append(tr("- {kernel} not profiled: {status}", kernel=r.kernel_id, status=r.status))
+        lines.append(tr("- {kernel} not profiled: {status}", kernel=md(r.kernel_id), status=md(r.status)))
     if bad.empty:
         lines.append(tr("- Every selected kernel was profiled."))
     return "\n".join(lines)
@@ -163,7 +164,7 @@ def fidelity_prose(fid: pd.DataFrame) -> str:
         for r in g[off].itertuples():
             if r.matvec and r.flops_ratio > 1:
                 why = tr("a matrix-vector product ({shapes}) run on tensor cores: the MMA tile pads the vector "
-                         "dimension, so the tensor pipe does {ratio:.1f}× the useful work", shapes=r.op_shapes,
+                         "dimension, so the tensor pipe does {ratio:.1f}× the useful work", shapes=md(r.op_shapes),
                          ratio=r.flops_ratio)
             elif r.grouped and r.flops_ratio > 1:
                 why = tr("a grouped (MoE) GEMM, checked against 2·M·N·K summed over its groups (every routed row "
@@ -175,8 +176,8 @@ def fidelity_prose(fid: pd.DataFrame) -> str:
                          "beyond 2·M·N·K (tile edges, the epilogue)")
             else:
                 why = tr("shapes from the aten op do not match this launch")
-            lines.append(tr("- {kernel} {name}: ratio {ratio:.2f} — {why}.", kernel=r.kernel_id,
-                            name=r.friendly_name, ratio=r.flops_ratio, why=why))
+            lines.append(tr("- {kernel} {name}: ratio {ratio:.2f} — {why}.", kernel=md(r.kernel_id),
+                            name=md(r.friendly_name), ratio=r.flops_ratio, why=why))
     return "\n".join(lines)
 
 
@@ -279,12 +280,12 @@ def byte_fidelity_prose(bf: pd.DataFrame, manifest: dict) -> str:
           | ((bf.dram_bytes / bf.implied_read_bytes - 1).abs() <= BYTES_TOLERANCE))
     lines = [tr("DRAM bytes ÷ the bytes the shapes imply: {n_ok} of {n} matrix/attention kernels within ±{tol:.0f} % "
                 "of their reads + writes or of their reads alone (ncu cache control `{cache}`).", n_ok=int(ok.sum()),
-                n=len(bf), tol=BYTES_TOLERANCE * 100, cache=cache)]
+                n=len(bf), tol=BYTES_TOLERANCE * 100, cache=md_code(cache))]
     for ph, g in bf.groupby("phase"):
         lines.append(tr("- {phase}: {n_ok} of {n} agree; median ratio to reads + writes {median:.2f}.",
                         phase=phase_label(ph), n_ok=int(ok[g.index].sum()), n=len(g), median=g.bytes_ratio.median()))
     for r in bf[~ok].itertuples():
-        lines.append(f"- {r.kernel_id} {r.friendly_name} ({phase_label(r.phase)}): {r.verdict}.")
+        lines.append(f"- {md(r.kernel_id)} {md(r.friendly_name)} ({phase_label(r.phase)}): {md(r.verdict)}.")
     if cache == "none":
         lines.append(tr("This run was captured with `--cache-control none`: replay passes after the first read a warm "
                         "L2, so DRAM bytes, DRAM throughput and DRAM intensity of these kernels are not what the real "

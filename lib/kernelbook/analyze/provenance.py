@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..i18n import N_, text, tr
+from ..escape import md
 
 STEPS = {"measure_peaks": N_("measure peaks (bf16 GEMM, device copy)"), "timeline": N_("timeline capture"),
          "ncu": N_("Nsight Compute capture")}
@@ -113,4 +114,4 @@ def decision(took: dict, part: str) -> str:
     """The capture chapter's own decision for this rendering, as one sentence."""
     done = tr(" ({part} captured in {seconds:.1f} s).", part=part, seconds=took["wall_s"]) if took.get("captured") \
         else tr(".")
-    return tr("This rendering: {why}{done}", why=took["why"], done=done)
+    return tr("This rendering: {why}{done}", why=md(took["why"]), done=done)

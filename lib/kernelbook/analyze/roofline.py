@@ -20,6 +20,7 @@ from ..display import phase_label
 from ..i18n import N_, tr
 from .histograms import weighted_mean
 from .ncu_report import FLOPS_TOLERANCE
+from ..escape import md
 
 LEVELS = ("dram", "l2", "l1")
 LEVEL_LABEL = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
@@ -92,7 +93,7 @@ def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame |
             notes.append(tr("The L2 roof ({tbps:.1f} TB/s) is estimated from {kernel}, the kernel that loads L2 most "
                             "({pct:.0f} % of peak): its L2 bytes/s ÷ that percentage. This capture predates the L2 "
                             "peak counter; newer captures read the roof from ncu directly.", tbps=bw["l2"] / 1e12,
-                            kernel=kid, pct=pct))
+                            kernel=md(kid), pct=pct))
     if "l1" not in bw:
         notes.append(tr("No L1 roof: this capture lacks ncu's L1 peak counter, and L1 throughput % mixes shared-memory "
                         "and texture traffic, so bytes ÷ % is not a bandwidth. L1 points are drawn without a roof."))
@@ -213,7 +214,7 @@ def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode
                 "(memory side at DRAM intensity).", phase=name, n=len(d), wmean=wmean,
                 median=d.pct_of_roof.median(), n_memory=len(mem)),
              tr("The largest by time, {kernel} ({share:.1f} % of {phase} kernel time), reaches {pct:.1f} % of its roof "
-                "at {intensity:,.1f} FLOP/B.", kernel=worst.friendly_name, share=100 * worst.share, phase=name,
+                "at {intensity:,.1f} FLOP/B.", kernel=md(worst.friendly_name), share=100 * worst.share, phase=name,
                 pct=worst.pct_of_roof, intensity=worst.intensity)]
     if len(bw_only):
         b = bw_only[bw_only.phase == phase]

@@ -5,6 +5,7 @@ import pandas as pd
 
 from ..devices import Device, UnknownDeviceError, lookup
 from ..i18n import text, tr
+from ..escape import md
 
 
 def device_for(run, name: str | None) -> Device | None:
@@ -19,7 +20,7 @@ def device_for(run, name: str | None) -> Device | None:
 def headline(run, dev: Device | None) -> str:
     tl = run.manifest.get("timeline_info", {})
     peaks = run.manifest.get("measured_peaks", {})
-    parts = [tr("{model} on {gpu}", model=run.manifest["params"].get("model"), gpu=run.gpu_name)]
+    parts = [tr("{model} on {gpu}", model=md(run.manifest["params"].get("model")), gpu=md(run.gpu_name))]
     if dev:
         parts.append(tr("bf16 ridge {ridge:.0f} FLOP/byte (spec)", ridge=dev.ridge("bf16")))
     if peaks:

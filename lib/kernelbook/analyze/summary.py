@@ -23,6 +23,7 @@ import pandas as pd
 from ..i18n import N_, tr
 from . import whatif as W
 from .timeline import PHASE_ORDER, phase_summary
+from ..escape import md, md_code
 
 GRAPH_HOST_US = 2.0  # host time per launch under CUDA graphs, as chapter 06 assumes
 SAME_BUSY = 0.03     # GPU-busy times within 3 %: the phase's device work did not change
@@ -270,7 +271,7 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
             continue
         r = d.iloc[0]
         if r.predicted_gain == r.predicted_gain:
-            out.append(tr("**{v}** — what-if lever: {lever}.", v=v, lever=r.lever))
+            out.append(tr("**{v}** — what-if lever: {lever}.", v=md(v), lever=md(r.lever)))
             # decode always; prefill where the lever changes it (batch), not where it predicts no change
             for x in g[(g.phase == "decode") | (g.predicted_gain != 1.0)].itertuples():
                 verdict = (tr("within the {tol:.0f} % target", tol=TARGET_PCT) if abs(x.gain_error_pct) <= TARGET_PCT
@@ -281,8 +282,8 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
                            tr("  Prefill predicted {p:.2f}× the baseline's speed per call, measured {m:.2f}× "
                               "({e:+.0f} %, {verdict}).", **vals))
         else:
-            out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=v, m=r.measured_gain,
-                          why=r.why_no_prediction))
+            out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=md(v), m=r.measured_gain,
+                          why=md(r.why_no_prediction)))
         c = controls.get(r.run)
         if c is not None and len(c):
             from ..display import phase_label
@@ -291,7 +292,7 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
             out.append(tr("  Host control: phases this variant does not change ran at a different wall time "
                           "({cells}) with the same GPU-busy time, so the two captures ran on hosts of "
                           "different speed; host-bound figures between them carry that factor.", cells=cells))
-    out += [tr("Left out: {why}.", why=w) for w in left_out]
+    out += [tr("Left out: {why}.", why=md(w)) for w in left_out]
     return "\n\n".join(out)
 
 
@@ -310,7 +311,7 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
         best = d.sort_values("measured_gain", ascending=False).iloc[0]
         pred = (tr(" (predicted {p:.1f}×)", p=best.predicted_gain) if best.predicted_gain == best.predicted_gain
                 else "")
-        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=best.variant, m=best.measured_gain, pred=pred))
+        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain, pred=pred))
     return "; ".join(out) + "."
 
 
@@ -367,5 +368,5 @@ def comparison_note(pair: tuple | None) -> str:
     if pair is None:
         return tr("No `baseline_run` given and no variant run to compare with.")
     a, b = pair
-    return tr("A = `{a}` (ncu {ca}), B = `{b}` (ncu {cb}); ratios are B ÷ A.", a=a.run_id, ca=coverage(a),
-              b=b.run_id, cb=coverage(b))
+    return tr("A = `{a}` (ncu {ca}), B = `{b}` (ncu {cb}); ratios are B ÷ A.", a=md_code(a.run_id), ca=md(coverage(a)),
+              b=md_code(b.run_id), cb=md(coverage(b)))

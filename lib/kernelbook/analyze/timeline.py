@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..display import phase_label
 from ..i18n import N_, tr
+from ..escape import md
 
 PHASE_ORDER = ["vision_encode", "prefill", "decode", "other"]
 
@@ -267,12 +268,12 @@ def reference_prose(cmp: pd.DataFrame, run) -> str:
     c = cmp.set_index("category")
     gemv = c.loc["GEMV"] if "GEMV" in c.index else None
     lines = [tr("The reference measured DeepSeek-OCR v1 on an RTX 5090; this run is {model} on {gpu}.",
-                model=run.manifest["params"].get("model"), gpu=run.gpu_name)]
+                model=md(run.manifest["params"].get("model")), gpu=md(run.gpu_name))]
     if gemv is not None:
         lines.append(tr("- **GEMV**: {here:.1f} % here vs {reference:.1f} %. Here the matrix-vector products run as "
                         "cuBLAS `nvjet` GEMM kernels (tile M padded to 16-128 rows) rather than `gemvx`, and the "
                         "{gpu}'s HBM moves weights faster than the RTX 5090's GDDR7, so they hold a smaller share.",
-                        here=gemv.this_run_pct, reference=gemv.reference_pct, gpu=run.gpu_name))
+                        here=gemv.this_run_pct, reference=gemv.reference_pct, gpu=md(run.gpu_name)))
     for cat, why in (("copy/cast", tr("dtype casts (float ↔ bf16 in RMSNorm and rotary embeddings) and `torch.cat` "
                                       "of the KV cache every step")),
                      ("elementwise", tr("unfused pointwise ops")),

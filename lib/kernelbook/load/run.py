@@ -14,6 +14,143 @@ class RunError(ValueError):
     pass
 
 
+class RunDamaged(RunError):
+    """A run directory whose files contradict the run contract (DESIGN.md): one message naming the file and
+    what is wrong with it. The book stops before any chapter runs (exit 2) and writes nothing."""
+
+
+PHASES = ("vision_encode", "prefill", "decode", "other")
+# the columns each table must hold for the chapters to read it
+REQUIRED = {"timeline.parquet": ("name", "phase", "start_ns", "end_ns", "duration_ns"),
+            "phases.parquet": ("phase", "start_ns", "end_ns"),
+            "ncu/kernels.parquet": ("phase", "kernel_id", "name", "status"),
+            "ncu/metrics.parquet": ("metric", "value")}
+NUMERIC = ("start_ns", "end_ns", "duration_ns", "value")
+
+
+def _read_manifest(p: Path) -> dict:
+    mf = p / "manifest.json"
+    if not mf.exists():
+        raise RunError(f"{p} has no manifest.json: not a kernelbook run (or its capture never started)")
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise RunDamaged(f"{mf}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise RunDamaged(f"{mf}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except OSError as e:
+        raise RunDamaged(f"{mf}: cannot be read ({e.strerror})") from None
+    if not isinstance(manifest, dict):
+        raise RunDamaged(f"{mf}: expected a JSON object, got {type(manifest).__name__}")
+    missing = [k for k in ("status", "params") if k not in manifest]
+    if missing:
+        raise RunDamaged(f"{mf}: missing key(s) {', '.join(missing)} (a capture writes status and params)")
+    if manifest["status"] not in ("complete", "partial"):
+        raise RunDamaged(f"{mf}: status is {str(manifest['status'])[:80]!r}, expected 'complete' or 'partial'")
+    if not isinstance(manifest["params"], dict):
+        raise RunDamaged(f"{mf}: params is {type(manifest['params']).__name__}, expected an object")
+    return manifest
+
+
+def _schema(p: Path, rel: str) -> list[str]:
+    """The columns of the Parquet table `rel`, or RunDamaged naming it (truncated, not Parquet, a folder)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = p / rel
+    if not f.is_file():
+        raise RunDamaged(f"{f}: not a file")
+    try:
+        meta = pq.read_metadata(f)
+        names = pq.read_schema(f).names
+    except (pa.ArrowException, OSError) as e:
+        why = "empty file" if f.stat().st_size == 0 else str(e).splitlines()[0][:160]
+        raise RunDamaged(f"{f}: not a readable Parquet table ({why}); the file is truncated or not Parquet") from None
+    lacking = [c for c in REQUIRED.get(rel, ()) if c not in names]
+    if lacking:
+        raise RunDamaged(f"{f}: lacks column(s) {', '.join(lacking)}")
+    if meta.num_rows == 0 and rel in ("timeline.parquet", "phases.parquet"):
+        raise RunDamaged(f"{f}: has no rows")
+    return names
+
+
+def _table(p: Path, rel: str, columns: list[str]) -> pd.DataFrame:
+    import pyarrow as pa
+
+    f = p / rel
+    try:
+        df = pd.read_parquet(f, columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise RunDamaged(f"{f}: its data cannot be read ({str(e).splitlines()[0][:160]}); the file is truncated "
+                         "or damaged") from None
+    for c in columns:
+        if c in NUMERIC and not pd.api.types.is_numeric_dtype(df[c]):
+            raise RunDamaged(f"{f}: column {c} holds {df[c].dtype} values, expected numbers")
+    if "phase" in df:
+        bad = sorted(set(df.phase.dropna().astype(str)) - set(PHASES))
+        if bad:
+            raise RunDamaged(f"{f}: unknown phase(s) {', '.join(repr(b[:40]) for b in bad[:3])}; phases are "
+                             f"{', '.join(PHASES)}")
+    return df
+
+
+def check_run(path: str | Path) -> dict:
+    """The run's manifest after checking the run against its contract, or RunDamaged (RunError when the
+    folder is no run at all) with one message naming the file and what is wrong:
+
+    - manifest.json: valid UTF-8 JSON, an object with `status` (complete | partial) and `params`;
+    - each table present: a readable Parquet file with its columns (`REQUIRED`), numbers where numbers
+      belong and known phases; timeline and phases not empty;
+    - a complete run holds every part its parameters asked for (timeline and phases; ncu tables unless
+      captured with `ncu_top_n: 0`), and a partial one the phases beside its timeline;
+    - every kernel in the ncu tables ran in the timeline (by name and phase), and in a complete run every
+      ncu launch names a kernel of the ncu kernel table."""
+    p = resolve_path(path)
+    if not p.is_dir():
+        raise RunError(f"{p} is not a folder: no run there")
+    manifest = _read_manifest(p)
+    mf = p / "manifest.json"
+    has_tl = (p / "timeline.parquet").exists()
+    if manifest["status"] == "complete":
+        asked = ["timeline.parquet", "phases.parquet"]
+        prm = manifest["params"]
+        if prm.get("ncu_top_n", 0) and prm.get("ncu_phases", ["decode"]):
+            asked += ["ncu/kernels.parquet", "ncu/metrics.parquet"]
+        lacking = [a for a in asked if not (p / a).exists()]
+        if lacking:
+            raise RunDamaged(f"{mf}: says the run is complete, but {', '.join(lacking)} "
+                             f"{'is' if len(lacking) == 1 else 'are'} missing")
+    elif has_tl and not (p / "phases.parquet").exists():
+        raise RunDamaged(f"{p / 'phases.parquet'}: missing beside timeline.parquet")
+    for rel in REQUIRED:
+        if (p / rel).exists():
+            _schema(p, rel)
+    if has_tl:
+        tl = _table(p, "timeline.parquet", ["name", "phase", "start_ns", "end_ns", "duration_ns"])
+        _table(p, "phases.parquet", ["phase", "start_ns", "end_ns"])
+    for kp in sorted(p.glob("ncu/**/kernels.parquet")):
+        rel = str(kp.relative_to(p))
+        _schema(p, rel)
+        k = _table(p, rel, ["phase", "kernel_id", "name", "status"])
+        if has_tl:
+            ran = set(zip(tl.phase, tl.name))
+            lost = k[[(ph, n) not in ran for ph, n in zip(k.phase, k.name)]]
+            if len(lost):
+                r = lost.iloc[0]
+                raise RunDamaged(f"{kp}: kernel {str(r.kernel_id)[:40]} ({str(r['name'])[:60]!r}, {r.phase}) is not "
+                                 f"in timeline.parquet{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}: "
+                                 "the ncu tables belong to another run")
+        lp = kp.with_name("launches.parquet")
+        if lp.exists() and manifest["status"] == "complete":  # a partial ncu stage may end between its files
+            names = _schema(p, str(lp.relative_to(p)))
+            if "kernel_id" in names:
+                ids = set(_table(p, str(lp.relative_to(p)), ["kernel_id"]).kernel_id.dropna()) - set(k.kernel_id)
+                if ids:
+                    raise RunDamaged(f"{lp}: kernel id(s) {', '.join(sorted(map(str, ids))[:3])} are not in "
+                                     f"{kp.name}")
+    return manifest
+
+
 @dataclass
 class Run:
     path: Path
@@ -60,10 +197,7 @@ def load_run(path: str | Path, require_timeline: bool = True, rank: int = 0) -> 
     from ..analyze.kernels import annotate
 
     p = resolve_path(path)
-    mf = p / "manifest.json"
-    if not mf.exists():
-        raise RunError(f"{p} has no manifest.json: not a kernelbook run (or its capture never started)")
-    manifest = json.loads(mf.read_text())
+    manifest = check_run(p)
     tl = p / "timeline.parquet"
     if not tl.exists() and not require_timeline:
         return Run(p, manifest, pd.DataFrame(), pd.DataFrame())

@@ -7,9 +7,16 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from ..display import eng, phase_label
+from ..escape import plot
 from ..i18n import text, tr
 
 TEMPLATE = "plotly_white"
+
+
+def _esc(values) -> pd.Series:
+    """A column of run strings (kernel names, ids, variant labels) as text plotly draws (`escape.plot`);
+    missing values stay missing."""
+    return pd.Series(values).map(lambda v: v if v is None or v != v else plot(v))
 
 
 def phase_bars(summary: pd.DataFrame) -> go.Figure:
@@ -49,15 +56,15 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
         t = top[top.phase == ph].iloc[::-1]
         for cat, q in t.groupby("category", sort=False):
             fig.add_bar(
-                x=q.total_ms, y=[f"{r}. {f}" for r, f in zip(q["rank"], q.friendly_name)], orientation="h",
+                x=q.total_ms, y=[f"{r}. {plot(f)}" for r, f in zip(q["rank"], q.friendly_name)], orientation="h",
                 name=cat, legendgroup=cat, showlegend=cat not in {d.name for d in fig.data}, marker_color=colours[cat],
-                customdata=np.c_[q.friendly_name, q.name.str.slice(0, 90), q.library, q.time_pct, q.calls, q.mean_us,
+                customdata=np.c_[_esc(q.friendly_name), _esc(q.name.str.slice(0, 90)), _esc(q.library), q.time_pct, q.calls, q.mean_us,
                                  q.median_us],
                 hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}, " + phase_label(ph) +
                               "<br>" + tr("%{{x:.2f}} ms total, %{{customdata[3]:.1f}} % of phase kernel time") +
                               "<br>" + tr("%{{customdata[4]}} launches, mean %{{customdata[5]:.1f}} µs, median "
                                           "%{{customdata[6]:.1f}} µs") + "<extra></extra>", row=1, col=j)
-        fig.update_yaxes(categoryorder="array", categoryarray=[f"{r}. {f}" for r, f in zip(t["rank"], t.friendly_name)],
+        fig.update_yaxes(categoryorder="array", categoryarray=[f"{r}. {plot(f)}" for r, f in zip(t["rank"], t.friendly_name)],
                          tickfont=dict(size=9), row=1, col=j)
         fig.update_xaxes(title_text="ms", row=1, col=j)
     fig.update_layout(template=TEMPLATE, height=max(380, 24 * top.groupby("phase").size().max() + 140),
@@ -85,7 +92,8 @@ def reference_bars(cmp: pd.DataFrame) -> go.Figure:
 
 def fidelity_scatter(fid: pd.DataFrame) -> go.Figure:
     """ncu duration vs timeline median duration per profiled kernel (µs), with the y = x line."""
-    fig = px.scatter(fid, x="timeline_median_us", y="ncu_us", color="category", hover_name="friendly_name",
+    fig = px.scatter(fid.assign(friendly_name=_esc(fid.friendly_name).values), x="timeline_median_us", y="ncu_us",
+                     color="category", hover_name="friendly_name",
                      log_x=True, log_y=True, template=TEMPLATE, height=420,
                      labels={"timeline_median_us": tr("timeline median (µs)"), "ncu_us": tr("ncu duration (µs)")},
                      title=tr("ncu duration vs timeline median"))
@@ -157,7 +165,7 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                 x=q.intensity, y=q.flops_per_s, mode="markers", name=f"{cat} @ {lvl}", legendgroup=cat,
                 marker=dict(symbol=sym, size=8 + 40 * np.sqrt(q.share), color=CATEGORY_COLOURS[j % 11],
                             line=dict(width=2, color=np.where(q.above_roof, "red", "white"))),
-                customdata=np.c_[q.friendly_name, q.duration_us, q.pct_of_roof.round(1), q.kernel_id],
+                customdata=np.c_[_esc(q.friendly_name), q.duration_us, q.pct_of_roof.round(1), _esc(q.kernel_id)],
                 hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3s} FLOP/s"
                               "<br>" + tr("%{{customdata[1]:.1f}} µs, %{{customdata[2]}} % of roof")
                               + "<extra></extra>"))
@@ -180,6 +188,7 @@ FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(8, 16)],
 def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
     """ncu speed-of-light view: fraction of peak memory throughput vs fraction of peak SM throughput."""
     n = norm[norm.phase == phase]
+    n = n.assign(friendly_name=_esc(n.friendly_name).values, kernel_id=_esc(n.kernel_id).values)
     fig = px.scatter(n, x="memory_frac", y="compute_frac", color="category", size=np.sqrt(n.share) + 0.02,
                      hover_name="friendly_name", hover_data={"duration_us": ":.1f", "kernel_id": True},
                      template=TEMPLATE, height=480, range_x=[0, 1.05], range_y=[0, 1.05],
@@ -201,7 +210,7 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
     ids = list(dict.fromkeys(p.sort_values("share", ascending=False).kernel_id))
     rows = -(-len(ids) // cols)
     names = p.drop_duplicates("kernel_id").set_index("kernel_id").friendly_name
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{k} {names[k][:28]}" for k in ids],
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{plot(k)} {plot(names[k][:28])}" for k in ids],
                         vertical_spacing=0.08, horizontal_spacing=0.05)
     xs = np.logspace(-3, 6, 60)
     colours = {"DRAM": "#2b6cb0", "L2": "#38a169", "L1": "#805ad5"}
@@ -263,7 +272,7 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
 def variant_gains(rows: pd.DataFrame) -> go.Figure:
     """Predicted against measured gain (baseline ÷ variant, ×) per variant and phase; a variant the
     what-if cannot price shows its measured bar alone."""
-    x = [f"{r.variant} · {phase_label(r.phase)}" for r in rows.itertuples()]
+    x = [f"{plot(r.variant)} · {phase_label(r.phase)}" for r in rows.itertuples()]
     fig = go.Figure()
     fig.add_bar(name=tr("predicted (chapter 06 what-if)"), x=x, y=rows.predicted_gain,
                 hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
@@ -284,7 +293,7 @@ def launch_skew(coll: pd.DataFrame, phase: str = "decode") -> go.Figure:
         x = np.arange(len(g))
         fig.add_scatter(x=x, y=g.skew_ns / 1e3, mode="markers", marker=dict(size=4),
                         name=tr("rank {r}: launched after the first rank", r=r),
-                        customdata=np.stack([g.step, g.collective, g.wait_ns / 1e3], axis=1),
+                        customdata=np.stack([g.step, _esc(g.collective).values, g.wait_ns / 1e3], axis=1),
                         hovertemplate=tr("step %{{customdata[0]}} %{{customdata[1]}}: launched %{{y:.0f}} µs late, "
                                          "waited %{{customdata[2]:.0f}} µs") + "<extra></extra>")
     fig.update_layout(template=TEMPLATE, height=380, xaxis_title=tr("collective, in launch order"),

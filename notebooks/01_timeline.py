@@ -26,6 +26,7 @@ params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) use
 from kernelbook import notebook as kb
 from kernelbook.analyze import comm as C
 from kernelbook.analyze import provenance as V
+from kernelbook.analyze import steps as S
 from kernelbook.analyze import timeline as T
 from kernelbook.plots import figures as F
 
@@ -50,6 +51,28 @@ F.phase_bars(summary)
 
 # %%
 kb.md(T.phase_prose(summary, r.manifest))
+
+# %% [markdown]
+# ## Decode step by step: time against position
+# Every step of a plain generate (no profiler) against the KV cache length, beside the steps the profiler
+# recorded (a long generation records windows of steps, not all of them). The check sets the profiled
+# steps' estimate of the decode against the plain total; the table lists the kernels whose time grows
+# with the KV cache (attention, cache copies).
+
+# %%
+F.step_curve(S.step_curve(r))
+
+# %%
+kb.md(S.prose(r))
+
+# %%
+kb.table(S.step_check(r), kb.tr("Do the profiled steps stand for the whole decode?"),
+         empty=kb.tr("This run has no plain step times (captured before steps.parquet)."))
+
+# %%
+kb.table(S.growing_kernels(r.timeline), kb.tr("Decode kernels whose time per step grows with position (µs per step, "
+                                              "first and last profiled steps)"),
+         empty=kb.tr("The profiled decode steps span too few positions to see growth."))
 
 # %% [markdown]
 # ## Gaps between kernels in decode

@@ -37,7 +37,8 @@ variants = [(v, W.for_run(v)[0]) for v in kept]
 phases = S.phase_table(r)
 limit = S.decode_limit(tr, r, roofs)
 rows = S.variant_rows(tr, gpu, r, variants)
-kb.summary(S.headline(phases, limit, rows))
+deploy = S.deployed(r, limit, variants)
+kb.summary(S.headline(phases, limit, rows, deploy))
 
 # %% [markdown]
 # ## Where the time goes
@@ -60,6 +61,18 @@ kb.table(S.limit_table(limit), kb.tr("One decode step: bytes, limit and measured
 
 # %%
 kb.md(S.limit_prose(limit))
+
+# %% [markdown]
+# ### Eager against deployed
+# No serving stack runs HF's eager decode loop: it runs each decode step as CUDA graphs. The same limit
+# against the plain step time of this run and of each variant whose decode ran as CUDA graphs.
+
+# %%
+kb.table(deploy, kb.tr("Decode per step: eager and as deployed, against the physical limit (ms; × the limit)"),
+         empty=kb.tr("the run has no decode phase"))
+
+# %%
+kb.md(S.deployed_prose(deploy))
 
 # %% [markdown]
 # ## Bounds and the top opportunities

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, RUN
 
-STATIC = REPO / "data" / "runs" / "h100-variant-static-graphs"  # timeline-only, partial: no ncu counters
+STATIC = REPO / "data" / "runs" / "h200-deepseek-decoder-tp1-b1"  # timeline-only: no ncu counters
 
 
 def _truncate(f):
@@ -113,7 +113,7 @@ def test_relative_paths_from_outside_the_repository_and_exit_0_for_a_stop_by_des
     assert "No Nsight Compute counters in static" in timings["03_histograms"]["stopped"]
     index = (tmp_path / "out" / "index.html").read_text()
     assert "<code>runs/static</code>" in index
-    assert "h100-variant-static-graphs" in (tmp_path / "out" / "00_setup.html").read_text() or \
+    assert "h200-deepseek-decoder-tp1-b1" in (tmp_path / "out" / "00_setup.html").read_text() or \
         "static" in (tmp_path / "out" / "00_setup.html").read_text()
 
 

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from kernelbook.capture.sampling import agreement, plan, sample_problems
+from kernelbook.analyze.steps import agreement
+from kernelbook.capture.sampling import plan, sample_problems
 from kernelbook.params import ParamError, validate
 
 

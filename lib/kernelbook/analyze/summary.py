@@ -296,14 +296,23 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
     return "\n\n".join(out)
 
 
-def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame) -> str:
-    """The chapter's one line: the biggest phase, decode against its limit, the best measured variant."""
+def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
+             deploy: pd.DataFrame | None = None) -> str:
+    """The chapter's one line: the biggest phase, decode against its limit (the plain eager step and, with a
+    deployment-shaped variant, the step as deployed), the best measured variant."""
     top = phases.sort_values("wall_ms", ascending=False).iloc[0]
     from ..display import phase_label
 
     out = [tr("{phase} holds {share:.0f} % of the generate call's phase time", phase=phase_label(top.phase),
               share=top.share_pct)]
-    if limit is not None:
+    if limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
+        out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
+                      "bytes need at measured DRAM bandwidth", wall=deploy.plain_ms.iloc[0], x=deploy.plain_x.iloc[0],
+                      limit=limit.limit_ms))
+        if len(deploy) > 1:
+            out.append(tr("as deployed (CUDA graphs) {wall:.2f} ms, {x:.1f}× the limit", wall=deploy.plain_ms.iloc[1],
+                          x=deploy.plain_x.iloc[1]))
+    elif limit is not None:
         out.append(tr("a decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV bytes need "
                       "at measured DRAM bandwidth", wall=limit.wall_ms, x=limit.wall_multiple, limit=limit.limit_ms))
     d = rows[rows.phase == "decode"] if len(rows) else rows
@@ -313,6 +322,59 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
                 else "")
         out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain, pred=pred))
     return "; ".join(out) + "."
+
+
+def _plain_decode_ms(run) -> float:
+    """Plain (unprofiled) wall ms per decode step, NaN for a run captured before plain phases were timed."""
+    d = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get("decode") or {}
+    return float(d.get("ms_per_step", np.nan))
+
+
+def _graph_decode(run) -> bool:
+    """Whether the run's decode steps ran as CUDA graphs (static cache, compiled step)."""
+    p = {**{"cache_implementation": "dynamic", "compile_decode": True}, **run.manifest.get("params", {})}
+    return p["cache_implementation"] == "static" and bool(p["compile_decode"])
+
+
+def _how_decode_ran(run) -> str:
+    p = {**{"cache_implementation": "dynamic"}, **run.manifest.get("params", {})}
+    if _graph_decode(run):
+        return tr("CUDA graphs (static cache, compiled step)")
+    return tr("eager (static cache)") if p["cache_implementation"] == "static" else tr("eager (dynamic cache)")
+
+
+def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
+    """The decode step against its physical limit for this run and each deployment-shaped variant (a decode
+    step run as CUDA graphs): plain wall and GPU-busy per step, each ÷ the limit. The limit is this run's (the
+    same model and context: the bytes a step must move do not depend on how it is launched). Empty without a
+    decode phase."""
+    cols = ["run", "decode", "steps", "plain_ms", "busy_ms", "limit_ms", "plain_x", "busy_x"]
+    if limit is None:
+        return pd.DataFrame(columns=cols)
+    rows = [(run, limit.busy_ms)]
+    for v, tv in variants:
+        if _graph_decode(v) and "decode" in set(tv.measured.phase):
+            rows.append((v, float(tv.measured.set_index("phase").loc["decode", "busy_ms_per_step"])))
+    out = []
+    for r_, busy in rows:
+        plain = _plain_decode_ms(r_)
+        steps = r_.manifest.get("timeline_info", {}).get("plain_phases", {}).get("decode", {}).get("steps")
+        out.append({"run": md(r_.run_id), "decode": _how_decode_ran(r_), "steps": steps, "plain_ms": plain,
+                    "busy_ms": busy, "limit_ms": limit.limit_ms, "plain_x": plain / limit.limit_ms,
+                    "busy_x": busy / limit.limit_ms})
+    return pd.DataFrame(out, columns=cols)
+
+
+def deployed_prose(table: pd.DataFrame) -> str:
+    if len(table) < 2:
+        return tr("No deployment-shaped variant (decode as CUDA graphs) is among variant_runs: the figures above are "
+                  "eager HF generate's, which no serving stack runs.")
+    e, g = table.iloc[0], table.iloc[1]
+    return tr("Eager, a plain decode step takes {e:.2f} ms, {ex:.1f}× its {lim:.2f} ms limit; as deployed ({g_run}, "
+              "CUDA graphs) it takes {g:.2f} ms, {gx:.1f}× the limit, of which the GPU is busy {gb:.2f} ms "
+              "({gbx:.1f}×). Under graphs what remains is kernel work, which is where the hardware question lies.",
+              e=e.plain_ms, ex=e.plain_x, lim=e.limit_ms, g_run=g.run, g=g.plain_ms, gx=g.plain_x, gb=g.busy_ms,
+              gbx=g.busy_x)
 
 
 def limit_table(limit: DecodeLimit | None) -> pd.DataFrame:

@@ -7,7 +7,8 @@ last window ending at step N; every other step runs with the profiler idle, so t
 memory and the shapes pass grow with the number of windows, not with `max_new_tokens`. Every step of
 the plain generates is still timed (capture.phases `clock`), so the book shows the whole curve.
 
-Pure bookkeeping, no torch: the windows, the profiler's schedule over them, and the agreement check.
+Pure bookkeeping, no torch: the windows and the profiler's schedule over them (the book's check that
+the windows stand for the whole decode is analyze.steps.agreement).
 """
 from __future__ import annotations
 
@@ -74,14 +75,3 @@ def plan(max_new_tokens: int, window: int, every: int) -> Sampling | None:
         last = (n - window + 1, n)
         wins = wins[:-1] + [(wins[-1][0], n)] if last[0] <= wins[-1][1] else wins + [last]
     return Sampling(n, tuple(wins))
-
-
-def agreement(plain_ms: dict[int, float], sampled_steps: list[int]) -> dict:
-    """Do the sampled windows stand for the whole decode? `plain_ms`: plain wall ms per decode step (every
-    step of a plain generate). The windows' estimate of the decode total is their steps' mean time times
-    the number of steps; it is set against the plain total (the book's 10 % check)."""
-    steps = [s for s in sampled_steps if s in plain_ms]
-    total = sum(plain_ms.values())
-    est = sum(plain_ms[s] for s in steps) / max(1, len(steps)) * len(plain_ms)
-    return {"plain_total_ms": total, "sampled_estimate_ms": est, "sampled_steps": len(steps),
-            "error_pct": 100 * (est - total) / total if total else float("nan")}

@@ -30,6 +30,21 @@ def phase_bars(summary: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def step_curve(curve: pd.DataFrame) -> go.Figure:
+    """Decode step time (ms) against the KV cache length (tokens): every plain step as a line, the profiled
+    steps (wall under the profiler, GPU-busy) as markers."""
+    fig = go.Figure()
+    for series, g in curve.groupby("series", sort=False):
+        plain = series == tr("plain wall")
+        fig.add_scatter(x=g.kv_tokens, y=g.ms, name=series, mode="lines" if plain else "markers",
+                        marker={"size": 5}, line={"width": 1},
+                        customdata=g.step, hovertemplate=tr("step %{{customdata}}, KV %{{x}} tokens: %{{y:.2f}} ms")
+                        + "<extra></extra>")
+    fig.update_layout(template=TEMPLATE, xaxis_title=tr("KV cache length (tokens)"), yaxis_title="ms",
+                      yaxis_rangemode="tozero", height=380, title=tr("Decode step time against position"))
+    return fig
+
+
 def gap_histogram(gaps_us: pd.Series, phase: str = "decode") -> go.Figure:
     """Histogram of idle gaps between consecutive kernels (log-spaced µs bins)."""
     g = gaps_us[gaps_us > 0]

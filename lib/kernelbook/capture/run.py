@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -346,7 +345,9 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
     progress(f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
     t = time.perf_counter()
-    proc = subprocess.run(cmd, env=env)
+    from ..proc import run_limited
+
+    proc = run_limited(cmd, params["capture_timeout_s"], f"torchrun with {n} ranks (capture_timeout_s)", env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
                            f"{time.perf_counter() - t:.0f} s (its output is above)")
@@ -409,7 +410,12 @@ def _export_ingest(prof, trace: Path) -> tuple[pd.DataFrame, pd.DataFrame, float
     t = time.perf_counter()
     timeline, phases = ingest_torch_trace(trace)
     ingest_s = time.perf_counter() - t
-    subprocess.run(["gzip", "-f", str(trace)], check=False)
+    from ..proc import TimeLimitExceeded, run_limited
+
+    try:
+        run_limited(["gzip", "-f", str(trace)], 600, "gzip of the rank's trace")
+    except TimeLimitExceeded:
+        pass  # the trace stays uncompressed
     return timeline, phases, export_s, ingest_s
 
 

@@ -79,8 +79,8 @@ class BookError(RuntimeError):
         self.exit_code = exit_code
 
 
-def list_chapters(only: list[str] | None = None) -> list[Path]:
-    found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+def list_chapters(only: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
+    found = sorted(Path(folder).glob("[0-9][0-9]_*.py"))
     if only:
         unknown = [c for c in only if not any(f.stem == c for f in found)]
         if unknown:
@@ -226,12 +226,14 @@ def _title(py_path: Path, language: str = "en") -> str:
 
 
 def render_book(params: dict, out: str | Path | None = None, chapters: list[str] | None = None,
-                log=print) -> Path:
+                log=print, notebooks: Path = NOTEBOOKS) -> Path:
+    """Render the chapters in `notebooks` (the repository's by default; a copy renders the same way)
+    on `params` into `out`; BookError on bad parameters (exit code 2) or a failed chapter."""
     from .checks import parameter_problems
 
     language = params.get("language", "en")
     only = chapters
-    books = list_chapters(only)
+    books = list_chapters(only, notebooks)
     problems = parameter_problems(params, [nb.stem for nb in books])
     if problems:
         raise BookError(f"{len(problems)} problem(s) in parameters for the run {params['run_dir']}:\n"

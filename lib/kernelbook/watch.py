@@ -50,8 +50,9 @@ def _manager_class(base, watch: _Watch):
     """`base` (the runner's kernel manager) that tells the watchdog when its kernel has started."""
 
     class Watched(base):
-        async def _async_start_kernel(self, **kw):
-            await super()._async_start_kernel(**kw)
+        # nbclient calls start_kernel, which AsyncKernelManager binds to its own _async_start_kernel
+        async def start_kernel(self, **kw):
+            await self._async_start_kernel(**kw)
             watch.kernels.append(self)
 
     return Watched
@@ -69,6 +70,19 @@ def _kill(km) -> None:
             proc.kill()
         except Exception:  # noqa: BLE001 - already gone
             pass
+
+
+def _last_started(executed: Path) -> str:
+    """The code of the last cell papermill started in `executed` (the one running when the kernel was
+    ended); the kernel's own execute_input may never have left a frozen kernel."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(executed, as_version=4)
+    except Exception:  # noqa: BLE001 - no notebook written yet
+        return ""
+    started = [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    return started[-1].source if started else ""
 
 
 def _first_line(code: str) -> str:
@@ -94,7 +108,7 @@ def _watchdog(watch: _Watch, limit_s: float, dead_s: float, idle_s: float, main:
         last_msg, state, silent_since = time.monotonic(), "starting", None
         while not watch.stop.wait(1.0):
             now = time.monotonic()
-            for msg in kc.iopub_channel.get_msgs():
+            for msg in _ready(kc.iopub_channel):
                 last_msg = now
                 kind = msg["header"]["msg_type"]
                 if kind == "execute_input":
@@ -121,6 +135,19 @@ def _watchdog(watch: _Watch, limit_s: float, dead_s: float, idle_s: float, main:
                 return
     finally:
         kc.stop_channels()
+
+
+def _ready(channel) -> list[dict]:
+    """The messages waiting on `channel`, without blocking (jupyter_client's get_msgs() waits forever
+    for the next one: its get_msg() has no timeout by default)."""
+    from queue import Empty
+
+    msgs = []
+    while True:
+        try:
+            msgs.append(channel.get_msg(timeout=0))
+        except Empty:
+            return msgs
 
 
 class _ProgressLines:
@@ -171,7 +198,8 @@ def execute_chapter(src: Path, executed: Path, parameters: dict, km_class, limit
             dog.join(timeout=5)
         if watch.ended is None or error is None:  # finished, or failed on its own: no retry
             return error
-        doing = f" while running `{_first_line(watch.doing)}`" if watch.doing else " before its first cell"
+        code = _last_started(executed) or watch.doing
+        doing = f" while running `{_first_line(code)}`" if code else " before its first cell"
         if attempt == 1:
             if on_retry:
                 on_retry(f"{watch.ended}{doing}")

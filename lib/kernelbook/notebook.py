@@ -10,7 +10,7 @@ figure as JSON), a one-line text/plain, and a text/html that draws the same figu
 - the book's HTML replaces each text/html with one that draws the JSON with the one plotly.min.js
   shipped beside the report (`runner._html`), so its pages stay small.
 Every figure's config leaves out plotly's network-bound controls (`NO_NETWORK`): no "Share chart…"
-upload to Plotly Cloud, no Chart Studio link; kernel-level profiles of unreleased models and hardware
+upload to Plotly Cloud; kernel-level profiles of unreleased models and hardware
 must not be one click from an upload.
 """
 from __future__ import annotations
@@ -19,10 +19,9 @@ import plotly.io as pio
 from plotly.io._base_renderers import PlotlyRenderer
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-# plotly.js 3 shows "Share chart..." (sendChartToCloud) unless told not to; showLink/showEditInChartStudio
-# are older upload links; an empty plotlyServerURL leaves any such button nowhere to send to
-NO_NETWORK = {"showSendToCloud": False, "showEditInChartStudio": False, "showLink": False, "plotlyServerURL": "",
-              "modeBarButtonsToRemove": ["sendChartToCloud"]}
+# plotly.js 3 shows "Share chart..." (sendChartToCloud) unless told not to, and an empty plotlyServerURL
+# leaves such a button nowhere to send to (its older showLink / Chart Studio options are gone from it)
+NO_NETWORK = {"showSendToCloud": False, "plotlyServerURL": "", "modeBarButtonsToRemove": ["sendChartToCloud"]}
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, **NO_NETWORK}
 _PLOTLYJS_SENT = [False]  # whether this kernel's outputs already carry plotly.js (the first figure does)
 

@@ -264,7 +264,7 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
             skip_check = key == "run_dir" and capturing and consumer != CAPTURE
             problems += _check_one(key, SCHEMA[key], v, CAPTURE if skip_check else consumer)
             merged[key] = v
-    if capturing and consumer in (None, "book"):
+    if capturing and consumer in (None, "book") and not _check_one("run_dir", SCHEMA["run_dir"], merged["run_dir"], CAPTURE):
         problems += _run_to_capture(merged)
     if all(_check_one(k, SCHEMA[k], merged[k]) == [] for k in ("low_pct", "high_pct")) \
             and merged["low_pct"] >= merged["high_pct"]:

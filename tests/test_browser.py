@@ -93,10 +93,10 @@ def test_chapter_opens_offline_without_errors_and_every_figure_draws(browser, re
     assert browser.execute_script(NO_UPLOAD) == [True] * expected
 
 
-# per plotly div, as plotly.js holds it after drawing: no "Share chart..." upload in its config or its
-# mode bar, and no server to send to
+# per plotly div, as plotly.js holds it after drawing: no "Share chart..." upload in its config, and a
+# mode bar (drawn with the plot) of local tools only
 NO_UPLOAD = """return [...document.querySelectorAll('.js-plotly-plot')].map(d =>
-  d._context.showSendToCloud === false && !d._context.plotlyServerURL &&
+  d._context.showSendToCloud === false && d.querySelectorAll('.modebar-btn').length > 0 &&
   !d.querySelector('.modebar-btn[data-title^="Share"]'));"""
 
 

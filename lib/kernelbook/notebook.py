@@ -19,9 +19,9 @@ import plotly.io as pio
 from plotly.io._base_renderers import PlotlyRenderer
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-# plotly.js 3 shows "Share chart..." (sendChartToCloud) unless told not to, and an empty plotlyServerURL
-# leaves such a button nowhere to send to (its older showLink / Chart Studio options are gone from it)
-NO_NETWORK = {"showSendToCloud": False, "plotlyServerURL": "", "modeBarButtonsToRemove": ["sendChartToCloud"]}
+# plotly.js 3 shows "Share chart..." (sendChartToCloud, an upload to plotlyServerURL) unless told not to;
+# its older showLink / Chart Studio options are gone from it. The mode bar keeps only local tools.
+NO_NETWORK = {"showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, **NO_NETWORK}
 _PLOTLYJS_SENT = [False]  # whether this kernel's outputs already carry plotly.js (the first figure does)
 

@@ -27,7 +27,9 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import setup as S
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank, device=device, lock_clocks=lock_clocks, measure_here=measure_here,
+         capture=capture, params_file=params_file)
 took = kb.capture_part(run_dir, "setup", capture, params_file)
 r = kb.open_run(run_dir, rank=rank, require_timeline=False)
 dev = S.device_for(r, device or None)

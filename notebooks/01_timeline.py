@@ -30,7 +30,9 @@ from kernelbook.analyze import steps as S
 from kernelbook.analyze import timeline as T
 from kernelbook.plots import figures as F
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank, top_n=top_n, one_gpu_run=one_gpu_run, capture=capture,
+         params_file=params_file)
 took = kb.capture_part(run_dir, "timeline", capture, params_file)
 r = kb.open_run(run_dir, rank=rank)
 summary = T.phase_summary(r.timeline, r.phases)

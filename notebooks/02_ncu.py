@@ -26,7 +26,8 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import provenance as V
 from kernelbook.plots import figures as F
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank, capture=capture, params_file=params_file)
 took = kb.capture_part(run_dir, "ncu", capture, params_file)
 r = kb.open_run(run_dir, rank=rank, needs="ncu")
 kernels = r.ncu_kernels()

@@ -27,7 +27,8 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze.roofline import profiled_kernels
 from kernelbook.plots import figures as F
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank, phase=phase)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase)
 k = profiled_kernels(r)
 k = k[k.phase == phase]

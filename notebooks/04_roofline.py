@@ -28,7 +28,8 @@ from kernelbook.analyze import roofline as R
 from kernelbook.devices import lookup
 from kernelbook.plots import figures as F
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank, phase=phase)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])

@@ -33,7 +33,9 @@ from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.devices import lookup
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank, phase=phase, high_pct=high_pct, low_pct=low_pct,
+         l2_hit_min_pct=l2_hit_min_pct, mem_latency_cycles=mem_latency_cycles, kernel=kernel)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
 dev = lookup(r.manifest["device"])

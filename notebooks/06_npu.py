@@ -26,7 +26,8 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank)
 r = kb.open_run(run_dir, rank=rank)
 tr, gpu, _, k = W.for_run(r)
 designs = {gpu.key: gpu, **W.load_designs()}

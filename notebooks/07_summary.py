@@ -29,7 +29,8 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
-kb.setup(language)
+# every parameter, checked as the book command checks them: a bad one stops here with its note
+kb.setup(language, run_dir=run_dir, rank=rank, variant_runs=variant_runs, baseline_run=baseline_run)
 r = kb.open_run(run_dir, rank=rank)
 tr, gpu, roofs, k = W.for_run(r)
 kept, left_out = S.variants_of(r, [kb.open_run(p) for p in variant_runs])

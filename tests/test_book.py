@@ -40,6 +40,7 @@ def test_chapter_html_has_title_and_figures(report, stem):
     assert TITLES[stem] in html and '<html lang="en"' in html
     assert "cdn.plot.ly" not in html and "plotly.min.js" in html  # offline: the local copy only
     assert html.count("Plotly.newPlot") == FIGURES[stem]
+    assert html.count('"showSendToCloud": false') == FIGURES[stem] and '"showSendToCloud": true' not in html
     assert "<th>...</th>" not in html and "<td>...</td>" not in html  # no table cut by pandas
     assert "Traceback" not in html
 

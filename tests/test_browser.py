@@ -90,3 +90,40 @@ def test_chapter_opens_offline_without_errors_and_every_figure_draws(browser, re
     lang = browser.execute_script("return document.documentElement.lang")
     assert lang == {"en": "en", "zh": "zh-CN"}[language]
     assert "Traceback" not in browser.find_element("tag name", "body").text
+    assert browser.execute_script(NO_UPLOAD) == [True] * expected
+
+
+# per plotly div, as plotly.js holds it after drawing: no "Share chart..." upload in its config, and a
+# mode bar (drawn with the plot) of local tools only
+NO_UPLOAD = """return [...document.querySelectorAll('.js-plotly-plot')].map(d =>
+  d._context.showSendToCloud === false && d.querySelectorAll('.modebar-btn').length > 0 &&
+  !d.querySelector('.modebar-btn[data-title^="Share"]'));"""
+
+
+def test_a_papermill_output_converted_by_nbconvert_draws_every_figure_offline(browser, tmp_path):
+    """The standard tools alone: papermill runs a chapter, plain `jupyter nbconvert --to html` converts
+    it, and the page, opened offline, draws each figure (no kernelbook runner, no plotly.min.js beside it)."""
+    import subprocess
+    import sys
+
+    bin_ = Path(sys.executable).parent
+    src = tmp_path / "04_roofline.ipynb"
+    subprocess.run([str(bin_ / "jupytext"), "--to", "ipynb", "-o", str(src), str(REPO / "notebooks" / "04_roofline.py")],
+                   check=True, capture_output=True)
+    out = tmp_path / "out.ipynb"
+    subprocess.run([str(bin_ / "papermill"), str(src), str(out), "-p", "phase", "prefill", "--cwd", str(REPO)],
+                   check=True, capture_output=True, timeout=300)
+    subprocess.run([str(bin_ / "jupyter"), "nbconvert", "--to", "html", str(out)], check=True, capture_output=True,
+                   timeout=300)
+    browser.get_log("browser")
+    browser.get((tmp_path / "out.html").as_uri())
+    deadline = time.time() + 30
+    while True:
+        drawn = browser.execute_script(DRAWN)
+        if (len(drawn) >= FIGURES["04_roofline"] and all(drawn)) or time.time() > deadline:
+            break
+        time.sleep(0.3)
+    assert len(drawn) == FIGURES["04_roofline"] and all(drawn), drawn
+    assert browser.execute_script(NO_UPLOAD) == [True] * FIGURES["04_roofline"]
+    page = browser.find_element("tag name", "body").text
+    assert "<plotly figure:" not in page and "Traceback" not in page

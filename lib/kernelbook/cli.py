@@ -7,7 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from . import params as P
+import time
+
+T0 = time.perf_counter()  # the command's start, for the capture's progress times (its imports come after)
+
+from . import params as P  # noqa: E402
 
 EXIT_BAD_PARAMS = 2
 
@@ -71,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {out / 'index.html'}")
         return 0
     if args.cmd == "capture":
-        from .capture.run import CaptureError, CaptureStopped, capture
+        from .capture.run import CaptureError, CaptureStopped, Progress, capture
 
         try:
-            run = capture(params, out_dir, params_source=args.params)
+            run = capture(params, out_dir, params_source=args.params, progress=Progress(T0))
         except CaptureError as e:
             _err(str(e))
             return EXIT_BAD_PARAMS

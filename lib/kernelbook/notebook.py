@@ -1,11 +1,17 @@
 """What a chapter needs from Jupyter: one figure mechanism, the summary line, and a way to stop with a note.
 
-Figures: a chapter's figure output is plotly's own mimetype, `application/vnd.plotly.v1+json` (the
-figure as JSON), with a one-line text/plain beside it and no HTML. JupyterLab draws it interactively
-with the jupyterlab-plotly extension that ships inside the plotly package (plotly.js bundled, so it
-works offline); a papermill output keeps the JSON, so it draws when opened later in JupyterLab; the
-book's HTML draws the same JSON with the one plotly.min.js shipped beside the report
-(`runner._html`). No output relies on a global `Plotly` that only one of them provides.
+Figures: a chapter's figure output carries plotly's own mimetype, `application/vnd.plotly.v1+json` (the
+figure as JSON), a one-line text/plain, and a text/html that draws the same figure with no network:
+- JupyterLab draws the JSON interactively with the jupyterlab-plotly extension that ships inside the
+  plotly package (it ranks above HTML, so the HTML is not used there);
+- a papermill output converted with plain `jupyter nbconvert --to html` draws the text/html: the first
+  figure of a kernel carries plotly.js itself (hidden from an AMD `define`, so it sets `window.Plotly`
+  whether or not the page's require.js loaded), the later ones draw with it;
+- the book's HTML replaces each text/html with one that draws the JSON with the one plotly.min.js
+  shipped beside the report (`runner._html`), so its pages stay small.
+Every figure's config leaves out plotly's network-bound controls (`NO_NETWORK`): no "Share chart…"
+upload to Plotly Cloud; kernel-level profiles of unreleased models and hardware
+must not be one click from an upload.
 """
 from __future__ import annotations
 
@@ -13,7 +19,11 @@ import plotly.io as pio
 from plotly.io._base_renderers import PlotlyRenderer
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+# plotly.js 3 shows "Share chart..." (sendChartToCloud, an upload to plotlyServerURL) unless told not to;
+# its older showLink / Chart Studio options are gone from it. The mode bar keeps only local tools.
+NO_NETWORK = {"showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, **NO_NETWORK}
+_PLOTLYJS_SENT = [False]  # whether this kernel's outputs already carry plotly.js (the first figure does)
 
 from . import escape as esc
 from .display import phase_label, sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
@@ -26,17 +36,36 @@ class FigureRenderer(PlotlyRenderer):
         title = (fig_dict.get("layout", {}).get("title") or {})
         title = title.get("text", "") if isinstance(title, dict) else str(title)
         bundle["text/plain"] = f"<plotly figure: {title or 'untitled'}>"
+        html = pio.to_html(fig_dict, include_plotlyjs=False, full_html=False, validate=False, config=self.config)
+        if not _PLOTLYJS_SENT[0]:
+            html = plotlyjs_inline() + html
+            _PLOTLYJS_SENT[0] = True
+        bundle["text/html"] = html
         return bundle
 
 
-def setup(language: str = "en") -> None:
-    """Call once at the top of a chapter, with the chapter's `language` parameter: every sentence,
-    caption, header and figure title the chapter writes from here on is in that language (`tr`)."""
+def plotlyjs_inline() -> str:
+    """plotly.js in a script tag, hidden from an AMD `define` while it loads (nbconvert's page loads
+    require.js when it has network; plotly.js would then register as a module and not set window.Plotly)."""
+    from plotly.offline import get_plotlyjs
+
+    return ("<script>window.__kbdef=window.define;window.define=undefined;</script>"
+            f"<script>{get_plotlyjs()}</script><script>window.define=window.__kbdef;</script>")
+
+
+def setup(language: str = "en", **parameters) -> None:
+    """Call once at the top of a chapter, with every parameter of the chapter by name (`language` and
+    the rest). They are checked by the schema the CLI uses (`params.validate`: types, ranges, choices,
+    relations such as low_pct < high_pct); a bad one stops the chapter with the note the CLI prints, not
+    a traceback. Every sentence, caption, header and figure title the chapter writes from here on is in
+    `language` (`tr`)."""
     import pandas as pd
 
+    check_parameters({"language": language, **parameters})
     use_language(language)
 
     pio.renderers["kernelbook"] = FigureRenderer(config=PLOTLY_CONFIG)
+    _PLOTLYJS_SENT[0] = False  # the chapter's first figure carries plotly.js (a re-run from the top, too)
     pio.renderers.default = "kernelbook"
     pd.set_option("display.max_colwidth", 80)
     pd.set_option("display.max_columns", None)  # the HTML scrolls sideways; a "..." column hides data
@@ -62,6 +91,17 @@ def _tables_through_display_layer() -> None:
     html_fmt.for_type(pd.DataFrame, lambda df: table(df)._repr_html_())
     html_fmt.for_type(pd.Series, lambda s: table(s)._repr_html_())
     html_fmt.for_type(Styler, lambda st: styler_table(st)._repr_html_())
+
+
+def check_parameters(values: dict) -> dict:
+    """`values` (a chapter's parameters) checked as the book command checks them, or ChapterStop with the
+    same message (`N problem(s) in parameters:` and one line per problem)."""
+    from .params import ParamError, validate
+
+    try:
+        return validate(values, consumer="book")
+    except ParamError as e:
+        raise ChapterStop(str(e)) from None
 
 
 def number(v: float) -> str:

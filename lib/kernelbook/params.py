@@ -15,6 +15,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED_RUN = "data/runs/h100-deepseek-ocr-2"
 CAPTURE = "capture"
+BOOK = "book"  # the book runner itself (keys no chapter reads)
 CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu",
             "07_summary")
 ALL_CHAPTERS = CHAPTERS
@@ -43,6 +44,7 @@ class Param:
     max: float | None = None
     check: Callable[[Any], str | None] | None = None  # returns a problem or None
     nullable: bool = False
+    items: type | None = None  # a list's element type
 
 
 def _exists(kind: str) -> Callable[[Any], str | None]:
@@ -158,13 +160,17 @@ SCHEMA: dict[str, Param] = {
                       "it); null: the middle of a sampled long generation (sample_window > 0), else the step covering most "
                       "selected kernels (the middle one on ties)", min=1, max=4095, nullable=True),
     "timeline_backend": Param(str, "auto", (CAPTURE,), "auto | torch | nsys", choices=("auto", "torch", "nsys")),
-    "ncu_phases": Param(list, ["decode", "prefill"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases),
+    "ncu_phases": Param(list, ["decode", "prefill"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases,
+                        items=str),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),
     "clock_control": Param(str, "none", (CAPTURE,), "ncu --clock-control (shared GPU machines need none)",
                            choices=("none", "base")),
     "cache_control": Param(str, "all", (CAPTURE,), "ncu --cache-control: all flushes caches between replay "
                            "passes (changes no GPU setting); none leaves later passes a warm L2 and falsifies "
                            "DRAM bytes", choices=("none", "all")),
+    "capture_timeout_s": Param(int, 3600, (CAPTURE,), "time limit of the capture's other subprocesses (torchrun's "
+                               "ranks, nsys profile, nsys export): one past it is ended with its process group",
+                               min=10, max=86400),
     "ncu_timeout_s": Param(int, 1800, (CAPTURE,), "ncu stage time limit", min=10, max=86400),
     "measure_peaks": Param(bool, True, (CAPTURE,), "measure bf16 GEMM and copy peaks into the manifest"),
     "lock_clocks": Param(bool, False, (CAPTURE, "00_setup"),
@@ -173,14 +179,18 @@ SCHEMA: dict[str, Param] = {
     "run_dir": Param(str, BUNDLED_RUN, CHAPTERS, "run directory the chapters read", check=_run_dir),
     "variant_runs": Param(list, VARIANT_RUNS, ("07_summary",), "variant runs of run_dir (captured with a `variant` "
                           "label) whose measured gains chapter 07 sets against the what-if's predictions",
-                          check=lambda v: next((p for p in map(_run_dir, v) if p), None)),
+                          check=lambda v: next((p for p in map(_run_dir, v) if p), None), items=str),
+    "chapter_timeout_s": Param(int, 1800, (BOOK,), "time limit of one chapter in the book runner (seconds); a "
+                               "chapter that captures gets ncu_timeout_s more. A chapter past it, or whose kernel "
+                               "stops answering, is ended and run once more, then reported failed", min=10,
+                               max=86400),
     "baseline_run": Param(str, "", ("07_summary",), "a run to compare run_dir against (chapter 07's comparison "
                           "section, as `python -m kernelbook diff baseline_run run_dir`); empty: no comparison",
                           check=lambda v: _run_dir(v) if v else None),
     "language": Param(str, "en", ALL_CHAPTERS, "narrative language of the chapters, index and report.md: en | zh",
                       choices=("en", "zh")),
     "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",
-                    check=_device, nullable=True),
+                    check=lambda v: _device(v) if v else None, nullable=True),
     "rank": Param(int, 0, CHAPTERS, "in a tensor-parallel run, the rank whose kernels the chapters show (0 = the "
                   "first GPU); a one-GPU run has rank 0 only", min=0, max=7),
     "one_gpu_run": Param(str, "", ("01_timeline",), "for a tensor-parallel run_dir: the same model captured on one "
@@ -194,7 +204,8 @@ SCHEMA: dict[str, Param] = {
                      "auto: the capture chapters capture what run_dir lacks when this machine can (GPU, ncu), else "
                      "read; never: read; always: capture into a new run_dir", choices=("auto", "never", "always")),
     "params_file": Param(str, "", ("00_setup", "01_timeline", "02_ncu"),
-                         "capture parameters (YAML) the capture chapters use when they capture; empty: defaults"),
+                         "capture parameters (YAML) the capture chapters use when they capture; empty: defaults",
+                         check=lambda v: _exists("file")(v) if v else None),
     "kernel": Param(str, "", ("05_classification",), "kernel id (d000 …, p000 …) the explorer opens on; empty = the one "
                     "with the most time"),
     "high_pct": Param((int, float), 60.0, ("05_classification",), "throughput % counted as high", min=0, max=100),
@@ -249,6 +260,10 @@ def _check_one(key: str, spec: Param, v: Any, consumer: str | None = None) -> li
     if (bool not in types and isinstance(v, bool)) or not isinstance(v, types):
         want = " or ".join(t.__name__ for t in types)
         return [f"{key}: expected {want}, got {type(v).__name__} ({v!r})"]
+    if spec.items is not None:
+        bad = [x for x in v if (spec.items is not bool and isinstance(x, bool)) or not isinstance(x, spec.items)]
+        if bad:
+            return [f"{key}: expected a list of {spec.items.__name__}, got {bad[0]!r} ({type(bad[0]).__name__})"]
     if spec.choices is not None and v not in spec.choices:
         return [f"{key}: {v!r} is not one of {list(spec.choices)}"]
     if spec.min is not None and v < spec.min:
@@ -288,12 +303,16 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
             skip_check = key == "run_dir" and capturing and consumer != CAPTURE
             problems += _check_one(key, SCHEMA[key], v, CAPTURE if skip_check else consumer)
             merged[key] = v
-    if capturing and consumer in (None, "book"):
+    if capturing and consumer in (None, "book") and not _check_one("run_dir", SCHEMA["run_dir"], merged["run_dir"], CAPTURE):
         problems += _run_to_capture(merged)
     if not any(p.startswith(("max_new_tokens:", "sample_")) for p in problems):
         from .capture.sampling import sample_problems
 
         problems += sample_problems(merged["max_new_tokens"], merged["sample_window"], merged["sample_every"])
+    if all(_check_one(k, SCHEMA[k], merged[k]) == [] for k in ("low_pct", "high_pct")) \
+            and merged["low_pct"] >= merged["high_pct"]:
+        problems.append(f"low_pct: {merged['low_pct']:g} must be below high_pct ({merged['high_pct']:g}): a kernel "
+                        "is low below low_pct and high at or above high_pct")
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")
     if merged.get("tensor_parallel", 1) > 1 and (merged.get("weights") == "random" or merged.get("model") == "deepseek-ocr-2"):

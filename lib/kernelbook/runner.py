@@ -3,8 +3,13 @@
 Rendering goes to a staging folder beside the report; the previous report is replaced only when every
 chapter succeeded. A failed chapter keeps its executed notebook and HTML (error visible) in the
 staging folder, which is renamed `<out>.failed` and named in the error. plotly.js ships once with the
-report (`plotly.min.js` beside the chapters), so the HTML works offline: each figure output is plotly's
-own JSON mimetype (see `notebook`), drawn in the HTML by that local copy.
+report (`plotly.min.js` beside the chapters), so the HTML works offline: each figure output's plotly JSON
+(see `notebook`) is drawn in the HTML by that local copy, with plotly's network-bound controls left out.
+
+Each chapter runs under a watchdog (`watch`): past its time limit (`chapter_timeout_s`), or when its
+kernel stops answering, it is ended and run once more, then reported failed with the cell it was
+running; the previous report is kept. The capture chapters' progress lines are printed under the
+chapter's line as they happen.
 
 The narrative language (`language`: en | zh) reaches every chapter as a parameter (its kernel's `tr`);
 the runner translates the chapters' markdown cells through the same catalog before executing them,
@@ -31,6 +36,7 @@ from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import BOOK_COMMAND, LOCKS_HELD
 from .clocks import clock_lock
+from .watch import execute_chapter
 
 NOTEBOOKS = P.REPO / "notebooks"
 PLOTLY_JS = "plotly.min.js"
@@ -73,8 +79,8 @@ class BookError(RuntimeError):
         self.exit_code = exit_code
 
 
-def list_chapters(only: list[str] | None = None) -> list[Path]:
-    found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+def list_chapters(only: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
+    found = sorted(Path(folder).glob("[0-9][0-9]_*.py"))
     if only:
         unknown = [c for c in only if not any(f.stem == c for f in found)]
         if unknown:
@@ -84,11 +90,14 @@ def list_chapters(only: list[str] | None = None) -> list[Path]:
 
 
 def notebook_parameters(nb_path: Path) -> dict:
-    """Parameter names → inferred type of a chapter (papermill's own inspection)."""
+    """Parameter names → inferred type of a chapter (papermill's own inspection). The notebook papermill
+    inspects is written into a private temporary folder of this call: two renders at once never share it,
+    and no path planted in a shared folder is followed."""
     import papermill
 
-    ipynb = to_ipynb(nb_path, Path(os.environ.get("TMPDIR", "/tmp")) / f"kb-inspect-{nb_path.stem}.ipynb")
-    return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(ipynb)).items()}
+    with tempfile.TemporaryDirectory(prefix="kb-inspect-") as folder:
+        ipynb = to_ipynb(nb_path, Path(folder) / f"{nb_path.stem}.ipynb")
+        return {name: p["inferred_type_name"] for name, p in papermill.inspect_notebook(str(ipynb)).items()}
 
 
 def to_ipynb(py_path: Path, out: Path, language: str = "en") -> Path:
@@ -146,17 +155,19 @@ def _static_widgets(nb) -> None:
 
 def _plotly_html(nb) -> None:
     """Give each figure output (plotly's JSON mimetype) the HTML that draws it with the report's own
-    plotly.min.js; nbconvert renders text/html and does not know plotly's mimetype."""
+    plotly.min.js, in place of the kernel's (whose first figure carries plotly.js inline): nbconvert
+    renders text/html and does not know plotly's mimetype."""
     import plotly.io as pio
 
-    from .notebook import PLOTLY_CONFIG, PLOTLY_MIME
+    from .notebook import NO_NETWORK, PLOTLY_CONFIG, PLOTLY_MIME
 
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             fig = out.get("data", {}).get(PLOTLY_MIME)
             if fig is not None:
                 out["data"]["text/html"] = pio.to_html(dict(fig), include_plotlyjs=False, full_html=False,
-                                                       validate=False, config=fig.get("config", PLOTLY_CONFIG))
+                                                       validate=False,
+                                                       config={**fig.get("config", PLOTLY_CONFIG), **NO_NETWORK})
 
 
 STOP = "ChapterStop"
@@ -235,17 +246,16 @@ def _title(py_path: Path, language: str = "en") -> str:
 
 
 def render_book(params: dict, out: str | Path | None = None, chapters: list[str] | None = None,
-                log=print, run_as_given: str | None = None) -> Path:
-    """Render the chapters of `params["run_dir"]` into `out` (default reports/<run-id>); paths in `params`
-    and `out` are absolute (the command line resolves them against the caller's folder), and
-    `run_as_given` is the run as the caller wrote it, for the index."""
-    import papermill
-
+                log=print, run_as_given: str | None = None, notebooks: Path = NOTEBOOKS) -> Path:
+    """Render the chapters in `notebooks` (the repository's by default; a copy renders the same way) of
+    `params["run_dir"]` into `out` (default reports/<run-id>); paths in `params` and `out` are absolute (the
+    command line resolves them against the caller's folder), and `run_as_given` is the run as the caller
+    wrote it, for the index. BookError on bad parameters (exit code 2) or a failed chapter."""
     from .checks import parameter_problems
 
     language = params.get("language", "en")
     only = chapters
-    books = list_chapters(only)
+    books = list_chapters(only, notebooks)
     problems = parameter_problems(params, [nb.stem for nb in books])
     if problems:
         raise BookError(f"{len(problems)} problem(s) in parameters for the run {params['run_dir']}:\n"
@@ -275,19 +285,18 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                       "last of them ends)", flush=True)
         for i, nb in enumerate(books, 1):
             t = time.perf_counter()
+            lines = _ChapterLines(f"[{i}/{len(books)}] {nb.stem}")
             if log is print:
-                print(f"[{i}/{len(books)}] {nb.stem} ...", end="", flush=True)
+                lines.start()
             src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb", language)
             executed = stage / f"{nb.stem}.ipynb"
             declared = notebook_parameters(nb)
             nb_params = {k: _to_nb(v) for k, v in params.items() if k in declared}
-            error = None
-            try:
-                papermill.execute_notebook(str(src), str(executed), parameters=nb_params, cwd=str(P.REPO),
-                                           kernel_name="python3", progress_bar=False, log_output=False,
-                                           kernel_manager_class=km_class)
-            except Exception as e:  # papermill keeps the executed notebook with the error in it
-                error = e
+            # a capture chapter that captures may run as long as its ncu stage on top of the chapter's limit
+            limit = params["chapter_timeout_s"] + (params["ncu_timeout_s"] if nb.stem in capture_stems else 0)
+            error = execute_chapter(src, executed, nb_params, km_class, limit_s=limit, cwd=str(P.REPO),
+                                    on_progress=lines.progress if log is print else None,
+                                    on_retry=lines.retry if log is print else None)
             note = _stopped(error)
             broken = note is not None and getattr(error, "ename", None) == STOP
             if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
@@ -310,7 +319,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             if log is print:
                 state = "ok" if note is None else ("STOPPED: the run is missing or broken (see its note)" if broken
                                                    else "stopped: the run cannot serve it (see its note)")
-                print(f" {state if error is None else 'FAILED'} ({dt:.1f} s)", flush=True)
+                lines.end(f"{state if error is None else 'FAILED'} ({dt:.1f} s)")
             if error is not None:
                 failed = (nb.stem, error)
                 break
@@ -356,6 +365,31 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         out.parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage, out)
     return out
+
+
+class _ChapterLines:
+    """The CLI's line for one chapter: `[2/8] 01_timeline ... ok (63.3 s)`, with the chapter's capture
+    progress lines (and a retry) printed under it as they happen; the outcome then repeats the chapter's
+    name on a line of its own."""
+
+    def __init__(self, head: str):
+        self.head, self.broken = head, False
+
+    def start(self) -> None:
+        print(f"{self.head} ...", end="", flush=True)
+
+    def _line(self, text: str) -> None:
+        print(("" if self.broken else "\n") + f"    {text}", flush=True)
+        self.broken = True
+
+    def progress(self, line: str) -> None:
+        self._line(line)
+
+    def retry(self, why: str) -> None:
+        self._line(tr("ended: {why}; trying once more", why=why))
+
+    def end(self, outcome: str) -> None:
+        print(f"{self.head} {outcome}" if self.broken else f" {outcome}", flush=True)
 
 
 CAPTURE_PARTS = {"00_setup": "setup", "01_timeline": "timeline", "02_ncu": "ncu"}

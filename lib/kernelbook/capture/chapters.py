@@ -24,6 +24,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from ..params import resolve_path
 from .run import PARQUET, CaptureError, Progress, write_manifest
 
 PARTS = ("setup", "timeline", "ncu")
@@ -33,8 +34,8 @@ BOOK_COMMAND = "KERNELBOOK_COMMAND"    # the command line that rendered the book
 
 
 def present(run_dir: Path, part: str) -> bool:
-    """Whether the run directory already holds `part`."""
-    run_dir = Path(run_dir)
+    """Whether the run directory already holds `part` (`run_dir` resolved as every reader resolves it)."""
+    run_dir = resolve_path(run_dir)
     if part == "setup":
         return (run_dir / "manifest.json").exists()
     if part == "timeline":
@@ -56,8 +57,11 @@ def can_capture(part: str) -> tuple[bool, str]:
 
 
 def decide(run_dir: str | Path, part: str, capture: str) -> tuple[bool, str]:
-    """(capture this part?, why), or CaptureError (exit code 2) when `always` cannot be honoured."""
-    run_dir = Path(run_dir)
+    """(capture this part?, why), or CaptureError (exit code 2) when `always` cannot be honoured. A relative
+    `run_dir` is resolved as the chapters read it (`params.resolve_path`: the kernel's working directory if
+    it holds it, else the repository), so JupyterLab (kernel in notebooks/), papermill from any folder and
+    the runner decide on the same directory, and never capture because a path was read from another one."""
+    run_dir = resolve_path(run_dir)
     have = present(run_dir, part)
     if capture == "never":
         return False, "capture: never — the chapter reads the run directory"
@@ -83,12 +87,12 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     'wall_s': float}. A failure lands the run as partial with the reason and re-raises."""
     from .. import params as P
 
-    run_dir = Path(run_dir)
+    run_dir = resolve_path(run_dir)
     do, why = decide(run_dir, which, capture)
     if not do:
         return {"captured": False, "why": why, "wall_s": 0.0}
     try:
-        params = P.load(params_file, {}, consumer="capture")
+        params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
     except P.ParamError as e:
         raise CaptureError(str(e)) from e
     if which == "setup" or not present(run_dir, "setup"):

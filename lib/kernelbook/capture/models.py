@@ -116,10 +116,36 @@ def _processor(source: str, vlm: bool, trust_remote_code: bool):
 
     try:
         proc = (AutoProcessor if vlm else AutoTokenizer).from_pretrained(source, trust_remote_code=trust_remote_code)
-    except Exception:  # noqa: BLE001 - any missing or unreadable processor file means "no processor"
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable processor file means "no processor"
+        missing = missing_dependency(e)
+        if missing:  # the files are there: a library they need is not, and that is what to say
+            from .workload import InputsError
+
+            raise InputsError(f"the processor of {source} cannot be loaded on this machine: {missing}. Install "
+                              "it (pip install <package>) and capture again") from e
         return None
     # an image processor alone (no tokenizer) cannot write the prompt either
     return proc if _usable(proc if not vlm else getattr(proc, "tokenizer", None)) else None
+
+
+def missing_dependency(e: BaseException) -> str | None:
+    """The missing optional library named by a loading error (transformers says "Missing optional
+    dependencies: torchvision", or raises ImportError / "requires the X library"), else None."""
+    import re
+
+    for err in (e, e.__cause__, e.__context__):
+        if err is None:
+            continue
+        text = str(err)
+        m = re.search(r"Missing optional dependencies: [^.]+", text)
+        if m:
+            return m.group(0)
+        m = re.search(r"requires the (\S+) librar", text)
+        if m:
+            return f"missing optional dependency: {m.group(1)}"
+        if isinstance(err, ModuleNotFoundError) and err.name:
+            return f"missing optional dependency: {err.name.split('.')[0]}"
+    return None
 
 
 def _usable(tokenizer) -> bool:

@@ -134,14 +134,18 @@ def nsys_timeline(params: dict, run_dir: Path):
            "--capture-range-end=stop", "-o", str(base), "--force-overwrite", "true",
            sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys"]
     t = time.perf_counter()
-    prof = subprocess.run(cmd, capture_output=True, text=True)
+    from ..proc import run_limited
+
+    prof = run_limited(cmd, params["capture_timeout_s"], "nsys profile (capture_timeout_s)", stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t
     (raw / "nsys.log").write_text(prof.stdout + prof.stderr)
     rep = base.with_suffix(".nsys-rep")
     if prof.returncode != 0 or not rep.exists():
         raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see raw/nsys.log")
-    exp = subprocess.run(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
-                          str(base.with_suffix(".sqlite")), str(rep)], capture_output=True, text=True)
+    exp = run_limited(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
+                       str(base.with_suffix(".sqlite")), str(rep)], params["capture_timeout_s"],
+                      "nsys export (capture_timeout_s)", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if exp.returncode != 0:
         raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
     t = time.perf_counter()

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -37,10 +36,11 @@ class CaptureStopped(BaseException):
 
 
 class Progress:
-    """Each capture step as it starts and ends, with the time since the capture began (stderr)."""
+    """Each capture step as it starts and ends, with the time since the capture began (stderr); `t0`
+    (a `time.perf_counter()` value) lets the command's own start be that beginning."""
 
-    def __init__(self):
-        self.t0 = time.perf_counter()
+    def __init__(self, t0: float | None = None):
+        self.t0 = time.perf_counter() if t0 is None else t0
 
     def __call__(self, msg: str) -> None:
         print(f"[{time.perf_counter() - self.t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
@@ -102,10 +102,16 @@ def require_gpu() -> None:
                            "existing runs here.")
 
 
-def capture(params: dict, out_dir: str | Path, params_source: str | None = None) -> Path:
+def capture(params: dict, out_dir: str | Path, params_source: str | None = None,
+            progress: Progress | None = None) -> Path:
+    """The whole capture into the new run directory `out_dir`. `progress` (the CLI passes one started
+    when the command started, so its times and the closing one cover the whole command) gets a line
+    before any slow step: importing torch and reading a processor take seconds."""
     out_dir = Path(out_dir)
+    progress = progress or Progress()
     if out_dir.exists():
         raise CaptureError(f"{out_dir} already exists; captures never overwrite a run. Choose another --out.")
+    progress(f"capture into {out_dir}: checking that the model's inputs can be built (CPU, before any GPU work)")
     from .workload import check_inputs
 
     # the model's inputs from its config and processor alone, on the CPU: a model whose inputs cannot
@@ -125,7 +131,6 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
                       "params_source": params_source,
                       "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    progress = Progress()
 
     def body(stage):
         with clock_lock(params["lock_clocks"]) as clock_state:
@@ -167,7 +172,7 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None)
                 gc.collect()
 
     out = land(tmp, out_dir, manifest, body, progress)
-    progress(f"capture complete: {out_dir}")
+    progress(f"capture complete: {out_dir}")  # its time is the whole command's (the CLI's Progress)
     return out
 
 
@@ -408,7 +413,9 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
     progress(f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
     t = time.perf_counter()
-    proc = subprocess.run(cmd, env=env)
+    from ..proc import run_limited
+
+    proc = run_limited(cmd, params["capture_timeout_s"], f"torchrun with {n} ranks (capture_timeout_s)", env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
                            f"{time.perf_counter() - t:.0f} s (its output is above)")
@@ -474,10 +481,15 @@ def _export_ingest(prof, trace: Path, keep: bool = True) -> tuple[pd.DataFrame, 
     t = time.perf_counter()
     timeline, phases = ingest_torch_trace(trace)
     ingest_s = time.perf_counter() - t
-    if keep:
-        subprocess.run(["gzip", "-f", str(trace)], check=False)
-    else:
+    if not keep:
         trace.unlink(missing_ok=True)
+        return timeline, phases, export_s, ingest_s
+    from ..proc import TimeLimitExceeded, run_limited
+
+    try:
+        run_limited(["gzip", "-f", str(trace)], 600, "gzip of the rank's trace")
+    except TimeLimitExceeded:
+        pass  # the trace stays uncompressed
     return timeline, phases, export_s, ingest_s
 
 

@@ -128,18 +128,29 @@ def _dim(act, *names) -> str | None:
     return "x".join(vals)
 
 
-def read_ncu_report_isolated(path: str | Path, work_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+READER_TIMEOUT_S = 900  # the reader took seconds for 100+ launches; a hang in native code must end
+
+
+def read_ncu_report_isolated(path: str | Path, work_dir: str | Path,
+                             timeout_s: float = READER_TIMEOUT_S) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`read_ncu_report` in a child process, so a crash inside NVIDIA's native reader (seen as a
-    segfault when it shared a process with torch) becomes an error with a reason, not a lost run."""
+    segfault when it shared a process with torch) becomes an error with a reason, not a lost run; and
+    one that does not return within `timeout_s` seconds is ended, with that reason."""
     import subprocess
     import sys
+
+    from ..proc import TimeLimitExceeded, run_limited
 
     work_dir = Path(work_dir)
     out_m, out_r = work_dir / ".read_metrics.parquet", work_dir / ".read_results.parquet"
     code = ("import sys; from kernelbook.load.ncu import read_ncu_report as r; m, k = r(sys.argv[1]); "
             "m.to_parquet(sys.argv[2]); k.to_parquet(sys.argv[3])")
-    proc = subprocess.run([sys.executable, "-c", code, str(path), str(out_m), str(out_r)],
-                          capture_output=True, text=True)
+    try:
+        proc = run_limited([sys.executable, "-c", code, str(path), str(out_m), str(out_r)], timeout_s,
+                           f"the ncu report reader on {Path(path).name}", stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    except TimeLimitExceeded as e:
+        raise NcuReportError(str(e)) from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"

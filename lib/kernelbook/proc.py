@@ -1,0 +1,46 @@
+"""Subprocesses with a time limit: a hung NCCL job, profiler or native reader must not hold a GPU lease
+(or a book render) forever.
+
+The child runs in its own session, so at its limit the whole process group is ended (SIGTERM, then
+SIGKILL after a grace period): torchrun's ranks and nsys's target go with it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+GRACE_S = 10.0
+
+
+class TimeLimitExceeded(RuntimeError):
+    """A subprocess ran past its limit and was ended; the message names it and the limit."""
+
+
+def run_limited(cmd: list[str], timeout_s: float, what: str, **kw) -> subprocess.CompletedProcess:
+    """`subprocess.run(cmd, **kw)` ended at `timeout_s` seconds with its process group; then
+    TimeLimitExceeded("{what} did not finish within {timeout_s} s; it was ended")."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _end(proc)
+        raise TimeLimitExceeded(f"{what} did not finish within {timeout_s:g} s; it was ended (its process "
+                                "group killed)") from None
+    except BaseException:  # Ctrl-C or the capture's SIGTERM: the child goes too
+        _end(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.communicate(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

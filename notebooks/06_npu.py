@@ -19,20 +19,24 @@
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
 rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
+deployed_run: str = "data/runs/h100-variant-static-graphs"  # the same workload as deployed (CUDA graphs); empty: none
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
-kb.setup(language, run_dir=run_dir, rank=rank)
+kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run)
 r = kb.open_run(run_dir, rank=rank)
 tr, gpu, _, k = W.for_run(r)
 designs = {gpu.key: gpu, **W.load_designs()}
 val = W.validation(tr)
-kb.summary(W.headline(val, tr))
+dep = S.deployed_of(r, kb.open_run(deployed_run) if deployed_run else None)
+dep_val = W.validation(W.for_run(dep)[0]) if dep is not None else None
+kb.summary(W.headline(val, tr) + (S.deployed_headline(dep, dep_val) if dep is not None else ""))
 
 # %%
 kb.missing_note(run_dir, "ncu")
@@ -68,6 +72,17 @@ kb.table(val, kb.tr("Predicted against measured, each phase held out of the fit"
 
 # %%
 kb.md(W.validation_prose(val, tr))
+
+# %% [markdown]
+# ### The same model on the run as deployed
+# `deployed_run` is this workload with its decode steps run as CUDA graphs (static cache, compiled step),
+# as serving stacks run them. The same fit and held-out test on that run: under graphs the device is busy
+# most of the step, so this is where the model's device time decides the wall.
+
+# %%
+kb.table(dep_val, kb.tr("As deployed: predicted against measured, each phase held out of the fit"),
+         empty=kb.tr("no deployment-shaped run of this workload (deployed_run)")) if dep_val is not None else \
+    kb.md(S.deployed_missing(r, deployed_run))
 
 # %% [markdown]
 # Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.

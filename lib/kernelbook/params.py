@@ -187,6 +187,9 @@ SCHEMA: dict[str, Param] = {
     "baseline_run": Param(str, "", ("07_summary",), "a run to compare run_dir against (chapter 07's comparison "
                           "section, as `python -m kernelbook diff baseline_run run_dir`); empty: no comparison",
                           check=lambda v: _run_dir(v) if v else None),
+    "deployed_run": Param(str, "data/runs/h100-variant-static-graphs", ("06_npu",), "a run of the same workload "
+                          "as deployed (decode as CUDA graphs), whose validation and headline chapter 06 sets beside "
+                          "run_dir's; empty: none", check=lambda v: _run_dir(v) if v else None),
     "language": Param(str, "en", ALL_CHAPTERS, "narrative language of the chapters, index and report.md: en | zh",
                       choices=("en", "zh")),
     "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",

@@ -365,6 +365,30 @@ def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
     return pd.DataFrame(out, columns=cols)
 
 
+def deployed_of(run, candidate):
+    """`candidate` when it is the same workload as `run` (variants_of) run as CUDA graphs, else None."""
+    if candidate is None or not _graph_decode(candidate) or _graph_decode(run):
+        return None
+    kept, _ = variants_of(run, [candidate])
+    return candidate if kept else None
+
+
+def deployed_missing(run, deployed_run: str) -> str:
+    if not deployed_run:
+        return tr("No deployed_run given: the figures of this chapter are eager HF generate's.")
+    return tr("{d} is not this workload run as CUDA graphs (a static-cache variant of {r}); the chapter shows the "
+              "eager run only.", d=md(deployed_run), r=md(run.run_id))
+
+
+def deployed_headline(dep, val: pd.DataFrame) -> str:
+    """Chapter 06's line for the deployment-shaped run, beside the eager run's."""
+    d = val.set_index("phase").loc["decode"] if "decode" in set(val.phase) else None
+    if d is None:
+        return ""
+    return tr("; as deployed ({run}, CUDA graphs): decode device time {err:+.0f} % held out, the device busy {share:.0f} "
+              "% of the predicted step", run=md(dep.run_id), err=d.device_error_pct, share=d.predicted_device_share_pct)
+
+
 def deployed_prose(table: pd.DataFrame) -> str:
     if len(table) < 2:
         return tr("No deployment-shaped variant (decode as CUDA graphs) is among variant_runs: the figures above are "

@@ -630,7 +630,17 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
 
 
 def headline(val: pd.DataFrame, tr: Trace) -> str:
+    """Held-out errors per phase, and whether the decode step is the host's or the device's: the device's share
+    of the predicted decode wall (under half: host-bound, no hardware knob moves it; CUDA graphs, where the
+    device is busy most of the step, are device-bound)."""
     errs = i18n.tr(", ").join(f"{phase_label(r.phase)} {r.device_error_pct:+.0f} %" for r in val.itertuples())
+    d = val.set_index("phase")
+    if "decode" in d.index and d.loc["decode", "predicted_device_share_pct"] >= 50:
+        return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is "
+                       "device-bound here (the device busy {share:.0f} % of the predicted step, {host_us:.1f} µs of "
+                       "host per launch), so the hardware knobs below move it",
+                       errors=errs, share=d.loc["decode", "predicted_device_share_pct"],
+                       host_us=host_time_per_launch_us(tr))
     return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is host-bound "
                    "({host_us:.1f} µs of host per launch), so no hardware knob moves it until launches are batched",
                    errors=errs, host_us=host_time_per_launch_us(tr))

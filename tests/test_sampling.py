@@ -76,22 +76,28 @@ def test_the_agreement_check_sets_the_windows_estimate_against_the_plain_total()
     assert b["error_pct"] == pytest.approx(100 * (1100 - 1050) / 1050)
 
 
-def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):
-    """The profiled pass of a long generation on a tiny DeepSeek-OCR-2 (CPU): the trace holds the vision
-    encode, the prefill and exactly the windows' decode steps, each window read as it ended and its raw
-    trace deleted; op calls are numbered in the recorded steps only."""
+def tiny_workload(tmp_path, max_new_tokens: int):
+    """A tiny DeepSeek-OCR-2 checkpoint saved and loaded on the CPU, and its workload: (loaded model, workload)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model
-    from kernelbook.capture.phases import PhaseTracker
-    from kernelbook.capture.run import _profiled_pass
     from kernelbook.capture.workload import build_workload
     from test_capture_cpu import PARAMS, TINY_OCR2
 
     ckpt = tmp_path / "tiny"
     build_random(deepseek_ocr2_config(**TINY_OCR2), "cpu", torch.float32).save_pretrained(ckpt)
     lm = load_model(str(ckpt), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 12}, "cpu")
+    return lm, build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": max_new_tokens}, "cpu")
+
+
+def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):
+    """The profiled pass of a long generation on a tiny DeepSeek-OCR-2 (CPU): the trace holds the vision
+    encode, the prefill and exactly the windows' decode steps, each window read as it ended and its raw
+    trace deleted; op calls are numbered in the recorded steps only."""
+    from kernelbook.capture.phases import PhaseTracker
+    from kernelbook.capture.run import _profiled_pass
+
+    lm, wl = tiny_workload(tmp_path, 12)
     sampling = plan(12, 2, 5)  # 11 decode steps: 1-2, 6-7, 10-11
     assert sampling.windows == ((1, 2), (6, 7), (10, 11))
     tracker = PhaseTracker(lm.model, nvtx=False, op_record=True).install()
@@ -111,17 +117,9 @@ def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):
 def test_op_calls_are_numbered_only_in_the_recorded_steps(tmp_path):
     """The shapes pass of a sampled generation numbers op calls (kbop# ranges) in the vision encode, the prefill
     and the windows only; between windows the dispatch mode is off (it costs host time on every op)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model
     from kernelbook.capture.phases import PhaseTracker, parse_op_range, parse_record_name
-    from kernelbook.capture.workload import build_workload
-    from test_capture_cpu import PARAMS, TINY_OCR2
 
-    ckpt = tmp_path / "tiny"
-    build_random(deepseek_ocr2_config(**TINY_OCR2), "cpu", torch.float32).save_pretrained(ckpt)
-    lm = load_model(str(ckpt), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 8}, "cpu")
+    lm, wl = tiny_workload(tmp_path, 8)
     sampling = plan(8, 2, 4)  # 7 decode steps: 1-2, 5-6, then 6-7 joins: (1,2), (5,7)
     tracker = PhaseTracker(lm.model, nvtx=False, op_record=True).install()
     from torch.profiler import ProfilerActivity, profile

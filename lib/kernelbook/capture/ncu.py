@@ -135,18 +135,27 @@ def name_regex(names: list[str], bare: bool = True) -> str:
     return "regex:" + "|".join(f"({a})" for a in alts + ([BARE_NAME] if bare else []))
 
 
+def _with_config(k: pd.DataFrame) -> pd.DataFrame:
+    """`k` with its launch configuration as two string columns, `_g` (grid) and `_b` (block)."""
+    return k.assign(_g=k.grid.fillna("?").astype(str), _b=k.block.fillna("?").astype(str))
+
+
+def _top_config(k: pd.DataFrame, name: str) -> tuple[str, str]:
+    """(grid, block) of `name`'s launch configuration holding the most time in `k` (from `_with_config`)."""
+    return k[k.name == name].groupby(["_g", "_b"])["duration_ns"].sum().idxmax()
+
+
 def representative_launches(timeline: pd.DataFrame, sel: Selection) -> pd.DataFrame:
     """One launch per selected kernel: of its launch configurations (grid, block), the one holding the
     most time in the phase; of that configuration's launches, the first in the selection's step (else
     in the earliest step that has one). Columns: kernel_id, name, phase, step, op_index, grid, block."""
-    k = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel") & (timeline.op_index >= 0)]
-    k = k.assign(_g=k.grid.fillna("?").astype(str), _b=k.block.fillna("?").astype(str))
+    k = _with_config(timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel") & (timeline.op_index >= 0)])
     rows = []
     for r in sel.kernels.itertuples():
         mine = k[k.name == r.name]
         if mine.empty:
             continue
-        cfg = mine.groupby(["_g", "_b"])["duration_ns"].sum().idxmax()
+        cfg = _top_config(mine, r.name)
         same = mine[(mine._g == cfg[0]) & (mine._b == cfg[1])]
         here = same[same.step == sel.step]
         pick = (here if len(here) else same.sort_values(["step", "launch_ns"])).sort_values("launch_ns").iloc[0]
@@ -177,15 +186,14 @@ def graph_launches(timeline: pd.DataFrame, sel: Selection) -> pd.DataFrame:
     Columns: kernel_id, name, phase, step, launch_index, grid, block."""
     k = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel") & (timeline.step == sel.step)]
     k = k.sort_values(["launch_ns", "start_ns"], kind="stable").reset_index(drop=True)
-    k = k.assign(launch_index=range(len(k)), _g=k.grid.fillna("?").astype(str), _b=k.block.fillna("?").astype(str))
-    ph = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel")]
-    ph = ph.assign(_g=ph.grid.fillna("?").astype(str), _b=ph.block.fillna("?").astype(str))
+    k = _with_config(k.assign(launch_index=range(len(k))))
+    ph = _with_config(timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel")])
     rows = []
     for r in sel.kernels.itertuples():
         mine = k[k.name == r.name]
         if mine.empty:
             continue
-        cfg = ph[ph.name == r.name].groupby(["_g", "_b"])["duration_ns"].sum().idxmax()
+        cfg = _top_config(ph, r.name)
         same = mine[(mine._g == cfg[0]) & (mine._b == cfg[1])]
         pick = (same if len(same) else mine).iloc[0]
         rows.append({"kernel_id": r.kernel_id, "name": r.name, "phase": sel.phase, "step": sel.step,

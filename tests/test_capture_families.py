@@ -261,3 +261,28 @@ def test_a_prompt_longer_than_the_model_takes_stops_before_any_gpu_work(qwen3_mo
     with pytest.raises(InputsError, match="Qwen3MoeForCausalLM: a prompt of 600 tokens plus max_new_tokens 4 is "
                                           "604 positions, above the model's max_position_embeddings 512"):
         check_inputs({**PARAMS, "model": str(qwen3_moe), "weights": "pretrained", "prompt_tokens": 600})
+
+
+def test_a_processor_that_needs_a_missing_library_says_so(tmp_path):
+    """Issue 29, item 7: the files are there, a library they need is not. A checkpoint whose processor files
+    name Qwen2-VL's processor (its video processor needs torchvision), on a machine without torchvision: the
+    input check names the missing library, not "no processor files"."""
+    try:
+        import torchvision  # noqa: F401
+
+        pytest.skip("torchvision is importable here: nothing is missing")
+    except Exception:  # noqa: BLE001 - absent, or a build whose ops fail to register: both unusable
+        pass
+    path = tmp_path / "needs-torchvision"
+    llava("tiny").save(path)
+    cfg = path / "processor_config.json"
+    proc = json.loads(cfg.read_text())
+    pixels = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
+    proc.update(processor_class="Qwen2VLProcessor",
+                image_processor={"image_processor_type": "Qwen2VLImageProcessor", **pixels},
+                video_processor={"video_processor_type": "Qwen2VLVideoProcessor", **pixels})
+    cfg.write_text(json.dumps(proc))
+    with pytest.raises(InputsError) as e:
+        check_inputs({**PARAMS, "model": str(path), "weights": "pretrained"})
+    msg = str(e.value)
+    assert "orchvision" in msg and "cannot be loaded on this machine" in msg and "no processor files" not in msg

@@ -121,3 +121,18 @@ def test_a_missing_run_is_a_non_zero_exit_with_one_line(tmp_path):
     proc = _book(tmp_path, "--run", "runs/none", "--out", "out")
     assert proc.returncode == 2 and "runs/none does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_captured_runs_manifest_names_the_params_file_as_given(tmp_path, monkeypatch):
+    """The book passes paths to the chapters absolute; the manifest a capture chapter begins records the
+    params file as the caller wrote it (the runner hands it over in KERNELBOOK_PARAMS_AS_GIVEN)."""
+    from kernelbook.capture.chapters import PARAMS_AS_GIVEN, _begin
+    from kernelbook.params import validate
+
+    params = validate({"capture": "never"}, consumer="capture")
+    monkeypatch.setenv(PARAMS_AS_GIVEN, "params/mine.yaml")
+    m = _begin(tmp_path / "new-run", params, str(tmp_path / "abs" / "params" / "mine.yaml"))
+    assert m["params_source"] == "params/mine.yaml"
+    monkeypatch.delenv(PARAMS_AS_GIVEN)
+    m = _begin(tmp_path / "other-run", params, "/abs/p.yaml")  # a chapter run alone: the path it was given
+    assert m["params_source"] == "/abs/p.yaml"

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
         chapters = args.chapters.split(",") if args.chapters else None
         try:
-            out = render_book(params, out_dir, chapters=chapters, run_as_given=args.run)
+            out = render_book(params, out_dir, chapters=chapters, run_as_given=args.run, params_as_given=args.params)
         except BookError as e:
             _err(str(e))
             return e.exit_code

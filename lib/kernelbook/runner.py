@@ -34,7 +34,7 @@ from pathlib import Path
 from . import escape
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
-from .capture.chapters import BOOK_COMMAND, LOCKS_HELD
+from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN
 from .clocks import clock_lock
 from .watch import execute_chapter
 
@@ -246,11 +246,13 @@ def _title(py_path: Path, language: str = "en") -> str:
 
 
 def render_book(params: dict, out: str | Path | None = None, chapters: list[str] | None = None,
-                log=print, run_as_given: str | None = None, notebooks: Path = NOTEBOOKS) -> Path:
+                log=print, run_as_given: str | None = None, notebooks: Path = NOTEBOOKS,
+                params_as_given: str | None = None) -> Path:
     """Render the chapters in `notebooks` (the repository's by default; a copy renders the same way) of
     `params["run_dir"]` into `out` (default reports/<run-id>); paths in `params` and `out` are absolute (the
-    command line resolves them against the caller's folder), and `run_as_given` is the run as the caller
-    wrote it, for the index. BookError on bad parameters (exit code 2) or a failed chapter."""
+    command line resolves them against the caller's folder); `run_as_given` is the run as the caller wrote it,
+    for the index, and `params_as_given` the params file, for a captured run's manifest. BookError on bad
+    parameters (exit code 2) or a failed chapter."""
     from .checks import parameter_problems
 
     language = params.get("language", "en")
@@ -279,7 +281,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
             state = locks.enter_context(clock_lock(params["lock_clocks"]))
             locks.enter_context(_env({LOCKS_HELD: "1", BOOK_COMMAND: _command(), "KERNELBOOK_CLOCK_STATE":
-                                      json.dumps(state)}))
+                                      json.dumps(state), PARAMS_AS_GIVEN: params_as_given or ""}))
             if log is print:
                 print(f"capture: {', '.join(capture_stems)} will capture into {run_dir} (locks held until the "
                       "last of them ends)", flush=True)

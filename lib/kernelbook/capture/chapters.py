@@ -31,6 +31,7 @@ PARTS = ("setup", "timeline", "ncu")
 CHAPTER = {"setup": "00_setup", "timeline": "01_timeline", "ncu": "02_ncu"}
 LOCKS_HELD = "KERNELBOOK_LOCKS_HELD"   # set by the book runner while it holds the locks for 00-02
 BOOK_COMMAND = "KERNELBOOK_COMMAND"    # the command line that rendered the book, for the manifest
+PARAMS_AS_GIVEN = "KERNELBOOK_PARAMS_AS_GIVEN"  # --params as the caller wrote it (chapters get it absolute)
 
 
 def present(run_dir: Path, part: str) -> bool:
@@ -159,7 +160,8 @@ def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "raw").mkdir(exist_ok=True)
     manifest = {"kernelbook_run": 1, "run_id": run_dir.name, "status": "partial", "reason": "capture in progress",
-                "params": for_consumer(params, CAPTURE), "params_source": params_file,
+                "params": for_consumer(params, CAPTURE),
+                "params_source": os.environ.get(PARAMS_AS_GIVEN) or params_file,
                 "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_manifest(run_dir, manifest)

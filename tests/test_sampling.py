@@ -140,3 +140,33 @@ def test_op_calls_are_numbered_only_in_the_recorded_steps(tmp_path):
     steps = {st for ph, st in numbered if ph == "decode"}
     assert steps == {st for st in sampling.steps if st > 0} == {1, 2, 5, 6, 7}
     assert ("prefill", 0) in numbered and not tracker._mode_on
+
+
+def test_a_generation_stopped_mid_way_keeps_the_windows_it_read(tmp_path):
+    """A capture stopped (SIGTERM → CaptureStopped) during a long generate: the windows already read land as
+    the run's timeline, so the partial run holds them (capture.run._profiled_pass)."""
+    import pandas as pd
+
+    from kernelbook.capture.phases import PhaseTracker
+    from kernelbook.capture.run import CaptureStopped, _profiled_pass
+
+    lm, wl = tiny_workload(tmp_path, 12)
+    sampling = plan(12, 2, 5)  # windows 1-2, 6-7, 10-11
+    tracker = PhaseTracker(lm.model, nvtx=False).install()
+    seen = []
+
+    def stop_at_step_8(module, args):  # the signal arrives while step 8 runs, between the second and third window
+        seen.append(1)
+        if len(seen) == 9:
+            raise CaptureStopped("stopped by signal SIGTERM")
+
+    h = lm.model.register_forward_pre_hook(stop_at_step_8)
+    run = tmp_path / "run"
+    (run / "raw").mkdir(parents=True)
+    with pytest.raises(CaptureStopped):
+        _profiled_pass(wl, tracker, False, run / "raw" / "trace", sampling)
+    h.remove()
+    tracker.remove()
+    phases = pd.read_parquet(run / "phases.parquet")
+    assert sorted(phases[phases.phase == "decode"].step.unique()) == [1, 2, 6, 7]
+    assert (run / "timeline.parquet").exists()

@@ -290,7 +290,7 @@ def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None) -
 def _write_timeline(run_dir: Path, timeline: pd.DataFrame, phases: pd.DataFrame) -> None:
     from ..analyze.kernels import annotate
 
-    annotate(timeline).to_parquet(run_dir / "timeline.parquet", **PARQUET)
+    (annotate(timeline) if len(timeline) else timeline).to_parquet(run_dir / "timeline.parquet", **PARQUET)
     phases.to_parquet(run_dir / "phases.parquet", **PARQUET)
 
 

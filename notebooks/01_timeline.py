@@ -72,6 +72,9 @@ kb.table(S.step_check(r), kb.tr("Do the profiled steps stand for the whole decod
          empty=kb.tr("This run has no plain step times (captured before steps.parquet)."))
 
 # %%
+kb.md(S.check_prose(r))
+
+# %%
 kb.table(S.growing_kernels(r.timeline), kb.tr("Decode kernels whose time per step grows with position (µs per step, "
                                               "first and last profiled steps)"),
          empty=kb.tr("The profiled decode steps span too few positions to see growth."))

@@ -70,6 +70,7 @@ def test_the_long_run_profiled_windows_and_timed_every_step():
     check = ST.step_check(r).set_index("quantity")["value"]
     a = ST.agreement(dict(zip(plain.step, plain.wall_ms)), ST.profiled_steps(r).step.tolist())
     assert check["difference"] == pytest.approx(a["error_pct"])
+    assert "stand for the whole decode: their estimate is +9.5 %" in ST.check_prose(r)
     assert a["sampled_estimate_ms"] == pytest.approx(
         plain[plain.step.isin([*range(1, 9), *range(248, 256)])].wall_ms.mean() * 255)
     assert abs(a["error_pct"]) <= ST.CHECK_PCT  # measured: +9.5 %, the plain step grows from 11.3 to 13.8 ms

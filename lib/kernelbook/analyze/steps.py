@@ -80,16 +80,28 @@ def step_check(run) -> pd.DataFrame:
         return pd.DataFrame(columns=["quantity", "value", "unit"])
     prof = profiled_steps(run)
     a = agreement(dict(zip(plain.step, plain.wall_ms)), prof.step.tolist())
-    verdict = tr("agree") if abs(a["error_pct"]) <= CHECK_PCT else tr("differ")
     rows = [
-        (tr("decode steps (plain generate)"), len(plain), ""),
-        (tr("decode steps profiled"), a["sampled_steps"], ""),
+        (tr("decode steps (plain generate)"), float(len(plain)), "steps"),
+        (tr("decode steps profiled"), float(a["sampled_steps"]), "steps"),
         (tr("plain decode total"), a["plain_total_ms"], "ms"),
         (tr("estimate from the profiled steps"), a["sampled_estimate_ms"], "ms"),
         (tr("difference"), a["error_pct"], "%"),
-        (tr("verdict (within {p:.0f} %)", p=CHECK_PCT), verdict, ""),
     ]
     return pd.DataFrame(rows, columns=["quantity", "value", "unit"])
+
+
+def check_prose(run) -> str:
+    """The verdict of `step_check` in a sentence (empty without plain step times)."""
+    plain = plain_steps(run)
+    if plain is None:
+        return ""
+    a = agreement(dict(zip(plain.step, plain.wall_ms)), profiled_steps(run).step.tolist())
+    ok = abs(a["error_pct"]) <= CHECK_PCT
+    return (tr("The profiled steps stand for the whole decode: their estimate is {e:+.1f} % from the plain total "
+               "(within {p:.0f} %).", e=a["error_pct"], p=CHECK_PCT) if ok else
+            tr("The profiled steps do not stand for the whole decode: their estimate is {e:+.1f} % from the plain "
+               "total (more than {p:.0f} %); sample more windows (sample_every) before reading decode figures as the "
+               "generation's.", e=a["error_pct"], p=CHECK_PCT))
 
 
 def growing_kernels(timeline: pd.DataFrame, top: int = 8) -> pd.DataFrame:

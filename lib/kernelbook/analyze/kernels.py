@@ -267,7 +267,41 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
         rows.append((n, short_name(n), library_of(n).value, cat.value, friendly_name(n, op), DESCRIPTIONS[cat]))
     ident = pd.DataFrame(rows, columns=["name", "short_name", "library", "category", "friendly_name", "description"])
     base = df.drop(columns=[c for c in ident.columns if c != "name" and c in df.columns])
-    return base.merge(ident, on="name", how="left")
+    out = base.merge(ident, on="name", how="left")
+    if "op_shapes" in out:
+        # category by the work done, on every row, so that no chapter sees the name's category and another
+        # the work's: a cuBLAS GEMM kernel running a matrix-vector product (lm_head in decode) is a GEMV
+        from .timeline import is_matvec
+
+        gemv = out["category"].eq(Category.GEMM.value) & out["op_shapes"].map(is_matvec)
+        out.loc[gemv, "category"] = Category.GEMV.value
+        out.loc[gemv, "description"] = DESCRIPTIONS[Category.GEMV]
+    return out
+
+
+IDENTITY_COLUMNS = ["friendly_name", "category", "library", "description"]
+
+
+def identity(timeline: pd.DataFrame) -> pd.DataFrame:
+    """One identity per (phase, kernel name), indexed by both: the category (and the rows' names and
+    description) that holds most of that kernel's time in that phase. Every per-kernel table joins this,
+    so a kernel's category is the one its time was counted under in the phase's category shares."""
+    cols = [c for c in IDENTITY_COLUMNS if c in timeline]
+    if timeline.empty:
+        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=["phase", "name"]))
+    t = timeline.groupby(["phase", "name", "category"], as_index=False, sort=False).agg(
+        duration_ns=("duration_ns", "sum"), **{c: (c, "first") for c in cols if c != "category"})
+    t = t.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates(["phase", "name"])
+    return t.set_index(["phase", "name"])[cols]
+
+
+def with_identity(kernels: pd.DataFrame, timeline: pd.DataFrame, cols: list[str] | None = None) -> pd.DataFrame:
+    """`kernels` (one row per profiled kernel, with `phase` and `name`) with the timeline's identity
+    columns (`cols`, default all of IDENTITY_COLUMNS) replacing any it carried."""
+    ident = identity(timeline)
+    cols = [c for c in (cols or IDENTITY_COLUMNS) if c in ident]
+    k = kernels.drop(columns=[c for c in cols if c in kernels])
+    return k.join(ident[cols], on=["phase", "name"])
 
 
 def strip_params(name: str) -> str:

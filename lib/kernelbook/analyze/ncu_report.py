@@ -8,6 +8,7 @@ from ..display import phase_label
 from ..i18n import N_, tr
 
 from .ncu_metrics import _dim3
+from .kernels import with_identity
 from .timeline import gemm_dims, is_matvec
 from ..escape import md, md_code
 
@@ -50,8 +51,7 @@ def coverage(kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 def metric_table(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
-    ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
-    k = kernels.join(ident, on="name")
+    k = with_identity(kernels, timeline, ["friendly_name", "category"])
     k["share_pct"] = 100 * k["share"]
     k["duration_us"] = k["duration_ns"] / 1e3
     return k[[c for c in TABLE_COLUMNS if c in k.columns] + ["status"]]
@@ -63,15 +63,14 @@ def expected_gemm_flops(op_shapes: str | None) -> float:
     return np.nan if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
 
 
-def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, phase_col: str = "phase") -> pd.DataFrame:
+def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     """Per profiled kernel: ncu duration ÷ timeline median of the same launch configuration, and for
     GEMM/GEMV kernels tensor FLOPs ÷ 2·M·N·K from the aten shapes of the profiled launch (kernels'
     `profiled_step` and `op_index`, when the run has them), else the configuration's most common."""
-    ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
-    kernels = kernels.drop(columns=[c for c in ("friendly_name", "category") if c in kernels]).join(ident, on="name")
+    kernels = with_identity(kernels, timeline, ["friendly_name", "category"])
     rows = []
     for _, k in kernels[kernels.status == "profiled"].iterrows():
-        tl = timeline[(timeline.name == k["name"]) & (timeline.phase == k[phase_col])]
+        tl = timeline[(timeline.name == k["name"]) & (timeline.phase == k["phase"])]
         same = tl[(tl.grid.map(_dim3) == _dim3(k.get("grid"))) & (tl.block.map(_dim3) == _dim3(k.get("block")))]
         ref = same if len(same) else tl
         # the shapes of the launch ncu profiled (a decode attention's KV length grows with the step), else
@@ -231,8 +230,7 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict)
     over-fetching (operands read more than once, with the factor)."""
     cache = manifest.get("ncu", {}).get("cache_control") or manifest.get("params", {}).get("cache_control")
     elem = DTYPE_BYTES.get(manifest.get("params", {}).get("dtype", "bfloat16"), 2)
-    ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
-    k = kernels.drop(columns=[c for c in ("friendly_name", "category") if c in kernels]).join(ident, on="name")
+    k = with_identity(kernels, timeline, ["friendly_name", "category"])
     rows = []
     for _, r in k[k.status == "profiled"].iterrows():
         tl = timeline[(timeline.name == r["name"]) & (timeline.phase == r["phase"])]

@@ -243,14 +243,11 @@ def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode
 def profiled_kernels(run) -> pd.DataFrame:
     """The run's ncu kernel rows with identity columns (friendly name, category by work done, library)
     from the timeline; empty frame when the run has no ncu stage or it profiled no kernel."""
-    from .timeline import work_category
+    from .kernels import with_identity
 
     k = run.ncu_kernels()
     if k is None or "status" not in k or not (k.status == "profiled").any():
         return pd.DataFrame()  # no ncu stage, or one that profiled nothing (a partial capture)
-    tl = run.timeline.assign(work=work_category(run.timeline))
-    ident = tl.drop_duplicates("name").set_index("name")[["friendly_name", "work", "library", "description"]]
-    k = k.drop(columns=[c for c in ("friendly_name", "category", "library", "description") if c in k])
-    k = k.join(ident, on="name").rename(columns={"work": "category"})
+    k = with_identity(k, run.timeline)
     k["duration_us"] = k.duration_ns / 1e3
     return k

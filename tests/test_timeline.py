@@ -70,6 +70,21 @@ def test_identity_of_real_kernel_names(name, lib, cat):
     assert friendly_name(name)
 
 
+def test_split_kv_reduction_counts_as_attention(run):
+    """cuDNN's decode attention runs as the SDPA kernel and `lean_reduction_kernel`, which combines its
+    split-KV partial results, both under `aten::_cudnn_attention_forward`; the reduction (756 launches,
+    1.56 ms in decode) was counted as reduction/norm, so attention's decode share was short by it."""
+    t = run.timeline
+    lean = t[t.name.str.contains("lean_reduction_kernel")]
+    assert len(lean) == 756 and set(lean.op) == {"aten::_cudnn_attention_forward"}
+    assert set(lean.category) == {"attention"}
+    assert friendly_name(lean.name.iloc[0], "aten::_cudnn_attention_forward") == "cuDNN Split-KV Reduction (float)"
+    d = t[t.phase == "decode"]  # shares are of all decode GPU work; the op's memsets stay memcpy/memset
+    att = d[(d.op == "aten::_cudnn_attention_forward") & (d.kind == "kernel")].duration_ns.sum()
+    share = T.category_shares(t).set_index(["phase", "category"]).loc[("decode", "attention"), "pct"]
+    assert share == pytest.approx(100 * att / d.duration_ns.sum())
+
+
 def test_every_bundled_kernel_has_identity(run):
     assert run.timeline.friendly_name.notna().all()
     assert short_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<int, 4>(int)") == \

@@ -70,6 +70,14 @@ def is_cudnn(n: str) -> bool:
     return "cudnn" in n.lower() or n.startswith(("void cudnn", "cudnn"))
 
 
+def is_attention_op(op: str | None) -> bool:
+    """An aten op that runs fused attention: every kernel it launches is part of the attention, e.g.
+    cuDNN's split-KV `lean_reduction_kernel` under `aten::_cudnn_attention_forward`, which combines the
+    partial softmax results of the SDPA kernel before it."""
+    return bool(re.search(r"aten::_(?:cudnn|flash|efficient)_attention|_scaled_dot_product_(?:cudnn|flash|efficient)",
+                          op or "", re.I))
+
+
 def library_of(name: str) -> Library:
     if name.startswith(("Memcpy", "Memset", "[memcpy", "[memset")):
         return Library.DRIVER
@@ -127,7 +135,7 @@ def category_of(name: str, op: str | None = None) -> Category:
         return Category.MEMCPY
     if is_nccl(n):
         return Category.COMM
-    if is_flash(n) or "attention" in low or "sdpa" in low or "flash_fprop" in low:
+    if is_flash(n) or "attention" in low or "sdpa" in low or "flash_fprop" in low or is_attention_op(opl):
         return Category.ATTENTION
     if re.search(r"gemv|gemvx|gemmk1|gemmSN", n):
         return Category.GEMV
@@ -179,6 +187,8 @@ def friendly_name(name: str, op: str | None = None) -> str:
         kind = "nvjet" if "nvjet" in name else ("CUTLASS" if lib == Library.CUTLASS else "cuBLAS")
         return f"{kind} GEMM ({dt or 'mixed'}{', ' + tile.group(0) + ' tile' if tile else ''})"
     if cat == Category.ATTENTION:
+        if "lean_reduction" in name:
+            return f"cuDNN Split-KV Reduction ({dt or 'mixed'})"
         if "splitkv_combine" in name or "combine" in name:
             return "Flash Split-KV Combine"
         if "splitkv" in name:

@@ -128,3 +128,22 @@ def test_two_pass_join_recovers_shapes_on_the_real_timeline(run):
     # launches of step 5 named like the dropped one shift by one occurrence, so only the last has no
     # partner; plus the renamed op of step 6
     assert stats["kernels"] - stats["kernels_matched"] == 2
+
+
+def test_reference_comparison_states_measured_padding_and_the_expert_gather(run):
+    """Chapter 01 said the GEMM tiles pad M to 16–128 rows, where chapter 02 measures 8.00× (the vector
+    padded to 8 rows), and put the GEMV gap to the reference on HBM vs GDDR7, which nothing measures."""
+    from kernelbook.analyze.ncu_report import fidelity
+
+    text = T.reference_prose(T.reference_comparison(T.category_shares(run.timeline)), run)
+    assert "16-128" not in text and "GDDR7" not in text
+    f = fidelity(run.ncu_kernels(), run.timeline)
+    f = f[f.matvec.astype(bool)].set_index("kernel_id").flops_ratio
+    # d000: 1x1280 · 1280x1280 counted as 8 rows; d005 (6 experts, N = 1): 8 × 2048/1792 = 9.14
+    assert f["d000"] == pytest.approx(8.0) and f["d005"] == pytest.approx(8 * 2048 / 1792)
+    assert f"{f.min():.2f}–{f.max():.2f}×" in text  # 8.00–9.14×
+    d = run.timeline[run.timeline.phase == "decode"]
+    gather = d[(d.op == "aten::index") & d.op_shapes.isin(["64x1280x896;", "64x1792x1280;"])]
+    gemv = T.category_shares(run.timeline).set_index(["phase", "category"]).pct[("decode", "GEMV")]
+    pct = 100 * gather.duration_ns.sum() / d.duration_ns.sum()
+    assert f"{pct:.1f} % of decode kernel time" in text and f"{gemv + pct:.1f} %" in text

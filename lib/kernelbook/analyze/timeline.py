@@ -264,16 +264,49 @@ def top_table_display(timeline: pd.DataFrame, phase: str, n: int) -> pd.DataFram
     return t[cols]
 
 
+def matvec_padding_prose(run) -> str:
+    """How much the MMA tile pads the run's profiled matrix-vector products, measured: ncu's tensor FLOPs ÷
+    2·M·N·K of the profiled launches (chapter 02's check); empty without profiled GEMVs."""
+    from .ncu_report import fidelity
+
+    k = run.ncu_kernels()
+    if k is None or "status" not in k or not (k.status == "profiled").any():
+        return ""
+    f = fidelity(k, run.timeline)
+    f = f[f.matvec.astype(bool) & (f.flops_ratio > 1)] if len(f) else f
+    if f.empty:
+        return ""
+    return tr(" Here the matrix-vector products run on tensor cores, whose MMA tile pads the vector: ncu counts "
+              "{lo:.2f}–{hi:.2f}× the useful 2·M·N·K on the {n} profiled ones (chapter 02).",
+              lo=f.flops_ratio.min(), hi=f.flops_ratio.max(), n=len(f))
+
+
+def expert_gather_prose(timeline: pd.DataFrame, gemv_pct: float) -> str:
+    """The decode weight traffic that is not a GEMV: `aten::index` on a stacked 3-D weight (the routed
+    experts' weights copied out of the [experts, N, K] stack before the batched product reads them again),
+    its share of decode kernel time (%); empty when the run has none."""
+    d = timeline[timeline.phase == "decode"]
+    if d.empty:
+        return ""
+    first = d.op_shapes.fillna("").str.split(";").str[0]
+    g = d[d.category.eq("gather/index") & d.op.eq("aten::index") & first.str.count("x").eq(2)]
+    if g.empty:
+        return ""
+    pct = 100 * g.duration_ns.sum() / d.duration_ns.sum()
+    return tr(" The routed experts' weights are first copied out of their stacked tensor by `aten::index` "
+              "(gather/index, {pct:.1f} % of decode kernel time) and then read again by the GEMV: weight traffic "
+              "holds {both:.1f} % here in the two together.", pct=pct, both=gemv_pct + pct)
+
+
 def reference_prose(cmp: pd.DataFrame, run) -> str:
     c = cmp.set_index("category")
     gemv = c.loc["GEMV"] if "GEMV" in c.index else None
     lines = [tr("The reference measured DeepSeek-OCR v1 on an RTX 5090; this run is {model} on {gpu}.",
                 model=md(run.manifest["params"].get("model")), gpu=md(run.gpu_name))]
     if gemv is not None:
-        lines.append(tr("- **GEMV**: {here:.1f} % here vs {reference:.1f} %. Here the matrix-vector products run as "
-                        "cuBLAS `nvjet` GEMM kernels (tile M padded to 16-128 rows) rather than `gemvx`, and the "
-                        "{gpu}'s HBM moves weights faster than the RTX 5090's GDDR7, so they hold a smaller share.",
-                        here=gemv.this_run_pct, reference=gemv.reference_pct, gpu=md(run.gpu_name)))
+        lines.append(tr("- **GEMV**: {here:.1f} % here vs {reference:.1f} % ({difference:+.1f} points).",
+                        here=gemv.this_run_pct, reference=gemv.reference_pct, difference=gemv.difference_pts)
+                     + matvec_padding_prose(run) + expert_gather_prose(run.timeline, gemv.this_run_pct))
     for cat, why in (("copy/cast", tr("dtype casts (float ↔ bf16 in RMSNorm and rotary embeddings) and `torch.cat` "
                                       "of the KV cache every step")),
                      ("elementwise", tr("unfused pointwise ops")),

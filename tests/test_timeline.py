@@ -147,3 +147,29 @@ def test_reference_comparison_states_measured_padding_and_the_expert_gather(run)
     gemv = T.category_shares(run.timeline).set_index(["phase", "category"]).pct[("decode", "GEMV")]
     pct = 100 * gather.duration_ns.sum() / d.duration_ns.sum()
     assert f"{pct:.1f} % of decode kernel time" in text and f"{gemv + pct:.1f} %" in text
+
+
+def test_decode_gaps_lie_inside_the_decode_steps(run):
+    """Chapter 01 said 1300 ms of decode is spent in gaps beside 1330 ms of decode wall and 142 ms GPU busy:
+    the gaps ran across step boundaries, through generate's own work between forwards."""
+    gaps = T.kernel_gaps_us(run.timeline, "decode")
+    d = run.timeline[run.timeline.phase == "decode"]
+    # per step: its span minus its busy time is its idle time, all of it in gaps between its kernels
+    idle_us = sum((g.end_ns.max() - g.start_ns.min() - T.busy_ns(g.start_ns.to_numpy(), g.end_ns.to_numpy())) / 1e3
+                  for _, g in d.groupby("step"))
+    assert gaps.sum() == pytest.approx(idle_us)
+    s = T.phase_summary(run.timeline, run.phases).set_index("phase").loc["decode"]
+    assert gaps.sum() / 1e3 <= s.wall_ms - s.gpu_busy_ms  # 1182 ms ≤ 1330 − 142 ms
+    assert len(gaps) == len(d) - 63  # no gap before a step's first kernel
+
+
+def test_profiler_overhead_sentence_divides_what_it_names(run):
+    """'phases above sum to 1.473 s under the profiler (1.58× the plain run)' divided 1.614 s (the whole
+    profiled generate) by 1.023 s; 1.473 / 1.023 = 1.44."""
+    tl = run.manifest["timeline_info"]
+    summary = T.phase_summary(run.timeline, run.phases)
+    text = T.phase_prose(summary, run.manifest)
+    ratio = tl["profiled_generate_s"] / tl["plain_generate"]["median_s"]
+    assert f"it took {tl['profiled_generate_s']:.3f} s ({ratio:.2f}× the plain run)" in text  # 1.614 s, 1.58×
+    assert f"{summary.wall_ms.sum() / 1e3:.3f} s of it in the phases above" in text  # 1.473 s, a part of it
+    assert summary.wall_ms.sum() / 1e3 < tl["profiled_generate_s"]

@@ -308,3 +308,23 @@ def test_one_category_per_kernel_in_every_chapter(run, k):
         assert set(grp.category) <= set(sh.index)
         # ... so the shares the opportunities quote, one per category, are parts of one whole
         assert sh[sorted(set(grp.category))].sum() <= 100 + 1e-9
+
+
+def test_histograms_label_their_bins_and_the_headline_spells_small_percentages_as_tables_do(k):
+    """Chapter 03: all 13 panels hid their tick labels (bins only on hover), the legend (y = 1.02, anchored
+    at its top) lay over the first row's panel titles, and the headline said 'a median of 0.0 %' of a
+    median SM throughput of 0.049 % that the table prints '< 0.1'."""
+    from kernelbook.plots import figures as F
+
+    d = k[k.phase == "decode"]
+    cap = H.captions(d)
+    fig = F.histogram_grid(H.histogram_table(d), cap)
+    used = sorted({t.xaxis for t in fig.data})  # 'x', 'x2', … 'x13': 13 panels on a 5 × 3 grid
+    assert len(used) == 13 and all(fig.layout["xaxis" + a[1:]].showticklabels for a in used)
+    assert fig.layout.xaxis.type in (None, "category", "-") and "0–10" in fig.data[0].x
+    plot_px = fig.layout.height - fig.layout.margin.t - 80  # plotly's default bottom margin is 80 px
+    titles_top = max(a.y for a in fig.layout.annotations)  # panel titles stand on y = 1, anchored at their foot
+    assert fig.layout.legend.yanchor == "bottom" and (fig.layout.legend.y - titles_top) * plot_px >= 20
+    sm = cap.set_index("column").loc["sm_pct", "median"]
+    assert 0 < sm < 0.05  # 0.049 %
+    assert "a median of < 0.1 %" in H.headline(cap, "decode") and "0.0 %" not in H.headline(cap, "decode")

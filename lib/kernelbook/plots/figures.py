@@ -128,7 +128,7 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
     cap = captions.set_index("metric")["caption"].to_dict()
     unit = hist.drop_duplicates("metric").set_index("metric")["unit"].to_dict()
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{m} ({unit[m]})" for m in metrics],
-                        vertical_spacing=0.06, horizontal_spacing=0.06)
+                        vertical_spacing=0.5 / rows, horizontal_spacing=0.06)
     for i, m in enumerate(metrics):
         h = hist[hist.metric == m]
         label = [f"{lo:.3g}–{hi:.3g}" for lo, hi in zip(h.bin_lo, h.bin_hi)]
@@ -136,11 +136,14 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
         for col, name, colour in (("count_pct", tr("% of kernels"), "#7f9cc2"), ("time_pct", tr("% of time"), "#d9822b")):
             fig.add_bar(x=label, y=h[col], name=name, marker_color=colour, legendgroup=name, showlegend=i == 0,
                         hovertemplate=f"{m} %{{x}}: %{{y:.1f}} {name}<br>{cap.get(m, '')}<extra></extra>", row=r, col=c)
-        fig.update_xaxes(showticklabels=False, row=r, col=c)
-    fig.update_layout(template=TEMPLATE, barmode="group", height=260 * rows, bargap=0.15,
-                      title=tr("Metric histograms of the profiled kernels: by count and by time (hover a bar for its "
-                               "range)"),
-                      legend=dict(orientation="h", y=1.02, x=0.6))
+        # each bin's range under its bars: the histogram reads without hovering
+        fig.update_xaxes(showticklabels=True, tickangle=-45, tickfont=dict(size=9), row=r, col=c)
+    height, top = 320 * rows, 110
+    # the legend sits between the figure's title and the first row's panel titles, clear of both
+    fig.update_layout(template=TEMPLATE, barmode="group", height=height, bargap=0.15, margin=dict(t=top),
+                      title=dict(text=tr("Metric histograms of the profiled kernels: by count and by time"),
+                                 y=1 - 12 / height, yanchor="top"),
+                      legend=dict(orientation="h", yanchor="bottom", y=1 + 28 / (height - top - 80), x=0))
     return fig
 
 

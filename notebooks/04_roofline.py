@@ -61,6 +61,9 @@ F.roofline_normalized(R.normalized(k), phase)
 F.roofline_physical(pts, roofs, phase)
 
 # %%
+kb.md(R.bypass_note(k, phase))
+
+# %%
 kb.md(R.prose(pts, bw_only, roofs, phase))
 
 # %% [markdown]

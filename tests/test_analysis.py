@@ -328,3 +328,22 @@ def test_histograms_label_their_bins_and_the_headline_spells_small_percentages_a
     sm = cap.set_index("column").loc["sm_pct", "median"]
     assert 0 < sm < 0.05  # 0.049 %
     assert "a median of < 0.1 %" in H.headline(cap, "decode") and "0.0 %" not in H.headline(cap, "decode")
+
+
+def test_roofline_drops_bypassed_levels_and_draws_every_point(k, roofs):
+    """Chapter 04 drew d004's L1 point at 403,237 FLOP/B (2.66 GFLOP over the 6.6 kB L1 counted, while 334 MB
+    came from DRAM: its loads go around L1), and its y axis started at 10^8 FLOP/s, under which d014 (256 FLOPs
+    in 2.69 µs, 95 MFLOP/s) was clipped."""
+    from kernelbook.plots import figures as F
+
+    d4 = row(k, "d004")
+    assert d4.l1_bytes < 0.01 * d4.dram_bytes and d4.flops / d4.l1_bytes == pytest.approx(403237, rel=1e-5)
+    p = R.points(k, roofs)
+    assert set(p[p.kernel_id == "d004"].level) == {"DRAM", "L2"}
+    assert "d004" in R.bypass_note(k, "decode")
+    # small pointwise kernels keep their L1 points: d018's L1 holds 64 B of its 6.4 kB, 1 %, not under it
+    assert "L1" in set(p[p.kernel_id == "d018"].level)
+    d14 = row(k, "d014")
+    assert d14.flops_per_s == pytest.approx(256 / 2688e-9) and d14.flops_per_s < 1e8
+    fig = F.roofline_physical(p, roofs, "decode")
+    assert 10 ** fig.layout.yaxis.range[0] < p[p.phase == "decode"].flops_per_s.min()

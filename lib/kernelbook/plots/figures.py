@@ -192,15 +192,22 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                       title=tr("Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
                                phase=phase_label(phase)),
                       xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)")),
-                      yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[8, 15.5], **FLOPS_TICKS),
+                      yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[flops_floor(p), 15.5], **FLOPS_TICKS),
                       legend=dict(orientation="h", yanchor="top", y=-0.14, xanchor="left", x=0))
     return fig
 
 
 # One spelling for FLOP/s ticks on a log axis (plotly alone mixes 10^15 with 100T): every decade
 # labelled with an engineering prefix, as the tables print it.
-FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(8, 16)],
-                   ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(8, 16)])
+FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(4, 16)],
+                   ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(4, 16)])
+
+
+def flops_floor(points: pd.DataFrame) -> float:
+    """Bottom of a roofline's log10 FLOP/s axis: 10^8, or lower where a point sits lower, with room for its
+    marker (a one-element kernel at 95 MFLOP/s was drawn below the axis)."""
+    low = points.flops_per_s[points.flops_per_s > 0].min() if len(points) else np.nan
+    return min(8.0, float(np.floor(np.log10(low) - 0.25))) if low == low else 8.0
 
 
 def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
@@ -251,7 +258,7 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
                                                       flops=eng(pt.flops_per_s, "FLOP/s")) + "<extra></extra>"),
                           row=r, col=c)
         fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
-        fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1, **FLOPS_TICKS)
+        fig.update_yaxes(type="log", row=r, col=c, range=[flops_floor(p), 15.5], showticklabels=c == 1, **FLOPS_TICKS)
     fig.update_layout(template=TEMPLATE, height=240 * rows, title=tr("Per-kernel rooflines, {phase} (x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)",
                                                          phase=phase_label(phase)))
     return fig

@@ -174,6 +174,10 @@ def test_opportunities_rank_and_rescale_idle_by_overhead(run, k, dev, roofs):
     d = s.set_index("phase").loc["decode"]
     ratio = run.manifest["timeline_info"]["overhead_ratio"]
     assert opps.iloc[0].gain_pct == pytest.approx(100 * (1 - d.gpu_busy_ms / (d.wall_ms / ratio)))
+    # prefill is one forward: its launch-overhead item names no decode step (report.md's prefill key issue)
+    pre = C.all_opportunities(run, s, c, roofs)["prefill"]
+    launch = pre[pre.opportunity.str.startswith("Cut launch overhead")].opportunity
+    assert len(launch) == 1 and "decode" not in launch.iloc[0]
 
 
 @pytest.fixture(scope="module")

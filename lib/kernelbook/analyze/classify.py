@@ -278,7 +278,8 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
     idle = 1 - busy_frac
     if idle > 0:
         note = tr(" (profiled wall ÷ {ratio:.2f} profiler overhead)", ratio=overhead_ratio) if overhead_ratio else ""
-        rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step"),
+        rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step") if phase == "decode"
+                     else tr("Cut launch overhead: CUDA graphs / fewer, fused kernels"),
                      "gain_pct": 100 * idle,
                      "trigger": tr("GPU idle={idle:.0f} % of wall{note}, launches/step={launches:.0f}", idle=100 * idle,
                                    note=note, launches=summary_row.get("launches_per_step", float("nan")))})

@@ -351,3 +351,15 @@ def test_roofline_drops_bypassed_levels_and_draws_every_point(k, roofs):
     assert d14.flops_per_s == pytest.approx(256 / 2688e-9) and d14.flops_per_s < 1e8
     fig = F.roofline_physical(p, roofs, "decode")
     assert 10 ** fig.layout.yaxis.range[0] < p[p.phase == "decode"].flops_per_s.min()
+
+
+def test_roofline_says_its_tensor_flops_include_padding(run, k):
+    """Chapter 04 drew tensor FLOPs with the MMA padding in them without saying so: the decode GEMVs
+    execute 8.00–9.14× their useful 2·M·N·K (d005: 8 rows for one, N 1792 padded to 2048)."""
+    from kernelbook.analyze.ncu_report import fidelity
+
+    f = fidelity(k, run.timeline)
+    dec = f[(f.phase == "decode") & f.flops_ratio.notna()].set_index("kernel_id").flops_ratio
+    assert dec["d005"] == pytest.approx(8 * 2048 / 1792)
+    note = R.padding_note(f, "decode")
+    assert f"{dec.min():.2f}–{dec.max():.2f}×" in note and "d004" in note  # 8.00–9.14×

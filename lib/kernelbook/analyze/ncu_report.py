@@ -92,7 +92,7 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
         expect = expected_gemm_flops(shp) if k.get("category") in ("GEMM", "GEMV") or (
             isinstance(k.get("name"), str) and "nvjet" in k["name"]) else np.nan
         counted = k.get("flops_tensor") if (k.get("flops_tensor") or 0) > 0 else k.get("flops_cuda")
-        rows.append({"kernel_id": k.kernel_id, "friendly_name": k.get("friendly_name"),
+        rows.append({"kernel_id": k.kernel_id, "phase": k["phase"], "friendly_name": k.get("friendly_name"),
                      "category": k.get("category"), "ncu_us": k.duration_ns / 1e3,
                      "timeline_median_us": ref.duration_ns.median() / 1e3,
                      "duration_ratio": k.duration_ns / ref.duration_ns.median(),

@@ -145,6 +145,18 @@ def bypassed_levels(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["kernel_id", "friendly_name", "level", "level_bytes", "dram_bytes"])
 
 
+def padding_note(fid: pd.DataFrame, phase: str) -> str:
+    """What the points' FLOPs are: the work the tensor cores executed, MMA padding included, with the
+    measured ratio to the useful 2·M·N·K of the phase's matrix products (chapter 02's check, `fid`)."""
+    f = fid[(fid.phase == phase) & (fid.flops_ratio > 1 + FLOPS_TOLERANCE)] if len(fid) else fid
+    if f.empty:
+        return ""
+    return tr("FLOPs here are what the tensor cores executed, padding included: for {n} {phase} matrix products "
+              "({kernels}) that is {lo:.2f}–{hi:.2f}× the useful 2·M·N·K of their shapes, so their useful FLOP/s "
+              "and intensities are that many times lower than drawn.", n=len(f), phase=phase_label(phase),
+              kernels=", ".join(md(x) for x in f.kernel_id), lo=f.flops_ratio.min(), hi=f.flops_ratio.max())
+
+
 def bypass_note(kernels: pd.DataFrame, phase: str) -> str:
     """One sentence per level point left out of the rooflines, with its bytes; empty when none is."""
     b = bypassed_levels(kernels, phase)

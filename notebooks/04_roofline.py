@@ -61,6 +61,10 @@ F.roofline_normalized(R.normalized(k), phase)
 F.roofline_physical(pts, roofs, phase)
 
 # %%
+fid = N.fidelity(k, r.timeline)
+kb.md("\n\n".join([R.padding_note(fid, phase), R.bypass_note(k, phase)]))
+
+# %%
 kb.md(R.prose(pts, bw_only, roofs, phase))
 
 # %% [markdown]
@@ -69,7 +73,7 @@ kb.md(R.prose(pts, bw_only, roofs, phase))
 # from the data (it is also outlined red in the plots).
 
 # %%
-kb.table(R.above_roof_causes(pts, k, roofs, N.fidelity(k, r.timeline)), kb.tr("Points above a roof"),
+kb.table(R.above_roof_causes(pts, k, roofs, fid), kb.tr("Points above a roof"),
          empty=kb.tr("No point lies more than {tol:.0f} % above its roof.", tol=R.ABOVE_TOLERANCE * 100 - 100))
 
 # %% [markdown]

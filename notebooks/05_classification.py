@@ -100,7 +100,8 @@ kb.md(C.wave_prose(waves, dev.sm_count))
 # ## Tiles of the GEMM/GEMV kernels
 # Tile (BM×BN), BK and pipeline stages decoded from the kernel name; tile intensity BM·BN/(BM+BN)
 # FLOP/B (2-byte inputs) vs the bf16 ridge; shared memory the stages need vs what the launch
-# allocates; S_min = ceil(latency ÷ tile compute cycles) + 1.
+# allocates; S_min = ceil(latency ÷ stage cycles) + 1, a stage taking the longer of its tile's compute
+# and its load at the SM's share of DRAM bandwidth.
 
 # %%
 tiles = C.tile_table(cp, dev, rules)
@@ -111,7 +112,9 @@ kb.md(C.tile_prose(tiles, rules))
 
 # %% [markdown]
 # ## Bytes in flight (memory-bound kernels)
-# Little's law: to run at the DRAM roof each SM needs bandwidth-per-SM × latency bytes in flight.
+# Little's law: to run at the DRAM roof each SM needs bandwidth-per-SM × latency bytes in flight. Warps
+# supply one 16-byte load per thread; a tiled kernel's asynchronous copies fill its stage buffers
+# without a thread per load, so those can hold more.
 
 # %%
 kb.table(C.littles_law(cp, dev, rules), kb.tr("Bytes in flight per SM (Little's law)"),

@@ -101,6 +101,25 @@ def test_decode_bytes_are_what_the_weights_and_kv_cache_imply(run):
     assert bf.verdict.str.startswith("agrees").all()
 
 
+def test_byte_check_uses_the_launch_ncu_profiled(run):
+    """Chapter 02's byte table showed decode attention (d008) with the KV cache of another step (1130
+    tokens, 5.79 MB), the configuration's most common shapes, while its FLOP check and ncu's counters
+    are of the launch profiled: step 32, op 55, 1161 tokens."""
+    from kernelbook.analyze.ncu_report import byte_fidelity, fidelity
+
+    k = run.ncu_kernels().set_index("kernel_id").loc["d008"]
+    assert (k.profiled_step, k.op_index) == (32, 55)
+    d = run.timeline
+    at = d[(d.phase == "decode") & (d.step == 32) & (d.op_index == 55) & (d.name == k["name"])]
+    assert at.op_shapes.iloc[0].startswith("1x10x1x128;1x10x1161x128;1x10x1161x128")
+    bf = byte_fidelity(run.ncu_kernels(), run.timeline, run.manifest).set_index("kernel_id").loc["d008"]
+    fid = fidelity(run.ncu_kernels(), run.timeline).set_index("kernel_id").loc["d008"]
+    assert bf.op_shapes == fid.op_shapes == at.op_shapes.iloc[0]
+    # q and the K, V of 1161 tokens, bf16: 2 · (10·128 + 2·10·1161·128) B = 5.95 MB, ncu read 5.98 MB
+    assert bf.implied_read_bytes == 2 * (10 * 128 + 2 * 10 * 1161 * 128)
+    assert bf.dram_bytes / (bf.implied_read_bytes + bf.implied_write_bytes) == pytest.approx(1.0049, abs=1e-4)
+
+
 def test_name_key_bridges_kineto_and_nvidia_demanglers():
     kineto = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
               "neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#9}::"

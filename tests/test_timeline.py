@@ -70,6 +70,21 @@ def test_identity_of_real_kernel_names(name, lib, cat):
     assert friendly_name(name)
 
 
+def test_split_kv_reduction_counts_as_attention(run):
+    """cuDNN's decode attention runs as the SDPA kernel and `lean_reduction_kernel`, which combines its
+    split-KV partial results, both under `aten::_cudnn_attention_forward`; the reduction (756 launches,
+    1.56 ms in decode) was counted as reduction/norm, so attention's decode share was short by it."""
+    t = run.timeline
+    lean = t[t.name.str.contains("lean_reduction_kernel")]
+    assert len(lean) == 756 and set(lean.op) == {"aten::_cudnn_attention_forward"}
+    assert set(lean.category) == {"attention"}
+    assert friendly_name(lean.name.iloc[0], "aten::_cudnn_attention_forward") == "cuDNN Split-KV Reduction (float)"
+    d = t[t.phase == "decode"]  # shares are of all decode GPU work; the op's memsets stay memcpy/memset
+    att = d[(d.op == "aten::_cudnn_attention_forward") & (d.kind == "kernel")].duration_ns.sum()
+    share = T.category_shares(t).set_index(["phase", "category"]).loc[("decode", "attention"), "pct"]
+    assert share == pytest.approx(100 * att / d.duration_ns.sum())
+
+
 def test_every_bundled_kernel_has_identity(run):
     assert run.timeline.friendly_name.notna().all()
     assert short_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<int, 4>(int)") == \
@@ -113,3 +128,48 @@ def test_two_pass_join_recovers_shapes_on_the_real_timeline(run):
     # launches of step 5 named like the dropped one shift by one occurrence, so only the last has no
     # partner; plus the renamed op of step 6
     assert stats["kernels"] - stats["kernels_matched"] == 2
+
+
+def test_reference_comparison_states_measured_padding_and_the_expert_gather(run):
+    """Chapter 01 said the GEMM tiles pad M to 16–128 rows, where chapter 02 measures 8.00× (the vector
+    padded to 8 rows), and put the GEMV gap to the reference on HBM vs GDDR7, which nothing measures."""
+    from kernelbook.analyze.ncu_report import fidelity
+
+    text = T.reference_prose(T.reference_comparison(T.category_shares(run.timeline)), run)
+    assert "16-128" not in text and "GDDR7" not in text
+    f = fidelity(run.ncu_kernels(), run.timeline)
+    f = f[f.matvec.astype(bool)].set_index("kernel_id").flops_ratio
+    # d000: 1x1280 · 1280x1280 counted as 8 rows; d005 (6 experts, N = 1): 8 × 2048/1792 = 9.14
+    assert f["d000"] == pytest.approx(8.0) and f["d005"] == pytest.approx(8 * 2048 / 1792)
+    assert f"{f.min():.2f}–{f.max():.2f}×" in text  # 8.00–9.14×
+    d = run.timeline[run.timeline.phase == "decode"]
+    gather = d[(d.op == "aten::index") & d.op_shapes.isin(["64x1280x896;", "64x1792x1280;"])]
+    gemv = T.category_shares(run.timeline).set_index(["phase", "category"]).pct[("decode", "GEMV")]
+    pct = 100 * gather.duration_ns.sum() / d.duration_ns.sum()
+    assert f"{pct:.1f} % of decode kernel time" in text and f"{gemv + pct:.1f} %" in text
+
+
+def test_decode_gaps_lie_inside_the_decode_steps(run):
+    """Chapter 01 said 1300 ms of decode is spent in gaps beside 1330 ms of decode wall and 142 ms GPU busy:
+    the gaps ran across step boundaries, through generate's own work between forwards."""
+    gaps = T.kernel_gaps_us(run.timeline, "decode")
+    d = run.timeline[run.timeline.phase == "decode"]
+    # per step: its span minus its busy time is its idle time, all of it in gaps between its kernels
+    idle_us = sum((g.end_ns.max() - g.start_ns.min() - T.busy_ns(g.start_ns.to_numpy(), g.end_ns.to_numpy())) / 1e3
+                  for _, g in d.groupby("step"))
+    assert gaps.sum() == pytest.approx(idle_us)
+    s = T.phase_summary(run.timeline, run.phases).set_index("phase").loc["decode"]
+    assert gaps.sum() / 1e3 <= s.wall_ms - s.gpu_busy_ms  # 1182 ms ≤ 1330 − 142 ms
+    assert len(gaps) == len(d) - 63  # no gap before a step's first kernel
+
+
+def test_profiler_overhead_sentence_divides_what_it_names(run):
+    """'phases above sum to 1.473 s under the profiler (1.58× the plain run)' divided 1.614 s (the whole
+    profiled generate) by 1.023 s; 1.473 / 1.023 = 1.44."""
+    tl = run.manifest["timeline_info"]
+    summary = T.phase_summary(run.timeline, run.phases)
+    text = T.phase_prose(summary, run.manifest)
+    ratio = tl["profiled_generate_s"] / tl["plain_generate"]["median_s"]
+    assert f"it took {tl['profiled_generate_s']:.3f} s ({ratio:.2f}× the plain run)" in text  # 1.614 s, 1.58×
+    assert f"{summary.wall_ms.sum() / 1e3:.3f} s of it in the phases above" in text  # 1.473 s, a part of it
+    assert summary.wall_ms.sum() / 1e3 < tl["profiled_generate_s"]

@@ -3,7 +3,9 @@ tile analysis, and the top optimization opportunities per phase (the profiler ou
 
 Rules follow the profiling skill seed: memory % high and compute % low → memory-bound; compute % high
 and memory % low → compute-bound; both low → latency-bound; otherwise balanced; L2 hit below its
-threshold adds a locality flag. "Compute %" is ncu's SM throughput (the max over SM pipes, tensor
+threshold adds a locality flag, for kernels whose work reuses its operands (GEMM, attention over more than
+one query): a GEMV, a copy or a decode step's attention touches each byte once, so a low hit rate is what
+streaming gives, not a locality problem. "Compute %" is ncu's SM throughput (the max over SM pipes, tensor
 included) and "memory %" its memory throughput (the max over DRAM, L2 and L1), both % of peak.
 """
 from __future__ import annotations
@@ -62,13 +64,26 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
     k["class"] = [classify_row(s, m, rules) for s, m in zip(k.sm_pct, k.memory_pct)]
     k["roofline_side"] = np.where(k.flops > 0, np.where(k.intensity_dram < ridge_flop_per_byte, "memory", "compute"),
                                   "no FLOPs")
-    k["locality_issue"] = k.l2_hit_pct < rules.l2_hit_min_pct
+    reuse = reuses_operands(k)
+    low_hit = k.l2_hit_pct < rules.l2_hit_min_pct
+    k["locality_issue"] = low_hit & reuse
     k["reason"] = [
         tr("SM {sm:.0f} %, memory {mem:.0f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m, high=rules.high_pct,
            low=rules.low_pct)
-        + (tr("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if h < rules.l2_hit_min_pct else "")
-        for s, m, h in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct)]
+        + ((tr("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
+            tr("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "")
+        for s, m, h, lo, r in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct, low_hit, reuse)]
     return k
+
+
+def reuses_operands(k: pd.DataFrame) -> pd.Series:
+    """True where the kernel's work reads an operand byte more than once, so L2 can serve the repeats: a
+    matrix-matrix product, attention outside decode (several queries per key). A GEMV (one token's
+    activations), copies, gathers, pointwise work and a decode step's attention (one query) stream each
+    byte once."""
+    cat = k["category"] if "category" in k else pd.Series("", index=k.index)
+    phase = k["phase"] if "phase" in k else pd.Series("", index=k.index)
+    return cat.eq("GEMM") | (cat.eq("attention") & phase.ne("decode"))
 
 
 CLASS_METRICS = {N_("SM throughput %"): "sm_pct", N_("DRAM throughput %"): "dram_pct",
@@ -193,10 +208,14 @@ def tile_table(c: pd.DataFrame, device, rules: Rules = Rules(), dtype_bytes: int
     """The tiling seed's checks for every GEMM/GEMV kernel whose name gives its tile:
     tile intensity 2·BM·BN·BK / (bytes·(BM+BN)·BK) = BM·BN/(BM+BN) FLOP/B at 2-byte inputs, vs the
     ridge; shared memory for `stages` A+B buffers vs what the launch allocates; registers per block
-    vs the SM's file; S_min = ceil(latency / T_tile) + 1 with T_tile = tile FLOPs ÷ per-SM tensor
-    FLOP/cycle; stages decoded vs S_min."""
+    vs the SM's file; S_min = ceil(latency / T_tile) + 1 stages in flight, with T_tile the cycles one
+    stage takes in steady state: the longer of its compute (tile FLOPs ÷ per-SM tensor FLOP/cycle) and
+    its load ((BM+BN)·BK·bytes ÷ the SM's share of DRAM bandwidth per cycle). A tile that takes longer
+    to arrive than to compute is bandwidth-bound, and few stages cover the latency."""
     rows = []
-    per_sm_cycle = device.peak_flops("bf16") / (device.sm_count * device.sm_clock_max_mhz * 1e6)
+    cycles_per_s = device.sm_count * device.sm_clock_max_mhz * 1e6
+    per_sm_cycle = device.peak_flops("bf16") / cycles_per_s
+    dram_per_sm_cycle = device.dram_bytes_per_s / cycles_per_s
     ridge = device.ridge("bf16")
     for _, k in c[c.category.isin(["GEMM", "GEMV"])].iterrows():
         t = decode_tile(k["name"])
@@ -204,8 +223,9 @@ def tile_table(c: pd.DataFrame, device, rules: Rules = Rules(), dtype_bytes: int
             continue
         bm, bn, bk, st = t["BM"], t["BN"], t["BK"], t["stages"]
         flops_tile = 2 * bm * bn * bk
-        t_tile = flops_tile / per_sm_cycle
-        s_min = math.ceil(rules.mem_latency_cycles / t_tile) + 1
+        t_compute = flops_tile / per_sm_cycle
+        t_load = (bm + bn) * bk * dtype_bytes / dram_per_sm_cycle
+        s_min = math.ceil(rules.mem_latency_cycles / max(t_compute, t_load)) + 1
         smem_need = st * (bm + bn) * bk * dtype_bytes
         rows.append({"kernel_id": k.kernel_id, "friendly_name": k.friendly_name, **t,
                      "tile_intensity": bm * bn / (bm + bn) * (2 / dtype_bytes), "ridge": ridge,
@@ -213,14 +233,22 @@ def tile_table(c: pd.DataFrame, device, rules: Rules = Rules(), dtype_bytes: int
                      "smem_stages_bytes": smem_need, "smem_launch_bytes": k.shared_bytes_per_block,
                      "regs_per_block": k.registers * k.block_size,
                      "regs_fit_blocks": REGISTERS_PER_SM // max(1, int(k.registers * k.block_size)),
-                     "t_tile_cycles": t_tile, "s_min": s_min, "stages_ok": st >= s_min, "share": k.share})
+                     "t_tile_cycles": t_compute, "t_load_cycles": t_load, "s_min": s_min, "stages_ok": st >= s_min, "share": k.share})
     return pd.DataFrame(rows)
+
+
+def _stage_bytes(name: str, dtype_bytes: int = 2) -> float:
+    t = decode_tile(name)
+    return float(t["stages"] * (t["BM"] + t["BN"]) * t["BK"] * dtype_bytes) if t else np.nan
 
 
 def littles_law(c: pd.DataFrame, device, rules: Rules = Rules(), family: str = "hopper") -> pd.DataFrame:
     """For memory-bound kernels: bytes in flight per SM needed to reach the DRAM roof (Little's law,
     bandwidth per SM × latency) vs achieved (measured DRAM bytes/s × latency) vs what resident warps
-    supply with one 16-byte load per thread outstanding."""
+    supply with one 16-byte load per thread outstanding, and, for a tiled kernel whose name gives its
+    pipeline, what its stage buffers hold: stages × (BM+BN)·BK·2 bytes, filled by asynchronous copies
+    (TMA / cp.async) that need no thread per load — how such a kernel has more bytes in flight than its
+    warps' loads could carry."""
     lat_s = rules.mem_latency_cycles / (device.sm_clock_max_mhz * 1e6)
     need = device.dram_bytes_per_s / device.sm_count * lat_s
     mb = c[c["class"] == "memory-bound"]
@@ -229,6 +257,7 @@ def littles_law(c: pd.DataFrame, device, rules: Rules = Rules(), family: str = "
         "needed_bytes_per_sm": need,
         "achieved_bytes_per_sm": mb.dram_bytes_per_s / device.sm_count * lat_s,
         "warp_supply_bytes_per_sm": mb.achieved_occupancy_pct / 100 * MAX_WARPS_PER_SM[family] * 32 * 16,
+        "stage_buffer_bytes_per_sm": [_stage_bytes(n) for n in mb["name"]],
     })
     out["achieved_vs_needed_pct"] = 100 * out.achieved_bytes_per_sm / need
     return out.reset_index(drop=True)
@@ -249,7 +278,8 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
     idle = 1 - busy_frac
     if idle > 0:
         note = tr(" (profiled wall ÷ {ratio:.2f} profiler overhead)", ratio=overhead_ratio) if overhead_ratio else ""
-        rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step"),
+        rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step") if phase == "decode"
+                     else tr("Cut launch overhead: CUDA graphs / fewer, fused kernels"),
                      "gain_pct": 100 * idle,
                      "trigger": tr("GPU idle={idle:.0f} % of wall{note}, launches/step={launches:.0f}", idle=100 * idle,
                                    note=note, launches=summary_row.get("launches_per_step", float("nan")))})
@@ -412,8 +442,13 @@ def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str, cache_
                     else tr("No kernel's class contradicts its roofline side in a way that matters (compute-bound on "
                             "the memory side).")))
     loc = cp[cp.locality_issue]
-    parts.append(tr("{n} kernels ({pct:.0f} % of profiled time) have an L2 hit rate below {min:.0f} %.", n=len(loc),
-                    pct=100 * loc.share.sum() / cp.share.sum(), min=rules.l2_hit_min_pct))
+    stream = cp[(cp.l2_hit_pct < rules.l2_hit_min_pct) & ~cp.locality_issue]
+    parts.append(tr("{n} kernels whose work reuses its operands ({pct:.0f} % of profiled time) have an L2 hit rate "
+                    "below {min:.0f} %: a locality issue.", n=len(loc), pct=100 * loc.share.sum() / cp.share.sum(),
+                    min=rules.l2_hit_min_pct)
+                 + (tr(" {n_stream} more ({stream_pct:.0f} %) hit less but use each byte once (GEMV weights, copies, a "
+                       "decode step's KV cache): streaming, which L2 cannot help.", n_stream=len(stream),
+                       stream_pct=100 * stream.share.sum() / cp.share.sum()) if len(stream) else ""))
     return "\n\n".join(parts)
 
 
@@ -432,16 +467,18 @@ def tile_prose(t: pd.DataFrame, rules: Rules) -> str:
         return tr("No GEMM/GEMV kernel name carries its tile shape.")
     fit = (t.smem_stages_bytes <= t.smem_launch_bytes).mean() * 100
     short = t[~t.stages_ok]
+    stage = np.maximum(t.t_tile_cycles, t.t_load_cycles)
     below = t.tile_vs_ridge.max() < 1
     return (tr("{n} GEMM/GEMV kernels decode to tiles; their tile intensity is {lo:.1f}–{hi:.1f} FLOP/B, {pct:.0f} % of "
                "the ridge at most", n=len(t), lo=t.tile_intensity.min(), hi=t.tile_intensity.max(),
                pct=100 * t.tile_vs_ridge.max())
             + (tr(": below the ridge, so the tile shape alone keeps them memory-side. ") if below else tr(". "))
             + tr("The decoded stages' A+B buffers fit in the launch's shared memory for {fit:.0f} % of them (a check "
-                 "that the name was decoded right). Each tile computes for {c_lo:.0f}–{c_hi:.0f} cycles, so covering "
-                 "{latency:.0f} cycles of latency needs S_min = {s_lo}–{s_hi} tiles in flight; the kernels use "
-                 "{st_lo}–{st_hi} stages, and registers allow {r_lo}–{r_hi} block(s) per SM. ", fit=fit,
-                 c_lo=t.t_tile_cycles.min(), c_hi=t.t_tile_cycles.max(), latency=rules.mem_latency_cycles,
+                 "that the name was decoded right). A stage takes {c_lo:.0f}–{c_hi:.0f} cycles, the longer of its tile's "
+                 "compute and its load at the SM's share of DRAM bandwidth, so covering {latency:.0f} cycles of "
+                 "latency needs S_min = {s_lo}–{s_hi} stages in flight; the kernels use {st_lo}–{st_hi} stages, "
+                 "and registers allow {r_lo}–{r_hi} block(s) per SM. ", fit=fit,
+                 c_lo=stage.min(), c_hi=stage.max(), latency=rules.mem_latency_cycles,
                  s_lo=t.s_min.min(), s_hi=t.s_min.max(), st_lo=t.stages.min(), st_hi=t.stages.max(),
                  r_lo=t.regs_fit_blocks.min(), r_hi=t.regs_fit_blocks.max())
             + (tr("{n_short} of {n} have fewer stages than S_min: latency, not bandwidth, bounds them.",

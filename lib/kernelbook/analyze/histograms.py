@@ -112,23 +112,27 @@ def _above(p: float, thr: float) -> str:
 
 
 def headline(cap: pd.DataFrame, phase: str = "decode") -> str:
-    from ..display import phase_label
+    """The chapter's headline; percentages spelled as the tables spell them (`display.pct`: '< 0.1', not
+    a rounded 0.0 for a value that is not zero)."""
+    from ..display import pct, phase_label
 
     sm = cap.set_index("column").loc["sm_pct"]
     n = int(sm.kernels)
     kernels = (tr("the one profiled {phase} kernel", phase=phase_label(phase)) if n == 1 else
                tr("the {n} profiled {phase} kernels", n=n, phase=phase_label(phase)))
-    return tr("Across {kernels}, SM throughput has a median of {median:.1f} % ({weighted:.1f} % by time) and "
-              "{above}.", kernels=kernels, median=sm["median"], weighted=sm.time_weighted_median,
+    return tr("Across {kernels}, SM throughput has a median of {median} % ({weighted} % by time) and "
+              "{above}.", kernels=kernels, median=pct(sm["median"]), weighted=pct(sm.time_weighted_median),
               above=_above(sm.time_pct_at_or_above, sm.threshold))
 
 
 def prose(cap: pd.DataFrame, phase: str = "decode") -> str:
+    from ..display import pct
+
     c = cap.set_index("column")
     dram, occ, l2 = (c.loc[m] for m in ("dram_pct", "achieved_occupancy_pct", "l2_hit_pct"))
     return headline(cap, phase) + tr(
-        " DRAM throughput: median {dram:.1f} %, {dram_weighted:.1f} % by time; {dram_above}. Achieved occupancy has a "
-        "median of {occupancy:.1f} % and L2 hit rate {l2:.1f} % ({l2_above}). Counts and time disagree wherever a "
-        "few long kernels dominate: read the time-weighted bars for where the time goes.", dram=dram["median"],
-        dram_weighted=dram.time_weighted_median, dram_above=_above(dram.time_pct_at_or_above, dram.threshold),
-        occupancy=occ["median"], l2=l2["median"], l2_above=_above(l2.time_pct_at_or_above, l2.threshold))
+        " DRAM throughput: median {dram} %, {dram_weighted} % by time; {dram_above}. Achieved occupancy has a "
+        "median of {occupancy} % and L2 hit rate {l2} % ({l2_above}). Counts and time disagree wherever a "
+        "few long kernels dominate: read the time-weighted bars for where the time goes.", dram=pct(dram["median"]),
+        dram_weighted=pct(dram.time_weighted_median), dram_above=_above(dram.time_pct_at_or_above, dram.threshold),
+        occupancy=pct(occ["median"]), l2=pct(l2["median"]), l2_above=_above(l2.time_pct_at_or_above, l2.threshold))

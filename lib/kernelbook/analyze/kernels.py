@@ -70,6 +70,14 @@ def is_cudnn(n: str) -> bool:
     return "cudnn" in n.lower() or n.startswith(("void cudnn", "cudnn"))
 
 
+def is_attention_op(op: str | None) -> bool:
+    """An aten op that runs fused attention: every kernel it launches is part of the attention, e.g.
+    cuDNN's split-KV `lean_reduction_kernel` under `aten::_cudnn_attention_forward`, which combines the
+    partial softmax results of the SDPA kernel before it."""
+    return bool(re.search(r"aten::_(?:cudnn|flash|efficient)_attention|_scaled_dot_product_(?:cudnn|flash|efficient)",
+                          op or "", re.I))
+
+
 def library_of(name: str) -> Library:
     if name.startswith(("Memcpy", "Memset", "[memcpy", "[memset")):
         return Library.DRIVER
@@ -127,7 +135,7 @@ def category_of(name: str, op: str | None = None) -> Category:
         return Category.MEMCPY
     if is_nccl(n):
         return Category.COMM
-    if is_flash(n) or "attention" in low or "sdpa" in low or "flash_fprop" in low:
+    if is_flash(n) or "attention" in low or "sdpa" in low or "flash_fprop" in low or is_attention_op(opl):
         return Category.ATTENTION
     if re.search(r"gemv|gemvx|gemmk1|gemmSN", n):
         return Category.GEMV
@@ -179,6 +187,8 @@ def friendly_name(name: str, op: str | None = None) -> str:
         kind = "nvjet" if "nvjet" in name else ("CUTLASS" if lib == Library.CUTLASS else "cuBLAS")
         return f"{kind} GEMM ({dt or 'mixed'}{', ' + tile.group(0) + ' tile' if tile else ''})"
     if cat == Category.ATTENTION:
+        if "lean_reduction" in name:
+            return f"cuDNN Split-KV Reduction ({dt or 'mixed'})"
         if "splitkv_combine" in name or "combine" in name:
             return "Flash Split-KV Combine"
         if "splitkv" in name:
@@ -267,7 +277,41 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
         rows.append((n, short_name(n), library_of(n).value, cat.value, friendly_name(n, op), DESCRIPTIONS[cat]))
     ident = pd.DataFrame(rows, columns=["name", "short_name", "library", "category", "friendly_name", "description"])
     base = df.drop(columns=[c for c in ident.columns if c != "name" and c in df.columns])
-    return base.merge(ident, on="name", how="left")
+    out = base.merge(ident, on="name", how="left")
+    if "op_shapes" in out:
+        # category by the work done, on every row, so that no chapter sees the name's category and another
+        # the work's: a cuBLAS GEMM kernel running a matrix-vector product (lm_head in decode) is a GEMV
+        from .timeline import is_matvec
+
+        gemv = out["category"].eq(Category.GEMM.value) & out["op_shapes"].map(is_matvec)
+        out.loc[gemv, "category"] = Category.GEMV.value
+        out.loc[gemv, "description"] = DESCRIPTIONS[Category.GEMV]
+    return out
+
+
+IDENTITY_COLUMNS = ["friendly_name", "category", "library", "description"]
+
+
+def identity(timeline: pd.DataFrame) -> pd.DataFrame:
+    """One identity per (phase, kernel name), indexed by both: the category (and the rows' names and
+    description) that holds most of that kernel's time in that phase. Every per-kernel table joins this,
+    so a kernel's category is the one its time was counted under in the phase's category shares."""
+    cols = [c for c in IDENTITY_COLUMNS if c in timeline]
+    if timeline.empty:
+        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=["phase", "name"]))
+    t = timeline.groupby(["phase", "name", "category"], as_index=False, sort=False).agg(
+        duration_ns=("duration_ns", "sum"), **{c: (c, "first") for c in cols if c != "category"})
+    t = t.sort_values("duration_ns", ascending=False, kind="stable").drop_duplicates(["phase", "name"])
+    return t.set_index(["phase", "name"])[cols]
+
+
+def with_identity(kernels: pd.DataFrame, timeline: pd.DataFrame, cols: list[str] | None = None) -> pd.DataFrame:
+    """`kernels` (one row per profiled kernel, with `phase` and `name`) with the timeline's identity
+    columns (`cols`, default all of IDENTITY_COLUMNS) replacing any it carried."""
+    ident = identity(timeline)
+    cols = [c for c in (cols or IDENTITY_COLUMNS) if c in ident]
+    k = kernels.drop(columns=[c for c in cols if c in kernels])
+    return k.join(ident[cols], on=["phase", "name"])
 
 
 def strip_params(name: str) -> str:

@@ -8,6 +8,7 @@ from ..display import phase_label
 from ..i18n import N_, tr
 
 from .ncu_metrics import _dim3
+from .kernels import with_identity
 from .timeline import gemm_dims, is_matvec
 from ..escape import md, md_code
 
@@ -50,8 +51,7 @@ def coverage(kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 def metric_table(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
-    ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
-    k = kernels.join(ident, on="name")
+    k = with_identity(kernels, timeline, ["friendly_name", "category"])
     k["share_pct"] = 100 * k["share"]
     k["duration_us"] = k["duration_ns"] / 1e3
     return k[[c for c in TABLE_COLUMNS if c in k.columns] + ["status"]]
@@ -63,30 +63,36 @@ def expected_gemm_flops(op_shapes: str | None) -> float:
     return np.nan if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
 
 
-def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, phase_col: str = "phase") -> pd.DataFrame:
+def profiled_launch(k, timeline: pd.DataFrame) -> tuple[pd.DataFrame, str | None, str | None]:
+    """For one profiled kernel row: the timeline launches of its launch configuration (all of its
+    launches in the phase when none match), and the aten op and shapes of the launch ncu profiled
+    (`profiled_step` and `op_index`, when the run has them: a decode attention's KV length grows with the
+    step), else the configuration's most common shapes. Every check against the shapes uses this launch."""
+    tl = timeline[(timeline.name == k["name"]) & (timeline.phase == k["phase"])]
+    same = tl[(tl.grid.map(_dim3) == _dim3(k.get("grid"))) & (tl.block.map(_dim3) == _dim3(k.get("block")))]
+    ref = same if len(same) else tl
+    step, op_index = k.get("profiled_step"), k.get("op_index")
+    at = ref[ref.step == step] if pd.notna(step) and "step" in ref else ref.iloc[:0]
+    if pd.notna(op_index) and "op_index" in at:
+        at = at[at.op_index == op_index]
+    shapes = at.op_shapes.dropna() if at.op_shapes.notna().any() else ref.op_shapes.dropna().mode()
+    shp = shapes.iloc[0] if len(shapes) else None
+    op = ref.loc[ref.op_shapes == shp, "op"].iloc[0] if shp is not None else None
+    return ref, op, shp
+
+
+def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     """Per profiled kernel: ncu duration ÷ timeline median of the same launch configuration, and for
     GEMM/GEMV kernels tensor FLOPs ÷ 2·M·N·K from the aten shapes of the profiled launch (kernels'
     `profiled_step` and `op_index`, when the run has them), else the configuration's most common."""
-    ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
-    kernels = kernels.drop(columns=[c for c in ("friendly_name", "category") if c in kernels]).join(ident, on="name")
+    kernels = with_identity(kernels, timeline, ["friendly_name", "category"])
     rows = []
     for _, k in kernels[kernels.status == "profiled"].iterrows():
-        tl = timeline[(timeline.name == k["name"]) & (timeline.phase == k[phase_col])]
-        same = tl[(tl.grid.map(_dim3) == _dim3(k.get("grid"))) & (tl.block.map(_dim3) == _dim3(k.get("block")))]
-        ref = same if len(same) else tl
-        # the shapes of the launch ncu profiled (a decode attention's KV length grows with the step), else
-        # the configuration's most common
-        step, op_index = k.get("profiled_step"), k.get("op_index")
-        at = ref[ref.step == step] if pd.notna(step) and "step" in ref else ref.iloc[:0]
-        if pd.notna(op_index) and "op_index" in at:
-            at = at[at.op_index == op_index]
-        shapes = at.op_shapes.dropna() if at.op_shapes.notna().any() else ref.op_shapes.dropna().mode()
-        shp = shapes.iloc[0] if len(shapes) else None
+        ref, op, shp = profiled_launch(k, timeline)
         expect = expected_gemm_flops(shp) if k.get("category") in ("GEMM", "GEMV") or (
             isinstance(k.get("name"), str) and "nvjet" in k["name"]) else np.nan
-        op = ref.loc[ref.op_shapes == shp, "op"].iloc[0] if shp is not None else None
         counted = k.get("flops_tensor") if (k.get("flops_tensor") or 0) > 0 else k.get("flops_cuda")
-        rows.append({"kernel_id": k.kernel_id, "friendly_name": k.get("friendly_name"),
+        rows.append({"kernel_id": k.kernel_id, "phase": k["phase"], "friendly_name": k.get("friendly_name"),
                      "category": k.get("category"), "ncu_us": k.duration_ns / 1e3,
                      "timeline_median_us": ref.duration_ns.median() / 1e3,
                      "duration_ratio": k.duration_ns / ref.duration_ns.median(),
@@ -231,19 +237,14 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict)
     over-fetching (operands read more than once, with the factor)."""
     cache = manifest.get("ncu", {}).get("cache_control") or manifest.get("params", {}).get("cache_control")
     elem = DTYPE_BYTES.get(manifest.get("params", {}).get("dtype", "bfloat16"), 2)
-    ident = timeline.drop_duplicates("name").set_index("name")[["friendly_name", "category"]]
-    k = kernels.drop(columns=[c for c in ("friendly_name", "category") if c in kernels]).join(ident, on="name")
+    k = with_identity(kernels, timeline, ["friendly_name", "category"])
     rows = []
     for _, r in k[k.status == "profiled"].iterrows():
-        tl = timeline[(timeline.name == r["name"]) & (timeline.phase == r["phase"])]
-        same = tl[(tl.grid.map(_dim3) == _dim3(r.get("grid"))) & (tl.block.map(_dim3) == _dim3(r.get("block")))]
-        ref = same if len(same) else tl
-        shp = ref.op_shapes.dropna().mode()
-        if not len(shp):
+        _, op, shp = profiled_launch(r, timeline)
+        if shp is None:
             continue
-        op = ref.loc[ref.op_shapes == shp.iloc[0], "op"].iloc[0]
-        cat = "GEMV" if r.get("category") == "GEMM" and is_matvec(shp.iloc[0]) else r.get("category")
-        imp = implied_bytes(op, shp.iloc[0], cat, element_bytes(r["name"], elem))
+        cat = "GEMV" if r.get("category") == "GEMM" and is_matvec(shp) else r.get("category")
+        imp = implied_bytes(op, shp, cat, element_bytes(r["name"], elem))
         if imp is None or not imp[0]:
             continue
         read, write, what = imp
@@ -263,10 +264,10 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict)
         else:
             verdict = tr("over-fetching ×{ratio:.2f}: operands read from DRAM more than once", ratio=ratio)
         rows.append({"kernel_id": r["kernel_id"], "phase": r["phase"], "friendly_name": r.get("friendly_name"),
-                     "category": cat, "op": op, "implies": what, "implied_read_bytes": read,
+                     "category": cat, "op": op, "op_shapes": shp, "implies": what, "implied_read_bytes": read,
                      "implied_write_bytes": write, "dram_bytes": dram, "bytes_ratio": ratio,
                      "verdict": verdict})
-    return pd.DataFrame(rows, columns=["kernel_id", "phase", "friendly_name", "category", "op", "implies",
+    return pd.DataFrame(rows, columns=["kernel_id", "phase", "friendly_name", "category", "op", "op_shapes", "implies",
                                        "implied_read_bytes", "implied_write_bytes", "dram_bytes", "bytes_ratio",
                                        "verdict"])
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..display import phase_label
+from ..display import eng, phase_label
 from ..i18n import N_, tr
 from .histograms import weighted_mean
 from .ncu_report import FLOPS_TOLERANCE
@@ -120,16 +120,64 @@ def l2_roof_estimate(kernels: pd.DataFrame) -> tuple[float, str, float] | None:
     return float(top.l2_bytes_per_s / (top.l2_pct / 100)), str(top.kernel_id), float(top.l2_pct)
 
 
+# a cache level that counted under this fraction of the DRAM bytes was gone around, not used
+BYPASS_FRACTION = 0.01
+
+
+def _bypassed(row, lvl: str) -> bool:
+    """A cache level that counted under BYPASS_FRACTION of the bytes that came from DRAM: the kernel's loads
+    went around it (TMA / async copies from global into shared memory skip L1), so its bytes do not
+    describe the kernel's traffic and a point there would be an artifact (d004: 6.6 kB at L1 for 334 MB
+    from DRAM, 403,237 FLOP/B). Small pointwise kernels, whose L1 counts a part of the DRAM bytes (their
+    stores, ncu's own traffic), keep their points."""
+    dram = row.get("dram_bytes")
+    b = row.get(f"{lvl}_bytes")
+    return lvl != "dram" and bool(dram and np.isfinite(dram) and b == b and b < BYPASS_FRACTION * dram)
+
+
+def bypassed_levels(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The profiled kernels with FLOPs of a phase whose L2 or L1 counted fewer bytes than DRAM: no point at
+    that level (see `_bypassed`). Columns: kernel_id, friendly_name, level, level_bytes, dram_bytes."""
+    k = kernels[(kernels.status == "profiled") & (kernels.flops > 0) & (kernels.phase == phase)]
+    rows = [{"kernel_id": r.kernel_id, "friendly_name": r.get("friendly_name"), "level": LEVEL_LABEL[lvl],
+             "level_bytes": r.get(f"{lvl}_bytes"), "dram_bytes": r.dram_bytes}
+            for _, r in k.iterrows() for lvl in LEVELS if _bypassed(r, lvl)]
+    return pd.DataFrame(rows, columns=["kernel_id", "friendly_name", "level", "level_bytes", "dram_bytes"])
+
+
+def padding_note(fid: pd.DataFrame, phase: str) -> str:
+    """What the points' FLOPs are: the work the tensor cores executed, MMA padding included, with the
+    measured ratio to the useful 2·M·N·K of the phase's matrix products (chapter 02's check, `fid`)."""
+    f = fid[(fid.phase == phase) & (fid.flops_ratio > 1 + FLOPS_TOLERANCE)] if len(fid) else fid
+    if f.empty:
+        return ""
+    return tr("FLOPs here are what the tensor cores executed, padding included: for {n} {phase} matrix products "
+              "({kernels}) that is {lo:.2f}–{hi:.2f}× the useful 2·M·N·K of their shapes, so their useful FLOP/s "
+              "and intensities are that many times lower than drawn.", n=len(f), phase=phase_label(phase),
+              kernels=", ".join(md(x) for x in f.kernel_id), lo=f.flops_ratio.min(), hi=f.flops_ratio.max())
+
+
+def bypass_note(kernels: pd.DataFrame, phase: str) -> str:
+    """One sentence per level point left out of the rooflines, with its bytes; empty when none is."""
+    b = bypassed_levels(kernels, phase)
+    return "\n".join(tr("- {kernel} {name}: no {level} point — {level} counted {level_bytes} against {dram_bytes} from "
+                        "DRAM, so its loads went around {level} (asynchronous copies into shared memory) and "
+                        "FLOPs ÷ those bytes would be an artifact.", kernel=md(r.kernel_id), name=md(r.friendly_name),
+                        level=r.level, level_bytes=eng(r.level_bytes, "B"), dram_bytes=eng(r.dram_bytes, "B"))
+                     for r in b.itertuples())
+
+
 def points(kernels: pd.DataFrame, r: Roofs) -> pd.DataFrame:
     """Long format, one row per profiled kernel × memory level with FLOPs > 0: intensity (FLOP/B),
-    achieved FLOP/s, the attainable FLOP/s at that intensity, % of roof, bound, time share, above-roof flag."""
+    achieved FLOP/s, the attainable FLOP/s at that intensity, % of roof, bound, time share, above-roof flag.
+    A cache level that counted fewer bytes than DRAM (the loads went around it) gets no point."""
     rows = []
     k = kernels[(kernels.status == "profiled") & (kernels.flops > 0)]
     for _, row in k.iterrows():
         clabel, cpeak = r.compute_for(row)
         for lvl in LEVELS:
             b = row.get(f"{lvl}_bytes")
-            if not b or not np.isfinite(b) or b <= 0:
+            if not b or not np.isfinite(b) or b <= 0 or _bypassed(row, lvl):
                 continue
             inten = row.flops / b
             bw = r.bandwidth.get(lvl)
@@ -243,14 +291,11 @@ def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode
 def profiled_kernels(run) -> pd.DataFrame:
     """The run's ncu kernel rows with identity columns (friendly name, category by work done, library)
     from the timeline; empty frame when the run has no ncu stage or it profiled no kernel."""
-    from .timeline import work_category
+    from .kernels import with_identity
 
     k = run.ncu_kernels()
     if k is None or "status" not in k or not (k.status == "profiled").any():
         return pd.DataFrame()  # no ncu stage, or one that profiled nothing (a partial capture)
-    tl = run.timeline.assign(work=work_category(run.timeline))
-    ident = tl.drop_duplicates("name").set_index("name")[["friendly_name", "work", "library", "description"]]
-    k = k.drop(columns=[c for c in ("friendly_name", "category", "library", "description") if c in k])
-    k = k.join(ident, on="name").rename(columns={"work": "category"})
+    k = with_identity(k, run.timeline)
     k["duration_us"] = k.duration_ns / 1e3
     return k

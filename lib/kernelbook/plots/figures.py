@@ -128,7 +128,7 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
     cap = captions.set_index("metric")["caption"].to_dict()
     unit = hist.drop_duplicates("metric").set_index("metric")["unit"].to_dict()
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{m} ({unit[m]})" for m in metrics],
-                        vertical_spacing=0.06, horizontal_spacing=0.06)
+                        vertical_spacing=0.5 / rows, horizontal_spacing=0.06)
     for i, m in enumerate(metrics):
         h = hist[hist.metric == m]
         label = [f"{lo:.3g}–{hi:.3g}" for lo, hi in zip(h.bin_lo, h.bin_hi)]
@@ -136,11 +136,14 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
         for col, name, colour in (("count_pct", tr("% of kernels"), "#7f9cc2"), ("time_pct", tr("% of time"), "#d9822b")):
             fig.add_bar(x=label, y=h[col], name=name, marker_color=colour, legendgroup=name, showlegend=i == 0,
                         hovertemplate=f"{m} %{{x}}: %{{y:.1f}} {name}<br>{cap.get(m, '')}<extra></extra>", row=r, col=c)
-        fig.update_xaxes(showticklabels=False, row=r, col=c)
-    fig.update_layout(template=TEMPLATE, barmode="group", height=260 * rows, bargap=0.15,
-                      title=tr("Metric histograms of the profiled kernels: by count and by time (hover a bar for its "
-                               "range)"),
-                      legend=dict(orientation="h", y=1.02, x=0.6))
+        # each bin's range under its bars: the histogram reads without hovering
+        fig.update_xaxes(showticklabels=True, tickangle=-45, tickfont=dict(size=9), row=r, col=c)
+    height, top = 320 * rows, 110
+    # the legend sits between the figure's title and the first row's panel titles, clear of both
+    fig.update_layout(template=TEMPLATE, barmode="group", height=height, bargap=0.15, margin=dict(t=top),
+                      title=dict(text=tr("Metric histograms of the profiled kernels: by count and by time"),
+                                 y=1 - 12 / height, yanchor="top"),
+                      legend=dict(orientation="h", yanchor="bottom", y=1 + 28 / (height - top - 80), x=0))
     return fig
 
 
@@ -189,15 +192,22 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                       title=tr("Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
                                phase=phase_label(phase)),
                       xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)")),
-                      yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[8, 15.5], **FLOPS_TICKS),
+                      yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[flops_floor(p), 15.5], **FLOPS_TICKS),
                       legend=dict(orientation="h", yanchor="top", y=-0.14, xanchor="left", x=0))
     return fig
 
 
 # One spelling for FLOP/s ticks on a log axis (plotly alone mixes 10^15 with 100T): every decade
 # labelled with an engineering prefix, as the tables print it.
-FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(8, 16)],
-                   ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(8, 16)])
+FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(4, 16)],
+                   ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(4, 16)])
+
+
+def flops_floor(points: pd.DataFrame) -> float:
+    """Bottom of a roofline's log10 FLOP/s axis: 10^8, or lower where a point sits lower, with room for its
+    marker (a one-element kernel at 95 MFLOP/s was drawn below the axis)."""
+    low = points.flops_per_s[points.flops_per_s > 0].min() if len(points) else np.nan
+    return min(8.0, float(np.floor(np.log10(low) - 0.25))) if low == low else 8.0
 
 
 def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
@@ -248,7 +258,7 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
                                                       flops=eng(pt.flops_per_s, "FLOP/s")) + "<extra></extra>"),
                           row=r, col=c)
         fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
-        fig.update_yaxes(type="log", row=r, col=c, range=[8, 15.5], showticklabels=c == 1, **FLOPS_TICKS)
+        fig.update_yaxes(type="log", row=r, col=c, range=[flops_floor(p), 15.5], showticklabels=c == 1, **FLOPS_TICKS)
     fig.update_layout(template=TEMPLATE, height=240 * rows, title=tr("Per-kernel rooflines, {phase} (x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)",
                                                          phase=phase_label(phase)))
     return fig

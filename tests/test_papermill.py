@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import FIGURES, REPO
 
 BIN = Path(sys.executable).parent
 
@@ -73,7 +73,7 @@ def test_readme_papermill_command_runs_as_written(synced, line):
     assert not sizes or (sizes[0] > 1_000_000 and all(n < 1_000_000 for n in sizes[1:]))  # plotly.js once, first
     assert all(o["data"]["application/vnd.plotly.v1+json"]["config"]["showSendToCloud"] is False for o in figures)
     if "01_timeline" in line:
-        assert len(figures) == 5
+        assert len(figures) == FIGURES["01_timeline"]
 
 
 def test_papermill_phase_the_run_lacks_gives_the_note_not_a_traceback(synced):

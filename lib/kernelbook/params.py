@@ -246,8 +246,11 @@ def absolute_paths(values: dict, base: Path) -> dict:
     out = dict(values)
     for k in PATH_KEYS + MAYBE_PATH_KEYS:
         if k in out:
-            v = out[k]
-            out[k] = [one(x) for x in v] if isinstance(v, list) else one(v, k in MAYBE_PATH_KEYS)
+            v, want = out[k], SCHEMA[k].type
+            if isinstance(v, list) and want is list:
+                out[k] = [one(x) for x in v]
+            elif isinstance(v, str) and want is str:  # a value of the wrong type stays as given, for its message
+                out[k] = one(v, k in MAYBE_PATH_KEYS)
     return out
 
 

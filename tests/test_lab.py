@@ -281,8 +281,8 @@ def _explorer(driver, stem):
     select = _wait(driver, lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output .widget-dropdown select"),
                    20, "the kernel picker")[0]
     driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", select)
-    card = lambda: driver.execute_script(  # noqa: E731 - the card is the widget's output area
-        "return arguments[0].closest('.widget-vbox').querySelector('.widget-output').textContent;", select)
+    card = lambda: driver.execute_script(  # noqa: E731 - the card is the HTML widget beside the picker
+        "return arguments[0].closest('.widget-vbox').querySelector('.widget-html').textContent;", select)
     first = card()
     pick = Select(select)
     pick.select_by_index(3)

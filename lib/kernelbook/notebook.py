@@ -236,18 +236,20 @@ def explorer(cards: dict[str, dict], first: str = ""):
         return
     start = next((k for k in cards if first and k.split(" ")[0] == first), next(iter(cards), None))
     pick = W.Dropdown(options=list(cards), value=start, description="kernel", layout=W.Layout(width="70%"))
-    out = W.Output()
 
-    def show(*_):
-        c = cards[pick.value]
-        out.clear_output(wait=True)  # the old card stays until the new one is drawn (no empty flash)
-        with out:
-            display(md(f"**{esc.md(c['class'])}**\n\n`{esc.md_code(demangle(c['name']))}`"), table(c["metrics"], tr("Metrics")),
-                    table(c["roofline"], tr("Roofline points"), empty=nopoint))
+    def card(key: str) -> str:
+        c = cards[key]
+        return (f"<p><b>{html_escape(c['class'])}</b></p><p><code style='white-space:pre-wrap;word-break:break-all'>"
+                f"{html_escape(demangle(c['name']))}</code></p>{table(c['metrics'], tr('Metrics'))._repr_html_()}"
+                f"{table(c['roofline'], tr('Roofline points'), empty=nopoint)._repr_html_()}")
 
-    pick.observe(show, names="value")
-    show()
-    box = W.VBox([pick, out])
+    # The card is an HTML widget whose value the picker sets, not an Output widget that captures display
+    # calls (papermill's nbclient intercepts an Output widget's messages): in one render of the soak
+    # (bench/soak.py, this CPU machine) chapter 05 hung in this cell, with the Output widget, on both tries
+    # until the runner's watchdog ended it.
+    view = W.HTML(value=card(start))
+    pick.observe(lambda change: setattr(view, "value", card(change["new"])), names="value")
+    box = W.VBox([pick, view])
     bundle["application/vnd.jupyter.widget-view+json"] = {"version_major": 2, "version_minor": 0,
                                                           "model_id": box.model_id}
     display(bundle, raw=True)

@@ -124,7 +124,7 @@ def derive(metrics: pd.DataFrame, family: str = "hopper") -> pd.DataFrame:
 
 
 def kernel_table(sel, metrics: pd.DataFrame | None, results: pd.DataFrame | None, timeline: pd.DataFrame,
-                 error: str | None, family: str | None = None) -> pd.DataFrame:
+                 error: str | None, family: str | None = None, graph: bool = False) -> pd.DataFrame:
     """One row per selected kernel: its representative profiled result and derived columns, or a
     `status` naming why it has none."""
     k = sel.kernels.copy()
@@ -158,7 +158,9 @@ def kernel_table(sel, metrics: pd.DataFrame | None, results: pd.DataFrame | None
         elif error:
             row["status"] = f"ncu: {error}"
         else:
-            row["status"] = "ncu profiled no launch of it (name filter did not match)"
+            row["status"] = ("ncu wrote no result for this graph node (every launch configuration of the step was "
+                             "asked for, no name filter)" if graph else
+                             "ncu profiled no launch of it (name filter did not match)")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -223,11 +225,11 @@ def kernel_table_by_position(selected: pd.DataFrame, expected: pd.DataFrame, met
         rows.append(row)
     out = pd.DataFrame(rows)
     if timeline is not None:
-        _same_launch_elsewhere(out, timeline)
+        same_launch_elsewhere(out, timeline)
     return out, exp
 
 
-def _same_launch_elsewhere(kernels: pd.DataFrame, timeline: pd.DataFrame) -> None:
+def same_launch_elsewhere(kernels: pd.DataFrame, timeline: pd.DataFrame) -> None:
     """A selected kernel ncu was not pointed at in its phase (its launch had no numbered op call: the
     shapes pass launched differently there) takes the counters of the same kernel, same launch
     configuration, profiled in another phase, marked so in `identity` (in place)."""

@@ -205,7 +205,7 @@ GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's g
 def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
     """One ncu process per phase, by name. `graph`: the phase's steps are CUDA-graph replays (see
     `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step)."""
-    from ..analyze.ncu_metrics import kernel_table
+    from ..analyze.ncu_metrics import kernel_table, same_launch_elsewhere
 
     ncu_dir, info = run_dir / "ncu", manifest["ncu"]
     mode = GRAPH_MODE if graph else "by name: --kernel-name filter per phase (timeline without op numbering)"
@@ -225,7 +225,7 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
             metrics = metrics.assign(result_id=metrics.result_id + next_id)
             results = results.assign(result_id=results.result_id + next_id)
             next_id = int(results.result_id.max()) + 1 if len(results) else next_id
-        kernels = kernel_table(sel, metrics, results, timeline, error)
+        kernels = kernel_table(sel, metrics, results, timeline, error, graph=graph)
         kernels.insert(0, "phase", phase)
         if graph:
             at = graph_launches(timeline, sel).set_index("kernel_id")
@@ -252,8 +252,13 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
     if all_metrics:
         pd.concat(all_metrics, ignore_index=True).to_parquet(ncu_dir / "metrics.parquet", **PARQUET)
         pd.concat(all_results, ignore_index=True).to_parquet(ncu_dir / "results.parquet", **PARQUET)
-    pd.concat(all_kernels, ignore_index=True).to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
-    n_sel = sum(len(k) for k in all_kernels)
+    kernels = pd.concat(all_kernels, ignore_index=True)
+    if graph:  # an eager phase's kernel with no op call takes the graph step's counters of the same launch
+        same_launch_elsewhere(kernels, timeline)
+        for ph in info["phases"]:
+            info["phases"][ph]["profiled"] = int(((kernels.phase == ph) & (kernels.status == "profiled")).sum())
+    kernels.to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
+    n_sel = len(kernels)
     n_res = sum(len(r) for r in all_results)
     info.update(selected=n_sel, results=n_res, results_per_selected=n_res / max(1, n_sel))
     write_manifest(run_dir, manifest)

@@ -337,10 +337,10 @@ def _graph_decode(run) -> bool:
 
 
 def _how_decode_ran(run) -> str:
-    p = {**{"cache_implementation": "dynamic"}, **run.manifest.get("params", {})}
     if _graph_decode(run):
         return tr("CUDA graphs (static cache, compiled step)")
-    return tr("eager (static cache)") if p["cache_implementation"] == "static" else tr("eager (dynamic cache)")
+    static = run.manifest.get("params", {}).get("cache_implementation") == "static"
+    return tr("eager (static cache)") if static else tr("eager (dynamic cache)")
 
 
 def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:

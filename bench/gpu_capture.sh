@@ -7,7 +7,8 @@ id=${1:?run id}; params=${2:-params/default.yaml}
 source bench/gpu_env.sh || exit 1  # the carried wheels (bench/gpu_wheels.sh): ncu-report, orjson
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 ncu --version | tail -1 | tee -a "$OUT/gpu.txt"
-/usr/bin/time -v python -m kernelbook capture --params "$params" --out "data/runs/$id" 2>&1 | tee "$OUT/capture.log"
+# KB_CAPTURE_TIMEOUT: the capture itself gets SIGTERM then, lands partial with its reason, and is still packed
+/usr/bin/time -v timeout "${KB_CAPTURE_TIMEOUT:-86400}" python -m kernelbook capture --params "$params" --out "data/runs/$id" 2>&1 | tee "$OUT/capture.log"
 # the raw traces travel beside the tar (each file that comes back must stay under 16 MiB)
 tar --exclude='*.ncu-rep' --exclude='raw' -cf "$OUT/run.tar" -C data/runs "$id"
 cp "data/runs/$id"/raw/*.gz "$OUT/" 2>/dev/null

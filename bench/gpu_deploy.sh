@@ -3,7 +3,7 @@
 #   bash bench/gpu_deploy.sh <suffix> <name>:<params.yaml>[:max_new_tokens] ...
 # e.g. static:params/variant-static-graphs.yaml  long256:params/long-generation.yaml:256
 # A run id is h100-<name>-<suffix>; with a third field the params file is copied with that max_new_tokens.
-# Each capture runs under `timeout` so that a slow one still leaves the others' results in $OUT.
+# Each capture gets SIGTERM after KB_CAPTURE_TIMEOUT s (default 560): it lands partial and is still packed.
 set -uo pipefail
 suffix=${1:?suffix}; shift
 root=$OUT
@@ -14,7 +14,7 @@ for spec in "$@"; do
     sed "s/^max_new_tokens: .*/max_new_tokens: $tokens/" "$params" > "/tmp/$name.yaml"; params=/tmp/$name.yaml
   fi
   t=$(date +%s)
-  OUT=$root/$name timeout "${KB_CAPTURE_TIMEOUT:-560}" bash bench/gpu_capture.sh "h100-$name-$suffix" "$params" \
+  OUT=$root/$name KB_CAPTURE_TIMEOUT=${KB_CAPTURE_TIMEOUT:-560} bash bench/gpu_capture.sh "h100-$name-$suffix" "$params" \
     2>&1 | grep -v "launches, \|^==PROF==" > "$root/$name/capture.log"
   rm -f "$root/$name"/*.gz
   echo "$name: $(( $(date +%s) - t )) s; $(grep -E 'Maximum resident|capture complete|stopped|Error' "$root/$name/capture.log" | head -3)"

@@ -321,3 +321,68 @@ def test_plain_generate_calls_time_each_phase(tiny_ocr2):
     per_call = sum(p["ms_per_step"] * p["steps"] for p in phases.values()) / 1e3
     assert per_call <= max(totals) and sum(totals) <= wall
     assert tracker.record and tracker.nvtx and tracker.clock is None  # the timed pass marks as before
+
+
+def op_calls_with_modules(wl, trace_path):
+    """One generate with the shapes pass's marks (op numbering and module ranges) under torch.profiler (CPU),
+    read back from the exported trace: every numbered op call (phase, step, op_index, aten op) with the module
+    whose forward launched it, found by the ingest's own search (`load.trace._assign_module`) at the call's
+    start, as it is for a kernel at its launch."""
+    import json
+
+    import pandas as pd
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernelbook.analyze.modules import with_module_types
+    from kernelbook.capture.phases import parse_module_range
+    from kernelbook.load.trace import _assign_module
+
+    tracker = PhaseTracker(wl.loaded.model, nvtx=False, op_record=True).install()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        tracker.start()
+        wl.generate()
+        tracker.stop()
+    tracker.remove()
+    assert not tracker._mod_handles and not tracker._mod_stack  # the global module hooks are gone
+    prof.export_chrome_trace(str(trace_path))
+    events = [e for e in json.loads(trace_path.read_text())["traceEvents"] if e.get("cat") == "user_annotation"]
+    steps = [(e["ts"], e["ts"] + e["dur"], parse_record_name(e["name"])) for e in events
+             if parse_record_name(e["name"])]
+    mods = [(e["ts"], e["ts"] + e["dur"], parse_module_range(e["name"])) for e in events
+            if parse_module_range(e["name"]) is not None]
+    rows = []
+    for e in events:
+        i = parse_op_range(e["name"])
+        if i is not None:
+            inside = [s for s in steps if s[0] <= e["ts"] <= s[1]]
+            ph, st = min(inside, key=lambda s: s[1] - s[0])[2]
+            rows.append((ph, st, i, e["ts"] * 1e3))
+    calls = pd.DataFrame(rows, columns=["phase", "step", "op_index", "launch_ns"])
+    found = pd.Series(_assign_module(calls, mods), dtype=object).str.rsplit("|", n=1)
+    calls["module"], calls["module_class"] = found.str[0], found.str[1]
+    # the brute-force innermost range for each call, against which the ingest's search is checked
+    calls["innermost"] = [min(((b - a, p) for a, b, p in mods if a * 1e3 <= t <= b * 1e3), default=(0, None))[1]
+                          for t in calls.launch_ns]
+    return with_module_types(calls)
+
+
+def test_every_op_call_of_a_step_is_tied_to_the_module_that_called_it(tiny_ocr2, tmp_path):
+    """Module attribution (the shapes pass): each numbered op call of the tiny DeepSeek-OCR-2 gets the innermost
+    module whose forward holds it; decode calls fall in the decoder's attention, MLP, MoE, norm and lm_head
+    modules by layer, and the vision encode's in the vision tower."""
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    calls = op_calls_with_modules(wl, tmp_path / "t.json")
+    assert ((calls.module + "|" + calls.module_class).fillna("-") == calls.innermost.fillna("-")).all()
+    dec = calls[calls.phase == "decode"]
+    assert dec.module.notna().mean() > 0.9
+    per_step = dec.groupby("step").module_type.agg(set)
+    want = {"attention", "norm", "dense MLP", "MoE router", "MoE experts", "MoE shared experts", "lm_head",
+            "embedding"}
+    assert all(want <= s for s in per_step), per_step.to_dict()
+    assert "other" not in set(dec.module_type)
+    assert set(dec.layer.dropna()) == {0, 1}  # two decoder layers; layer 1 holds the MoE
+    assert set(dec[dec.module_type == "MoE experts"].layer) == {1}
+    vis = calls[calls.phase == "vision_encode"]
+    assert vis.module.str.startswith(("model.vision_tower", "model.multi_modal_projector")).all()
+    assert vis.layer.isna().all() and "projector" in set(vis.module_type)

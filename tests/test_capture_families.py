@@ -286,3 +286,28 @@ def test_a_processor_that_needs_a_missing_library_says_so(tmp_path):
         check_inputs({**PARAMS, "model": str(path), "weights": "pretrained"})
     msg = str(e.value)
     assert "orchvision" in msg and "cannot be loaded on this machine" in msg and "no processor files" not in msg
+
+
+def _decode_modules(wl, tmp_path):
+    from test_capture_cpu import op_calls_with_modules
+
+    calls = op_calls_with_modules(wl, tmp_path / "trace.json")
+    dec = calls[calls.phase == "decode"]
+    assert len(dec) and dec.module.notna().mean() > 0.8, dec.module.isna().mean()
+    assert "other" not in set(dec.module_type), dec[dec.module_type == "other"].module.unique()
+    return dec
+
+
+def test_every_decode_op_call_of_an_image_model_has_its_module(vlm, tmp_path):
+    """Module attribution for each image-text family: the decode step's op calls fall in attention, MLP, norm
+    and lm_head modules of numbered decoder layers."""
+    lm = load_model(str(vlm[0]), "pretrained", "cpu", "float32")
+    dec = _decode_modules(build_workload(lm, PARAMS, "cpu"), tmp_path)
+    assert {"attention", "dense MLP", "norm", "lm_head"} <= set(dec.module_type)
+    assert dec.layer.dropna().nunique() == lm.model.config.get_text_config().num_hidden_layers
+
+
+def test_every_decode_op_call_of_a_moe_model_has_its_module(qwen3_moe, tmp_path):
+    lm = load_model(str(qwen3_moe), "pretrained", "cpu", "float32")
+    dec = _decode_modules(build_workload(lm, {**PARAMS, "prompt_tokens": 24}, "cpu"), tmp_path)
+    assert {"attention", "MoE router", "MoE experts", "norm", "lm_head"} <= set(dec.module_type)

@@ -30,6 +30,7 @@ VISION_CLASS_WORDS = ("VisionModel", "VisionTransformer", "VisionEncoder", "Visu
 
 
 OP_RANGE = "kbop#"
+MODULE_RANGE = "kbmod#"
 
 
 def record_name(phase: str, step: int) -> str:
@@ -39,6 +40,12 @@ def record_name(phase: str, step: int) -> str:
 def parse_op_range(name: str) -> int | None:
     """`kbop#12` -> 12 (the op call's index in its phase range), else None."""
     return int(name[len(OP_RANGE):]) if name.startswith(OP_RANGE) else None
+
+
+def parse_module_range(name: str) -> str | None:
+    """`kbmod#model.layers.7.mlp|DeepseekV2Moe` -> "model.layers.7.mlp|DeepseekV2Moe" (the path and class of the
+    module whose forward the range spans), else None."""
+    return name[len(MODULE_RANGE):] if name.startswith(MODULE_RANGE) else None
 
 
 def parse_record_name(name: str) -> tuple[str, int] | None:
@@ -85,6 +92,9 @@ class PhaseTracker:
     # forward, and the steps it records (op calls are numbered only there)
     prof: object = None
     sample_steps: frozenset | None = None
+    # the ncu worker: the last step it needs; the next top-level forward raises `EnoughSteps` (a static cache
+    # keeps the timeline's length, so generate itself would run every step of it)
+    stop_after: int | None = None
     _cudnn_sdp: bool | None = None  # the flag as it was before `start`, restored at `stop`
     _lead_up_until: int = -1  # the last profiled decode step (steps before it may lead up to it)
     _stack: list = field(default_factory=list)
@@ -92,6 +102,9 @@ class PhaseTracker:
     _op_counts: dict = field(default_factory=dict)
     _mode: object = None
     _mode_on: bool = False
+    _paths: dict = field(default_factory=dict)  # id(module) -> its path in the model, for the module ranges
+    _mod_handles: list = field(default_factory=list)
+    _mod_stack: list = field(default_factory=list)
 
     def install(self) -> "PhaseTracker":
         """Hooks on the top-level forward and the vision modules. They run eagerly also when generate
@@ -129,8 +142,7 @@ class PhaseTracker:
             from .opindex import OpNumbering
 
             self._mode = OpNumbering(self)
-            self._mode.__enter__()
-            self._mode_on = True
+            self._numbering(True)
 
     def stop(self) -> None:
         self.active = False
@@ -140,9 +152,51 @@ class PhaseTracker:
             torch.backends.cuda.enable_cudnn_sdp(self._cudnn_sdp)
             self._cudnn_sdp = None
         if self._mode is not None:
-            if self._mode_on:
-                self._mode.__exit__(None, None, None)
-            self._mode, self._mode_on = None, False
+            self._numbering(False)
+            self._mode = None
+
+    def _numbering(self, on: bool) -> None:
+        """Op numbering (the dispatch mode) on or off; in the pass that records shapes (`op_record`), every
+        submodule's forward is also a `kbmod#<path>` profiler range while numbering is on, so each kernel is tied
+        to the module that launched it. The module hooks are global and live only as long as the numbering:
+        with the dispatch mode on the step runs eagerly, and a compiled step never sees them."""
+        if on == self._mode_on:
+            return
+        if on:
+            self._mode.__enter__()
+        else:
+            self._mode.__exit__(None, None, None)
+        self._mode_on = on
+        if self.op_record:
+            self._module_ranges(on)
+
+    def _module_ranges(self, on: bool) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        if on and not self._mod_handles:
+            if not self._paths:
+                self._paths = {id(m): f"{name}|{type(m).__name__}" for name, m in self.model.named_modules() if name}
+            self._mod_handles = [register_module_forward_pre_hook(self._module_pre),
+                                 register_module_forward_hook(self._module_post)]
+        elif not on:
+            for h in self._mod_handles:
+                h.remove()
+            self._mod_handles = []
+            while self._mod_stack:  # a range left open (numbering switched off inside a module) is closed
+                self._mod_stack.pop()[1].__exit__(None, None, None)
+
+    def _module_pre(self, module, args):
+        path = self._paths.get(id(module))
+        if path is not None:
+            import torch
+
+            rf = torch.profiler.record_function(f"{MODULE_RANGE}{path}")
+            rf.__enter__()
+            self._mod_stack.append((module, rf))
+
+    def _module_post(self, module, args, output):
+        if self._mod_stack and self._mod_stack[-1][0] is module:
+            self._mod_stack.pop()[1].__exit__(None, None, None)
 
     def op_call(self, func, args, kwargs):
         """Run one aten op call (from the dispatch mode), numbered within the innermost open phase range."""
@@ -203,13 +257,14 @@ class PhaseTracker:
         if not self.active:
             return
         phase = "prefill" if self.calls == 0 else "decode"
+        if self.stop_after is not None and self.calls > self.stop_after:
+            raise EnoughSteps(f"step {self.calls}: the worker needs steps up to {self.stop_after} only")
         if self.prof is not None and self.calls > 0:
             self._advance_profiler(self.calls)
-            if self._mode is not None and self.op_record and (self.calls in self.sample_steps) != self._mode_on:
+            if self._mode is not None and self.op_record:
                 # op calls are numbered in the recorded steps only: the dispatch mode costs host time on every
                 # op, and a long generation runs thousands of steps between its windows
-                (self._mode.__enter__ if not self._mode_on else lambda: self._mode.__exit__(None, None, None))()
-                self._mode_on = not self._mode_on
+                self._numbering(self.calls in self.sample_steps)
         if self._lead_up_until > 0:
             self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)
@@ -277,6 +332,10 @@ def plain_step_times(clock: list):
             inner += e - s if e <= t1 else 0.0
         rows.append((ph, step, 1e3 * ((t1 - t0) - inner)))
     return pd.DataFrame(rows, columns=["phase", "step", "wall_ms"])
+
+
+class EnoughSteps(Exception):
+    """Raised at the first top-level forward past `PhaseTracker.stop_after`: ends the worker's generate there."""
 
 
 class NoVisionWork(RuntimeError):

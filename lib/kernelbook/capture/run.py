@@ -22,7 +22,7 @@ import pandas as pd
 from .. import env as envmod
 from ..clocks import clock_lock
 from ..devices import UnknownDeviceError, lookup
-from .phases import PhaseTracker, require_vision_work
+from .phases import EnoughSteps, PhaseTracker, require_vision_work
 
 PARQUET = dict(compression="zstd", index=False)
 
@@ -302,36 +302,53 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     from .sampling import plan
 
     sampling = plan(params["max_new_tokens"], params.get("sample_window", 0), params.get("sample_every", 1))
-    progress("  model build, inputs, warmup")
-    wl, tracker, load_s = prepare(params)
+    two_pass = params.get("shapes_pass", True)
+    # A long eager generation is warmed up by its shapes pass, run first: the first generate pays cuDNN's
+    # attention graph for every KV length (~0.08 s each on the H100, 157-196 s for 2048 tokens), a warmup
+    # generate would pay it and the shapes pass would then run a whole generate more. Under CUDA graphs
+    # (static cache) the warmup compiles the step, which the shapes pass's dispatch mode would keep out.
+    shapes_first = (sampling is not None and two_pass and params["warmup"] > 0
+                    and params.get("cache_implementation") != "static")
+    progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
+    wl, tracker, load_s = prepare({**params, "warmup": 0} if shapes_first else params)
+    shaped = shapes = None
+
+    def shapes_pass():
+        tracker.op_record = True
+        progress("  shapes pass (record_shapes, op numbering, module ranges)"
+                 + (": also the warmup" if shapes_first else ""))
+        out = _profiled_pass(wl, tracker, True, run_dir / "raw" / "trace-shapes", sampling, progress)
+        tracker.op_record = False
+        return out
+
+    if shapes_first:
+        shaped, _, shapes_s, _, _ = shapes_pass()
     progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
     plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params["timing_trials"])
     plain_steps.to_parquet(run_dir / "steps.parquet", **PARQUET)
     what = (f"{len(sampling.windows)} windows, {len(sampling.steps) - 1} of {sampling.decode_steps} decode steps"
             if sampling else "every step")
     progress(f"  profiled generate (timeline pass, {what})")
-    two_pass = params.get("shapes_pass", True)
     tracker.op_record = not two_pass  # op calls are numbered in the pass that records shapes
     timeline, phases, profiled_s, export_s, ingest_s = _profiled_pass(
         wl, tracker, not two_pass, run_dir / "raw" / "trace", sampling, progress)
     require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
-    shapes = None
-    if two_pass:  # aten shapes and op numbering from a second generate, joined launch by launch
-        tracker.op_record = True
-        progress("  shapes pass (record_shapes, op numbering)")
-        try:
-            shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, run_dir / "raw" / "trace-shapes", sampling,
-                                                       progress)
-        except BaseException:  # stopped in the shapes pass: the run keeps the timeline, without shapes
-            _write_timeline(run_dir, timeline, phases)
-            raise
+    if two_pass:  # aten shapes, op numbering and modules from a second generate, joined launch by launch
+        if shaped is None:
+            try:
+                shaped, _, shapes_s, _, _ = shapes_pass()
+            except BaseException:  # stopped in the shapes pass: the run keeps the timeline, without shapes
+                _write_timeline(run_dir, timeline, phases)
+                raise
         t = time.perf_counter()
         timeline, shapes = join_shapes(timeline, shaped)
-        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t)
+        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t,
+                      order="first, as the warmup" if shapes_first else "after the profiled pass")
         del shaped
     tracker.remove()
     info = {
-        "model_load_s": load_s, "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
+        "model_load_s": load_s, "warmup": ("the shapes pass (a whole generate, run first)" if shapes_first else
+                                             f"{params['warmup']} generate(s)"), "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
         "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
         "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
         "generate_kwargs": wl.gen_kwargs,
@@ -498,11 +515,12 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
     ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it."""
     import torch
 
-    ncu_target = op_targets = warmup_tokens = None
+    ncu_target = op_targets = warmup_tokens = stop_after = None
     if targets_file:
         raw = json.loads(Path(targets_file).read_text())
         op_targets = {(k.split(":")[0], int(k.split(":")[1])): set(v) for k, v in raw.items()}
         decode_steps = [st for ph, st in op_targets if ph == "decode"]
+        stop_after = max(decode_steps, default=0)
         # stop right after the last profiled step; warm up only when the first steps are profiled
         # (decode steps before the profiled one warm it up; bench/kernel_choice.py)
         only_decode = all(ph == "decode" for ph, _ in op_targets)
@@ -516,6 +534,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
     elif target:
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
+        stop_after = int(step) if phase == "decode" else 0
         if phase == "decode":  # stop right after the profiled step (its KV length is unchanged), and
             # no warmup generate: the steps before the profiled one warm it up (under CUDA graphs they
             # also compile and record the step). Measured on an H100 (bench/kernel_choice.py), the step
@@ -526,12 +545,17 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
     lead_up = op_targets is not None and params.get("cache_implementation", "dynamic") != "static"
     wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
                                   warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
+    tracker.stop_after = stop_after
     mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
            torch.cuda.memory_stats().get("segment.all.current", 0))
     ready = time.perf_counter() - t
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStart()
-    gen_s = _timed_generate(wl, tracker)
+    try:
+        gen_s = _timed_generate(wl, tracker)
+    except EnoughSteps:  # the steps after the last profiled one are not run (a static cache's generate would)
+        tracker.stop()
+        gen_s = float("nan")
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStop()
         require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..capture.phases import parse_op_range, parse_record_name
+from ..capture.phases import parse_module_range, parse_op_range, parse_record_name
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 # runtime / driver calls that launch a whole CUDA graph: their kernels are graph nodes (`graph` column)
@@ -49,7 +49,7 @@ def ingest_torch_trace(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    gpu, ops, launches, ranges, op_ranges, graph_corr = [], {}, {}, [], [], set()
+    gpu, ops, launches, ranges, op_ranges, mod_ranges, graph_corr = [], {}, {}, [], [], [], set()
     for ev in events:
         cat = ev.get("cat")
         if cat in GPU_CATS:
@@ -73,10 +73,39 @@ def ingest_events(events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
                 ranges.append((parsed[0], parsed[1], ev["ts"], ev["ts"] + ev.get("dur", 0.0)))
             elif (i := parse_op_range(name)) is not None:
                 op_ranges.append((ev["ts"], ev["ts"] + ev.get("dur", 0.0), i))
+            elif (path := parse_module_range(name)) is not None:
+                mod_ranges.append((ev["ts"], ev["ts"] + ev.get("dur", 0.0), path))
     phases = _phase_table(ranges)
     timeline = _gpu_table(gpu, ops, launches, phases, graph_corr)
     timeline["op_index"] = _assign_op_index(timeline, op_ranges)
+    if mod_ranges:
+        mod = pd.Series(_assign_module(timeline, mod_ranges), index=timeline.index, dtype=object)
+        parts = mod.str.rsplit("|", n=1)
+        timeline["module"], timeline["module_class"] = parts.str[0], parts.str[1]
     return timeline, phases
+
+
+def _assign_module(timeline: pd.DataFrame, mod_ranges: list[tuple]) -> np.ndarray:
+    """The innermost module (`kbmod#<path>` range, see capture.phases) whose forward holds each kernel's CPU
+    launch; None where none. Module ranges nest: ranges of one depth never overlap, so each depth is searched
+    like the op ranges, outermost first, and a deeper range that holds the launch wins."""
+    out = np.full(len(timeline), None, dtype=object)
+    t = timeline["launch_ns"].to_numpy()
+    ranges = sorted(mod_ranges, key=lambda r: (r[0], -r[1]))
+    depth, open_ends = [], []
+    for start, end, _ in ranges:
+        while open_ends and open_ends[-1] <= start:
+            open_ends.pop()
+        depth.append(len(open_ends))
+        open_ends.append(end)
+    depth = np.array(depth)
+    for d in range(int(depth.max()) + 1):
+        level = [r for r, dd in zip(ranges, depth) if dd == d]
+        j, ok = _containing(np.array([r[0] for r in level]) * US_TO_NS, np.array([r[1] for r in level]) * US_TO_NS, t)
+        ok &= ~np.isnan(t)
+        paths = np.array([r[2] for r in level], dtype=object)
+        out[ok] = paths[j[ok]]
+    return out
 
 
 def _assign_op_index(timeline: pd.DataFrame, op_ranges: list[tuple]) -> np.ndarray:
@@ -198,8 +227,9 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
 
     a, b = keyed(timing), keyed(shaped)
     keys = ["phase", "step", "name", "_occ"]
-    take = ["op", "op_shapes"] + (["op_index"] if "op_index" in b else [])
-    m = a.drop(columns=[c for c in ("op_shapes", "op_index") if c in a]).merge(
+    mods = [c for c in ("module", "module_class") if c in b]
+    take = ["op", "op_shapes"] + [c for c in ("op_index",) if c in b] + mods
+    m = a.drop(columns=[c for c in ("op_shapes", "op_index", *mods) if c in a]).merge(
         b[keys + take].rename(columns={"op": "_op_b"}), on=keys, how="left")
     # A kernel node of a CUDA-graph replay (its op is the compiled graph's call) takes the aten op and shapes
     # of the same-named n-th launch of the step in the shapes pass, which runs the step eagerly (the
@@ -213,6 +243,8 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
     m.loc[~same_op, "op_shapes"] = None
     if "op_index" in m:  # the op call that launched it, in the shapes pass: ncu's identity by position
         m["op_index"] = m["op_index"].where(same_op & ~graph_node, -1).fillna(-1).astype("int64")
+    for c in mods:  # the module whose forward launched it, in the shapes pass (a graph node: its eager twin's)
+        m[c] = m[c].where(same_op)
     m["op"] = m["op"].where(m["op"].notna() & ~(graph_node & same_op), m["_op_b"].where(same_op))
     kern = m.kind == "kernel"
 
@@ -227,7 +259,8 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
              "instances": int(len(sa)), "instances_identical": int((sa.loc[common] == sb.loc[common]).sum()),
              "kernels_in_shapes_pass": int((b.kind == "kernel").sum()),
              "graph_nodes": int((kern & graph_node).sum()),
-             "graph_nodes_with_eager_shapes": int((kern & graph_node & same_op).sum())}
-    cols = list(timing.columns) + (["op_index"] if "op_index" in m and "op_index" not in timing else [])
+             "graph_nodes_with_eager_shapes": int((kern & graph_node & same_op).sum()),
+             "kernels_with_module": int((kern & m["module"].notna()).sum()) if "module" in m else 0}
+    cols = list(timing.columns) + [c for c in ("op_index", *mods) if c in m and c not in timing]
     out = m.drop(columns=["_occ", "_op_b"])[cols]
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True), stats

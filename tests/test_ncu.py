@@ -300,3 +300,17 @@ def test_chapter_02_says_how_the_ncu_worker_ran(run):
     assert acc["ncu worker"] == (f"1 warmup generate of 1 token; {w['max_new_tokens']} new tokens; "
                                  f"{w['cudnn_free_decode_steps']} decode steps that lead up to a profiled one "
                                  "ran attention without cuDNN")
+
+
+def test_nvidia_rule_results_travel_with_each_result():
+    """The report's own rule results (Nsight Compute's per-section advice) are read into `results.rules`: the
+    fixture's first kernel has the "Small Grid" bottleneck and a launch-configuration speedup estimate."""
+    import json
+
+    _, results = read_ncu_report(FIXTURE_REP)
+    rules = [json.loads(r) for r in results.rules]
+    assert all(rules)
+    first = {r["rule"]: r for r in rules[0]}
+    assert first["SOLBottleneck"]["title"] == "Small Grid" and "@" not in first["SOLBottleneck"]["message"]
+    assert 0 < first["LaunchConfiguration"]["speedup_pct"] <= 100
+    assert {r["type"] for rs in rules for r in rs} <= {"ok", "warning", "optimization", "note", "error"}

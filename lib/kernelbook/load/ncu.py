@@ -6,6 +6,8 @@ columns live in `kernelbook.analyze.ncu_metrics`.
 """
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -75,7 +77,8 @@ def read_ncu_report(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(metrics, results) from an .ncu-rep.
 
     metrics: result_id, metric, unit, value (float) for every numeric metric.
-    results: result_id, name (demangled), function, grid, block, nvtx.
+    results: result_id, name (demangled), function, grid, block, rules (NVIDIA's own rule results for the
+    kernel, JSON, see `rule_results`).
     """
     path = Path(path)
     nr, ctx = _load(path)
@@ -109,13 +112,38 @@ def read_ncu_report(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             grid = _dim(act, "launch__grid_dim_x", "launch__grid_dim_y", "launch__grid_dim_z")
             block = _dim(act, "launch__block_dim_x", "launch__block_dim_y", "launch__block_dim_z")
             rows_r.append({"result_id": rid, "name": act.name(nr.IAction.NameBase_DEMANGLED),
-                           "function": act.name(nr.IAction.NameBase_FUNCTION), "grid": grid, "block": block})
+                           "function": act.name(nr.IAction.NameBase_FUNCTION), "grid": grid, "block": block,
+                           "rules": json.dumps(rule_results(act))})
             rid += 1
     if rid == 0:
         raise NcuReportError(f"{path} holds no profiled kernels")
     metrics = pd.DataFrame(cols)
     metrics["value"] = metrics["value"].astype("float64")
     return metrics, pd.DataFrame(rows_r)
+
+
+_RULE_LINK = re.compile(r"@[a-z]+:[A-Za-z0-9_]+:([^@]*)@")
+RULE_TYPES = {0: "ok", 1: "warning", 2: "optimization", 3: "note", 4: "error"}
+
+
+def rule_results(act) -> list[dict]:
+    """NVIDIA's rule results for one profiled kernel (what the Nsight Compute UI shows under each section):
+    rule, section, title, message (its `@section:...@` links reduced to their text), type (optimization,
+    warning, note, ...) and the estimated speedup in % of the kernel's time where the rule gives one. Empty
+    where the reader has no rule results."""
+    try:
+        raw = act.rule_results_as_dicts()
+    except Exception:
+        return []
+    out = []
+    for r in raw or []:
+        msg = r.get("rule_message") or {}
+        est = r.get("speedup_estimation") or {}
+        out.append({"rule": r.get("rule_identifier"), "name": r.get("name"), "section": r.get("section_identifier"),
+                    "title": msg.get("title") or "", "message": _RULE_LINK.sub(r"\1", msg.get("message") or ""),
+                    "type": RULE_TYPES.get(msg.get("type"), str(msg.get("type"))),
+                    "speedup_pct": float(est["speedup"]) if "speedup" in est else None})
+    return out
 
 
 def _dim(act, *names) -> str | None:

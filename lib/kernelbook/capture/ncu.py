@@ -146,19 +146,24 @@ def _top_config(k: pd.DataFrame, name: str) -> tuple[str, str]:
 
 
 def representative_launches(timeline: pd.DataFrame, sel: Selection) -> pd.DataFrame:
-    """One launch per selected kernel: of its launch configurations (grid, block), the one holding the
-    most time in the phase; of that configuration's launches, the first in the selection's step (else
-    in the earliest step that has one). Columns: kernel_id, name, phase, step, op_index, grid, block."""
+    """One launch per selected kernel, in the selection's step where it launches there: of its launch
+    configurations (grid, block) in that step, the one holding the most time, and its first launch. A kernel
+    that does not launch in that step is taken at its configuration holding the most time in the phase, in the
+    earliest step that has one. (Taking the phase's top configuration everywhere sent a long generation's
+    ncu worker to its last step: the KV-cache copy and the attention grow with the cache, so their heaviest
+    configuration is the last step's, 1790 steps past the chosen one.) Columns: kernel_id, name, phase,
+    step, op_index, grid, block, op, launch_ns."""
     k = _with_config(timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel") & (timeline.op_index >= 0)])
     rows = []
     for r in sel.kernels.itertuples():
         mine = k[k.name == r.name]
         if mine.empty:
             continue
-        cfg = _top_config(mine, r.name)
-        same = mine[(mine._g == cfg[0]) & (mine._b == cfg[1])]
-        here = same[same.step == sel.step]
-        pick = (here if len(here) else same.sort_values(["step", "launch_ns"])).sort_values("launch_ns").iloc[0]
+        here = mine[mine.step == sel.step]
+        pool = here if len(here) else mine
+        cfg = _top_config(pool, r.name)
+        same = pool[(pool._g == cfg[0]) & (pool._b == cfg[1])]
+        pick = same.sort_values(["step", "launch_ns"]).iloc[0]
         rows.append({"kernel_id": r.kernel_id, "name": r.name, "phase": sel.phase, "step": int(pick.step),
                      "op_index": int(pick.op_index), "grid": pick.grid, "block": pick.block,
                      "op": pick.op, "launch_ns": pick.launch_ns})

@@ -265,12 +265,6 @@ RULE_CLASSES = {
 VERDICT_RULE = "SOLBottleneck"
 
 
-def rule_mapping() -> pd.DataFrame:
-    """The mapping above as a table: `rule`, `title`, `supports` (book classes, catalog keys joined)."""
-    return pd.DataFrame([{"rule": r, "title": t, "supports": tr(", ").join(text(c) for c in cls)}
-                         for (r, t), cls in RULE_CLASSES.items()])
-
-
 def parse_rules(results: pd.DataFrame | None) -> dict[int, list[dict]] | None:
     """result_id → NVIDIA's rule results (the `rules` JSON column of ncu/results.parquet); None when the
     run's results predate that column."""

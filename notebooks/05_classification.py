@@ -10,9 +10,10 @@
 # # 05 · Classification: why each kernel is slow and what to try first
 #
 # Each profiled kernel gets a bottleneck class by the profiling skill's rules (thresholds are this
-# chapter's parameters), checked against the roofline ridge; then the metric health table, wave
-# quantization, the tile analysis of GEMM/GEMV kernels, and the top opportunities per phase in the
-# profiler output contract (also written to `report.md` beside this book).
+# chapter's parameters), checked against the roofline ridge; then why each kernel is slow (where its
+# warps stall, what caps its occupancy, the clock it ran at, NVIDIA's own verdicts), the metric health
+# table, wave quantization, the tile analysis of GEMM/GEMV kernels, and the top opportunities per phase
+# in the profiler output contract (also written to `report.md` beside this book).
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
@@ -31,6 +32,7 @@ from kernelbook.analyze import classify as C
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
+from kernelbook.analyze import why as W
 from kernelbook.devices import lookup
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -76,6 +78,55 @@ kb.table(C.class_table(cp, weighted=False), kb.tr("Metrics per class: plain mean
 kb.table(C.class_table(cp, weighted=True),
          kb.tr("Metrics per class: mean weighted by each kernel's share of {phase} kernel time", phase=kb.phase_label(phase)),
          notes=kb.tr("— : no kernel of this class has the metric"))
+
+# %% [markdown]
+# ## Why each kernel is slow: where its warps wait
+# ncu counts, per instruction a warp issues, the cycles it spent stalled and on what. Each reason's
+# share of all stall cycles says what the kernel waits on (issuing itself is not a stall). Stalls cost
+# time only while no other warp is ready to issue, so they matter most in the kernels that keep few
+# warps resident.
+
+# %%
+metrics = r.ncu_metrics()
+kb.table(W.top_stalls_wide(W.top_stalls(cp, metrics)), kb.tr("Top 3 stall reasons per kernel (share of its stall cycles)"))
+
+# %%
+kb.table(W.class_stalls(cp, metrics), kb.tr("Top stall reasons per class, each kernel weighted by its share of {phase} kernel time",
+                                            phase=kb.phase_label(phase)))
+
+# %% [markdown]
+# ## What limits occupancy
+# Resident blocks per SM that each resource allows for the launch (ncu's occupancy limits); the fewest
+# is what caps theoretical occupancy. Achieved occupancy is what the SMs kept resident on average.
+
+# %%
+occ = W.occupancy(cp, metrics)
+kb.table(occ, kb.tr("Occupancy limits, theoretical vs achieved"))
+
+# %%
+kb.md(W.occupancy_prose(occ))
+
+# %% [markdown]
+# ## The SM clock each kernel ran at
+# Against the device's maximum SM clock from the devices table.
+
+# %%
+kb.table(W.clocks(cp, metrics, dev.sm_clock_max_mhz), kb.tr("SM clock per kernel"))
+
+# %%
+kb.md(W.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_name, r.manifest["ncu"]["clock_control"]))
+
+# %% [markdown]
+# ## NVIDIA's rules beside the book's class
+# Nsight Compute's own rule results: its bottleneck verdict (which book class it supports) and the
+# optimizations it proposes, with its estimate of the speedup.
+
+# %%
+nv = W.nvidia_rules(cp, r.ncu_results())
+kb.table(nv, kb.tr("NVIDIA's verdict and advice per kernel"), empty=kb.tr(W.NO_RULES))
+
+# %%
+kb.md(W.rules_prose(nv))
 
 # %% [markdown]
 # ## Metric health
@@ -134,8 +185,9 @@ kb.source(C.contract_markdown(r, summary, c, opps))
 
 # %% [markdown]
 # ## Kernel explorer
-# In JupyterLab, pick a kernel to see its metrics, roofline points, name and class. In the HTML the
-# same cards are listed statically.
+# In JupyterLab, pick a kernel to see its metrics, roofline points, name, class and why it is slow. In
+# the HTML the same cards are listed statically.
 
 # %%
-kb.explorer(C.kernel_cards(cp, R.points(k, roofs)), first=kernel)
+kb.explorer(C.kernel_cards(cp, R.points(k, roofs), W.kernel_why(cp, metrics, dev.sm_clock_max_mhz, r.ncu_results())),
+            first=kernel)

@@ -245,6 +245,30 @@ COLUMNS: dict[str, Col] = {
     "achieved_vs_needed_pct": Col("Achieved ÷ needed %", "pct"),
     "gain_pct": Col("Est. gain (% of phase wall)", "pct"),
     "stages": Col("Pipeline stages", "count"),
+    # chapter 05: why a kernel is slow (analyze.why)
+    "stall": Col("Stall reason", "text"),
+    "stall_1": Col("1st stall reason — % of stall cycles", "text"),
+    "stall_2": Col("2nd stall reason", "text"),
+    "stall_3": Col("3rd stall reason", "text"),
+    "stall_share_pct": Col("% of stall cycles", "pct"),
+    "cycles_per_instruction": Col("Stall cycles per issued instruction", "sig"),
+    "registers_blocks": Col("Blocks / SM the registers allow", "count"),
+    "shared_mem_blocks": Col("Blocks / SM shared memory allows", "count"),
+    "blocks_blocks": Col("Blocks / SM limit", "count"),
+    "warps_blocks": Col("Blocks / SM the warp slots allow", "count"),
+    "barriers_blocks": Col("Blocks / SM the barriers allow", "count"),
+    "limiter": Col("Limited by", "text"),
+    "occupancy_gap_pct": Col("Theoretical − achieved (points)", "pct"),
+    "limits_occupancy": Col("Launch caps occupancy below 100 %", "bool"),
+    "sm_clock_mhz": Col("SM clock (ncu SM counter)", "mhz"),
+    "gpc_clock_mhz": Col("GPC clock (the SMs' clock domain)", "mhz"),
+    "boost_mhz": Col("Device maximum SM clock", "mhz"),
+    "sm_vs_boost_pct": Col("SM reading ÷ maximum %", "pct"),
+    "sm_minus_gpc_cycles": Col("SM − GPC cycles", "sig"),
+    "nvidia_verdict": Col("NVIDIA's bottleneck verdict", "text"),
+    "nvidia_supports": Col("Supports the book's class", "text"),
+    "agrees": Col("Agrees", "bool"),
+    "nvidia_advice": Col("NVIDIA's advice (est. speedup, % of kernel time)", "text"),
     # chapter 00 and the provenance tables
     "step": Col("Step", "text"),
     "by": Col("By", "text"),
@@ -600,13 +624,19 @@ def _merge_kernel(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
 def _long_values(df: pd.DataFrame) -> tuple[pd.DataFrame, set]:
     """Long-format tables (a `unit` column beside numeric value columns): each value printed in its
-    row's unit ('989 TFLOP/s'), the unit column dropped. Returns the frame and the formatted columns."""
+    row's unit ('989 TFLOP/s'), the unit column dropped; a value column mixing numbers and words (a
+    kernel card's "limited by: registers") prints the words as they are. Returns the frame and the
+    formatted columns."""
     if "unit" not in df.columns:
         return df, set()
     vals = [c for c in ("value", "measured", "spec", "median", "time_weighted_median", "threshold")
-            if c in df.columns and pd.api.types.is_numeric_dtype(df[c])]
+            if c in df.columns and (pd.api.types.is_numeric_dtype(df[c]) or df[c].map(_is_number).any())]
     if not vals:
         return df, set()
     df = df.copy()

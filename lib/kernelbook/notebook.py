@@ -225,7 +225,7 @@ def explorer(cards: dict[str, dict], first: str = ""):
     static = "".join(f"<details><summary><b>{html_escape(k)}</b> — {html_escape(c['class'])}</summary>"
                      f"<p><code style='white-space:pre-wrap;word-break:break-all'>{html_escape(demangle(c['name']))}"
                      f"</code></p>{table(c['metrics'], tr('Metrics (one representative launch)'))._repr_html_()}"
-                     f"{table(c['roofline'], tr('Roofline points'), empty=nopoint)._repr_html_()}"
+                     f"{table(c['roofline'], tr('Roofline points'), empty=nopoint)._repr_html_()}{_why(c)}"
                      "</details>" for k, c in cards.items())
     bundle = {"text/html": f"<div class='kb-explorer'>{static}</div>",
               "text/plain": tr("{n} kernels (open in JupyterLab for the picker)", n=len(cards))}
@@ -241,7 +241,7 @@ def explorer(cards: dict[str, dict], first: str = ""):
         c = cards[key]
         return (f"<p><b>{html_escape(c['class'])}</b></p><p><code style='white-space:pre-wrap;word-break:break-all'>"
                 f"{html_escape(demangle(c['name']))}</code></p>{table(c['metrics'], tr('Metrics'))._repr_html_()}"
-                f"{table(c['roofline'], tr('Roofline points'), empty=nopoint)._repr_html_()}")
+                f"{table(c['roofline'], tr('Roofline points'), empty=nopoint)._repr_html_()}{_why(c)}")
 
     # The card is an HTML widget whose value the picker sets, not an Output widget that captures display
     # calls (papermill's nbclient intercepts an Output widget's messages): in one render of the soak
@@ -253,6 +253,12 @@ def explorer(cards: dict[str, dict], first: str = ""):
     bundle["application/vnd.jupyter.widget-view+json"] = {"version_major": 2, "version_minor": 0,
                                                           "model_id": box.model_id}
     display(bundle, raw=True)
+
+
+def _why(card: dict) -> str:
+    """A kernel card's "why it is slow" table as HTML, or nothing where the card has none."""
+    w = card.get("why")
+    return "" if w is None else table(w, tr("Why it is slow: stalls, occupancy, clock, NVIDIA's rules"))._repr_html_()
 
 
 def html_escape(s) -> str:

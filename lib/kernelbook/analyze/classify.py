@@ -485,8 +485,9 @@ def tile_prose(t: pd.DataFrame, rules: Rules) -> str:
                   n_short=len(short), n=len(t)) if len(short) else tr("All have at least S_min stages.")))
 
 
-def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame) -> dict[str, dict]:
-    """Per kernel: the tables the explorer shows (metrics, roofline points, name, class and reason)."""
+def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame, why: dict[str, pd.DataFrame] | None = None) -> dict[str, dict]:
+    """Per kernel: the tables the explorer shows (metrics, roofline points, name, class and reason) and,
+    given `why` (kernel_id → table, `why.kernel_why`), why it is slow: stalls, occupancy, clock, NVIDIA's rules."""
     cards = {}
     for _, k in cp.sort_values("share", ascending=False).iterrows():
         metrics = pd.DataFrame({"value": [k.duration_ns / 1e3, 100 * k.share, k.sm_pct, k.dram_pct, k.memory_pct,
@@ -502,7 +503,8 @@ def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame) -> dict[str, dict]:
         p = pts[pts.kernel_id == k.kernel_id][["level", "intensity", "flops_per_s", "roof_flops_per_s",
                                                 "pct_of_roof", "bound"]]
         cards[f"{k.kernel_id} {k.friendly_name}"] = {
-            "class": tr("{cls}: {reason}", cls=class_label(k["class"]), reason=k.reason), "name": k["name"], "metrics": metrics, "roofline": p}
+            "class": tr("{cls}: {reason}", cls=class_label(k["class"]), reason=k.reason), "name": k["name"], "metrics": metrics, "roofline": p,
+            "why": (why or {}).get(k.kernel_id)}
     return cards
 
 

@@ -187,6 +187,12 @@ class Run:
         p = self.ncu_dir / "metrics.parquet"
         return pd.read_parquet(p) if p.exists() else None
 
+    def ncu_results(self) -> pd.DataFrame | None:
+        """One row per profiled launch (result_id, name, grid, block; `rules` in captures that keep
+        NVIDIA's rule results), or None without an ncu stage."""
+        p = self.ncu_dir / "results.parquet"
+        return pd.read_parquet(p) if p.exists() else None
+
 
 def load_run(path: str | Path, require_timeline: bool = True, rank: int = 0) -> Run:
     """Manifest, timeline and phases of a run; kernel identity recomputed so that naming improvements

@@ -363,3 +363,42 @@ def test_roofline_says_its_tensor_flops_include_padding(run, k):
     assert dec["d005"] == pytest.approx(8 * 2048 / 1792)
     note = R.padding_note(f, "decode")
     assert f"{dec.min():.2f}–{dec.max():.2f}×" in note and "d004" in note  # 8.00–9.14×
+
+
+def test_every_figure_draws_a_category_in_one_colour(run, k, roofs):
+    """Category colours changed between chapter 01 and the rooflines: each figure dealt its palette out in the
+    order its own categories sorted or appeared (attention was one colour in chapter 01's bars, another in
+    chapter 04's). One map, by the Category enum, now colours every category figure."""
+    from kernelbook.plots import figures as F
+
+    def colours(fig):
+        out = {}
+        for t in fig.data:
+            c = t.marker.color
+            cat = (t.legendgroup or t.name or "").split(" @ ")[0]
+            if isinstance(c, str) and cat in F.CATEGORY_COLOUR:
+                out[cat] = c
+        return out
+
+    figs = [F.top_kernel_bars(T.top_kernels_by_phase(run.timeline, 12)),
+            F.category_bars(T.category_shares(run.timeline)),
+            F.roofline_physical(R.points(k, roofs), roofs, "decode"),
+            F.roofline_normalized(R.normalized(k), "decode")]
+    seen = [colours(f) for f in figs]
+    assert all(seen) and "attention" in seen[2] and "attention" in seen[3]
+    for s in seen:
+        assert s == {c: F.CATEGORY_COLOUR[c] for c in s}
+    assert len(set(F.CATEGORY_COLOUR.values())) == len(F.CATEGORY_COLOUR)  # 11 categories, 11 colours
+    assert {f.layout.template.layout.colorway for f in figs} == {tuple(F.CATEGORY_COLOURS)}
+
+
+def test_comparison_note_says_no_ncu_data_once(run):
+    """Chapter 07 wrote '(ncu no ncu data)' for a run without an ncu stage."""
+    from types import SimpleNamespace
+
+    from kernelbook.analyze import summary as S
+
+    bare = SimpleNamespace(run_id="bare", ncu_kernels=lambda: None)
+    note = S.comparison_note((run, bare))
+    assert "(no ncu data)" in note and "ncu no ncu" not in note
+    assert "(ncu decode 20/20, prefill 20/20)" in note

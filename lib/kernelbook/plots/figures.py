@@ -166,9 +166,15 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
 
 
 
-def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.Figure:
+ARTIFACT_COLOUR = "#bbbbbb"  # a point whose bytes are ncu's floor, not the kernel's traffic
+
+
+def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode", useful: pd.DataFrame | None = None
+                      ) -> go.Figure:
     """FLOP/s vs FLOP/byte, log-log: compute roofs (tensor and CUDA core), bandwidth roofs per level,
-    measured ceilings dashed; points at DRAM (circle), L2 (square), L1 (diamond); size = time share."""
+    measured ceilings dashed; points at DRAM (circle), L2 (square), L1 (diamond); size = time share; a
+    near-empty kernel's cache points (`artifact`) grey. `useful` (roofline.useful_work): each padded kernel's
+    useful work at DRAM as a hollow marker, joined to its counted point."""
     p = points[points.phase == phase]
     fig = go.Figure()
     xs = np.logspace(-3, 6, 200)
@@ -197,12 +203,30 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                 continue
             fig.add_trace(go.Scatter(
                 x=q.intensity, y=q.flops_per_s, mode="markers", name=f"{cat} @ {lvl}", legendgroup=cat,
-                marker=dict(symbol=sym, size=8 + 40 * np.sqrt(q.share), color=category_colour(cat),
+                marker=dict(symbol=sym, size=8 + 40 * np.sqrt(q.share),
+                            color=list(np.where(q.artifact, ARTIFACT_COLOUR, category_colour(cat)))
+                            if "artifact" in q and q.artifact.any() else category_colour(cat),
                             line=dict(width=2, color=np.where(q.above_roof, "red", "white"))),
                 customdata=np.c_[_esc(q.friendly_name), q.duration_us, q.pct_of_roof.round(1), _esc(q.kernel_id)],
                 hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3s} FLOP/s"
                               "<br>" + tr("%{{customdata[1]:.1f}} µs, %{{customdata[2]}} % of roof")
                               + "<extra></extra>"))
+    u = useful[(useful.phase == phase) & (useful.padding_ratio > 1.05)] if useful is not None and len(useful) else None
+    if u is not None and len(u):
+        xs_, ys_ = [], []
+        for r in u.itertuples():
+            xs_ += [r.intensity_dram, r.useful_intensity_dram, None]
+            ys_ += [r.flops_per_s, r.useful_flops_per_s, None]
+        fig.add_trace(go.Scatter(x=xs_, y=ys_, mode="lines", line=dict(width=1, dash="dot", color="#888"),
+                                 hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(
+            x=u.useful_intensity_dram, y=u.useful_flops_per_s, mode="markers",
+            name=tr("useful work (from shapes) @ DRAM"),
+            marker=dict(symbol="circle-open", size=11, line=dict(width=2), color=[category_colour(c) for c in u.category]),
+            customdata=np.c_[_esc(u.kernel_id), _esc(u.friendly_name), u.padding_ratio],
+            hovertemplate="%{customdata[0]} %{customdata[1]}<br>" + tr("useful: %{{x:.3g}} FLOP/B, %{{y:.3s}} FLOP/s; "
+                                                                      "counted ÷ useful %{{customdata[2]:.1f}}×")
+                          + "<extra></extra>"))
     # the legend goes under the plot, wrapping, so every roof (L2, L1 included) shows without a scroll box
     fig.update_layout(template=TEMPLATE, height=640 + 22 * (len(fig.data) // 4),
                       title=tr("Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
@@ -267,7 +291,8 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
                           row=r, col=c)
         for _, pt in q.iterrows():
             fig.add_trace(go.Scatter(x=[pt.intensity], y=[pt.flops_per_s], mode="markers", showlegend=False,
-                                     marker=dict(size=9, color=colours[pt.level],
+                                     marker=dict(size=9, color=ARTIFACT_COLOUR if pt.get("artifact") else
+                                                 colours[pt.level],
                                                  line=dict(width=2, color="red" if pt.above_roof else "white")),
                                      hovertemplate=tr("{level}: {intensity:.3g} FLOP/B, {flops}, {pct:.1f} % of roof",
                                                       level=pt.level, intensity=pt.intensity, pct=pt.pct_of_roof,

@@ -58,11 +58,22 @@ F.roofline_normalized(R.normalized(k), phase)
 # ## Physical roofline
 
 # %%
-F.roofline_physical(pts, roofs, phase)
+useful = R.useful_work(k, r.timeline)
+F.roofline_physical(pts, roofs, phase, useful)
 
 # %%
 fid = N.fidelity(k, r.timeline)
-kb.md("\n\n".join([R.padding_note(fid, phase), R.bypass_note(k, phase)]))
+kb.md("\n\n".join([R.useful_note(useful, phase), R.near_empty_note(k, phase), R.bypass_note(k, phase)]))
+
+# %% [markdown]
+# ## Counted and useful FLOPs
+# What ncu counted (the points above) beside the useful work of each matrix product's and attention's shapes,
+# with counted ÷ useful: the tensor pipe's padding.
+
+# %%
+kb.table(useful[useful.phase == phase].drop(columns="phase"),
+         kb.tr("Counted and useful FLOPs of the {phase} matrix products and attention", phase=kb.phase_label(phase)),
+         empty=kb.tr("No profiled {phase} kernel has shapes that give its work.", phase=kb.phase_label(phase)))
 
 # %%
 kb.md(R.prose(pts, bw_only, roofs, phase))

@@ -353,13 +353,73 @@ def test_roofline_drops_bypassed_levels_and_draws_every_point(k, roofs):
     assert 10 ** fig.layout.yaxis.range[0] < p[p.phase == "decode"].flops_per_s.min()
 
 
-def test_roofline_says_its_tensor_flops_include_padding(run, k):
-    """Chapter 04 drew tensor FLOPs with the MMA padding in them without saying so: the decode GEMVs
-    execute 8.00–9.14× their useful 2·M·N·K (d005: 8 rows for one, N 1792 padded to 2048)."""
-    from kernelbook.analyze.ncu_report import fidelity
+def test_roofline_says_its_tensor_flops_include_padding(run, k, roofs):
+    """Chapter 04 drew tensor FLOPs with the MMA padding in them without saying so: decode attention showed
+    17.9 FLOP/B, 18.0× its useful work, and the decode GEMVs execute 8.00–9.14× their useful 2·M·N·K (d005: 8
+    rows for one, N 1792 padded to 2048). The useful work from the shapes now stands beside the counted."""
+    from kernelbook.plots import figures as F
 
-    f = fidelity(k, run.timeline)
-    dec = f[(f.phase == "decode") & f.flops_ratio.notna()].set_index("kernel_id").flops_ratio
-    assert dec["d005"] == pytest.approx(8 * 2048 / 1792)
-    note = R.padding_note(f, "decode")
-    assert f"{dec.min():.2f}–{dec.max():.2f}×" in note and "d004" in note  # 8.00–9.14×
+    u = R.useful_work(k, run.timeline).set_index("kernel_id")
+    assert u.loc["d005", "padding_ratio"] == pytest.approx(8 * 2048 / 1792)
+    d8 = row(k, "d008")  # one query against 1161 keys, 10 heads of 128: 4·1·10·1·1161·128
+    assert u.loc["d008", "useful_flops"] == 4 * 10 * 1161 * 128
+    assert u.loc["d008", "padding_ratio"] == pytest.approx(d8.flops / (4 * 10 * 1161 * 128))  # 18.0×
+    assert u.loc["d008", "useful_intensity_dram"] == pytest.approx(4 * 10 * 1161 * 128 / d8.dram_bytes)
+    note = R.useful_note(u.reset_index(), "decode")
+    assert "8.00–18.02×" in note and "d008" in note and "d004" in note
+    fig = F.roofline_physical(R.points(k, roofs), roofs, "decode", u.reset_index())
+    hollow = [t for t in fig.data if t.marker.symbol == "circle-open"]
+    assert len(hollow) == 1 and len(hollow[0].x) == 4  # d000, d004, d005, d008
+
+
+def test_near_empty_kernels_cache_points_are_marked_artifacts(k, roofs):
+    """One-element kernels showed a 1.4–2.1 MB L2-traffic floor: ncu counts at least 1.42 MB at L2 for any
+    launch (d019: 1.42 MB at L2 for 5.1 kB from DRAM), so their L2 (and L1) points are ncu's, not theirs."""
+    d19 = row(k, "d019")
+    assert R.l2_floor(k) == d19.l2_bytes == 1420352 and d19.dram_bytes == 5120
+    p = R.points(k, roofs).set_index(["kernel_id", "level"])
+    assert p.loc[("d019", "L2"), "artifact"] and p.loc[("d019", "L1"), "artifact"]
+    assert not p.loc[("d019", "DRAM"), "artifact"]
+    # real traffic keeps its points: d008's 10.7 MB at L2 is 1.8× its 6.0 MB from DRAM
+    assert not p.loc[("d008", "L2"), "artifact"] and not p.loc[("d004", "L2"), "artifact"]
+    note = R.near_empty_note(k, "decode")
+    assert "1.42 MB–2.07 MB" in note and "d019" in note and "d008" not in note
+
+
+def test_every_figure_draws_a_category_in_one_colour(run, k, roofs):
+    """Category colours changed between chapter 01 and the rooflines: each figure dealt its palette out in the
+    order its own categories sorted or appeared (attention was one colour in chapter 01's bars, another in
+    chapter 04's). One map, by the Category enum, now colours every category figure."""
+    from kernelbook.plots import figures as F
+
+    def colours(fig):
+        out = {}
+        for t in fig.data:
+            c = t.marker.color
+            cat = (t.legendgroup or t.name or "").split(" @ ")[0]
+            if isinstance(c, str) and cat in F.CATEGORY_COLOUR:
+                out[cat] = c
+        return out
+
+    figs = [F.top_kernel_bars(T.top_kernels_by_phase(run.timeline, 12)),
+            F.category_bars(T.category_shares(run.timeline)),
+            F.roofline_physical(R.points(k, roofs), roofs, "decode"),
+            F.roofline_normalized(R.normalized(k), "decode")]
+    seen = [colours(f) for f in figs]
+    assert all(seen) and "attention" in seen[2] and "attention" in seen[3]
+    for s in seen:
+        assert s == {c: F.CATEGORY_COLOUR[c] for c in s}
+    assert len(set(F.CATEGORY_COLOUR.values())) == len(F.CATEGORY_COLOUR)  # 11 categories, 11 colours
+    assert {f.layout.template.layout.colorway for f in figs} == {tuple(F.CATEGORY_COLOURS)}
+
+
+def test_comparison_note_says_no_ncu_data_once(run):
+    """Chapter 07 wrote '(ncu no ncu data)' for a run without an ncu stage."""
+    from types import SimpleNamespace
+
+    from kernelbook.analyze import summary as S
+
+    bare = SimpleNamespace(run_id="bare", ncu_kernels=lambda: None)
+    note = S.comparison_note((run, bare))
+    assert "(no ncu data)" in note and "ncu no ncu" not in note
+    assert "(ncu decode 20/20, prefill 20/20)" in note

@@ -15,6 +15,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..i18n import tr
 from .timeline import PHASE_ORDER, category_shares, phase_summary
 
 METRICS = ("duration_ns", "sm_pct", "dram_pct", "memory_pct", "achieved_occupancy_pct", "dram_bytes")
@@ -150,11 +151,18 @@ def metrics(a, b) -> pd.DataFrame:
 
 
 def coverage(run) -> str:
+    """'decode 19/20, prefill 20/20': profiled of selected kernels per phase; empty without an ncu stage."""
     k = run.ncu_kernels()
     if k is None or "status" not in k:
-        return "no ncu data"
+        return ""
     parts = [f"{ph} {int((g.status == 'profiled').sum())}/{len(g)}" for ph, g in k.groupby("phase")]
     return ", ".join(parts)
+
+
+def coverage_words(run) -> str:
+    """'ncu decode 19/20, …', or 'no ncu data' (once: the caller's own 'ncu' wrapped it as 'ncu no ncu data')."""
+    c = coverage(run)
+    return tr("ncu {coverage}", coverage=c) if c else tr("no ncu data")
 
 
 def text_report(a, b, top: int = 12) -> str:
@@ -164,8 +172,8 @@ def text_report(a, b, top: int = 12) -> str:
         keys = ("model", "batch_size", "max_new_tokens", "variant", "attn_implementation", "cache_control")
         return ", ".join(f"{k}={p[k]}" for k in keys if k in p)
 
-    out = [f"A: {a.run_id} ({a.gpu_name}; {params(a)}; ncu {coverage(a)})",
-           f"B: {b.run_id} ({b.gpu_name}; {params(b)}; ncu {coverage(b)})", ""]
+    out = [f"A: {a.run_id} ({a.gpu_name}; {params(a)}; {coverage_words(a)})",
+           f"B: {b.run_id} ({b.gpu_name}; {params(b)}; {coverage_words(b)})", ""]
     ph = phases(a, b)
     out.append("Per phase, per step          wall A      wall B   B/A    GPU busy A  GPU busy B   B/A   launches A→B")
     for r in ph.itertuples():

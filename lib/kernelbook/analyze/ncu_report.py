@@ -1,6 +1,8 @@
 """Chapter 02's analysis: coverage, explained time, the per-kernel metric table and fidelity checks."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -38,6 +40,44 @@ FIDELITY_MISSING = {
 }
 
 
+# What the ncu stage writes in a kernel's `status` and `identity` (capture data, English in the run), as
+# catalog templates: the chapter shows them in the narrative language (`say`).
+_STATUS_TEXT = [
+    (re.compile(r"^profiled$"), N_("profiled")),
+    (re.compile(r"^position; names agree$"), N_("position; names agree")),
+    (re.compile(r"^position; ncu names it otherwise$"), N_("position; ncu names it otherwise")),
+    (re.compile(r"^name \(more results than expected launches\)$"), N_("name (more results than expected launches)")),
+    (re.compile(r"^no launch of it inside a numbered op call of the phase \(launched outside the model's forward\), "
+                r"so ncu was not pointed at it$"),
+     N_("no launch of it inside a numbered op call of the phase (launched outside the model's forward), so ncu was "
+        "not pointed at it")),
+    (re.compile(r"^ncu wrote (?P<n>\d+) results for (?P<expected>\d+) expected launches; this kernel's launch was not "
+                r"among them$"),
+     N_("ncu wrote {n} results for {expected} expected launches; this kernel's launch was not among them")),
+    (re.compile(r"^same kernel profiled in (?P<phase>\S+) \(grid (?P<grid>.*?), block (?P<block>.*?)\): its "
+                r"(?P<own>\S+) launch had no op call in the shapes pass$"),
+     N_("same kernel profiled in {phase} (grid {grid}, block {block}): its {own} launch had no op call in the shapes "
+        "pass")),
+    (re.compile(r"^ncu: (?P<error>.*)$", re.S), N_("ncu: {error}")),
+]
+
+
+def say(value) -> str:
+    """A kernel's `status` or `identity` as the ncu stage wrote it (English data), in the narrative language;
+    a text no template matches is shown as written. Phase names inside are shown as the book names phases."""
+    if not isinstance(value, str):
+        return value
+    for pattern, template in _STATUS_TEXT:
+        m = pattern.match(value)
+        if m:
+            v = m.groupdict()
+            for key in ("phase", "own"):
+                if key in v:
+                    v[key] = phase_label(v[key])
+            return tr(template, **v)
+    return value
+
+
 def coverage(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per phase: selected, profiled, coverage %, and the share of the phase's kernel time the profiled
     kernels explain (%)."""
@@ -54,6 +94,7 @@ def metric_table(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     k = with_identity(kernels, timeline, ["friendly_name", "category"])
     k["share_pct"] = 100 * k["share"]
     k["duration_us"] = k["duration_ns"] / 1e3
+    k["status"] = k["status"].map(say)  # capture data in English: shown in the narrative language
     return k[[c for c in TABLE_COLUMNS if c in k.columns] + ["status"]]
 
 
@@ -144,10 +185,10 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
         other = kernels[kernels.identity.fillna("").str.len() > 0]
         other = other[~other.identity.eq("position; names agree")]
         for r in other.itertuples():
-            lines.append(f"- {md(r.kernel_id)}: {md(r.identity)}.")
+            lines.append(f"- {md(r.kernel_id)}: {md(say(r.identity))}.")
     bad = kernels[kernels.status != "profiled"]
     for r in bad.itertuples():
-        lines.append(tr("- {kernel} not profiled: {status}", kernel=md(r.kernel_id), status=md(r.status)))
+        lines.append(tr("- {kernel} not profiled: {status}", kernel=md(r.kernel_id), status=md(say(r.status))))
     if bad.empty:
         lines.append(tr("- Every selected kernel was profiled."))
     return "\n".join(lines)

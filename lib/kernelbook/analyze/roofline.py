@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..display import eng, phase_label
-from ..i18n import N_, tr
+from ..i18n import N_, text, tr
 from .histograms import weighted_mean
 from .ncu_report import FLOPS_TOLERANCE
 from ..escape import md
@@ -145,16 +145,88 @@ def bypassed_levels(kernels: pd.DataFrame, phase: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["kernel_id", "friendly_name", "level", "level_bytes", "dram_bytes"])
 
 
-def padding_note(fid: pd.DataFrame, phase: str) -> str:
-    """What the points' FLOPs are: the work the tensor cores executed, MMA padding included, with the
-    measured ratio to the useful 2·M·N·K of the phase's matrix products (chapter 02's check, `fid`)."""
-    f = fid[(fid.phase == phase) & (fid.flops_ratio > 1 + FLOPS_TOLERANCE)] if len(fid) else fid
+def useful_work(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
+    """Per profiled kernel with FLOPs whose aten shapes give its work: the FLOPs ncu counted beside the useful
+    FLOPs of the profiled launch's shapes (a matrix product's 2·M·N·K, an attention's 4·B·H·Sq·Sk·D), counted ÷
+    useful (× of padding: the MMA tile pads a matrix-vector product's and a one-query attention's small
+    dimension), and the DRAM intensity (FLOP/B) and FLOP/s of each. Counted FLOPs are what the points are
+    drawn with; the useful ones are the work the model asked for."""
+    from .ncu_report import expected_gemm_flops, profiled_launch
+    from .whatif import attention_work
+
+    cols = ["phase", "kernel_id", "friendly_name", "category", "op_shapes", "work_basis", "counted_flops",
+            "useful_flops", "padding_ratio", "intensity_dram", "useful_intensity_dram", "flops_per_s",
+            "useful_flops_per_s"]
+    rows = []
+    for _, k in kernels[(kernels.status == "profiled") & (kernels.flops > 0)].iterrows():
+        _, op, shp = profiled_launch(k, timeline)
+        if k.category in ("GEMM", "GEMV"):
+            useful, basis = expected_gemm_flops(shp), N_("2·M·N·K")
+        elif k.category == "attention" and shp:
+            att = attention_work(shp)
+            # a prefill's causal mask skips up to half of it, which the shapes do not say
+            useful, basis = (att[0] if att else np.nan), (N_("4·B·H·Sq·Sk·D (attention)") if "x1x" in shp.split(";")[0]
+                                                          else N_("4·B·H·Sq·Sk·D (attention, no causal mask assumed)"))
+        else:
+            continue
+        if not useful == useful or useful <= 0:
+            continue
+        dram = k.dram_bytes if k.dram_bytes and k.dram_bytes > 0 else np.nan
+        rows.append({"phase": k.phase, "kernel_id": k.kernel_id, "friendly_name": k.get("friendly_name"),
+                     "category": k.category, "op_shapes": shp, "work_basis": text(basis), "counted_flops": k.flops,
+                     "useful_flops": useful, "padding_ratio": k.flops / useful, "intensity_dram": k.flops / dram,
+                     "useful_intensity_dram": useful / dram, "flops_per_s": k.flops_per_s,
+                     "useful_flops_per_s": k.flops_per_s * useful / k.flops})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def useful_note(u: pd.DataFrame, phase: str) -> str:
+    """What the points' FLOPs are, measured: the kernels of `phase` whose counted FLOPs exceed their useful
+    work (from `useful_work`), with the range of counted ÷ useful; empty when none does."""
+    f = u[(u.phase == phase) & (u.padding_ratio > 1 + FLOPS_TOLERANCE)] if len(u) else u
     if f.empty:
         return ""
-    return tr("FLOPs here are what the tensor cores executed, padding included: for {n} {phase} matrix products "
-              "({kernels}) that is {lo:.2f}–{hi:.2f}× the useful 2·M·N·K of their shapes, so their useful FLOP/s "
-              "and intensities are that many times lower than drawn.", n=len(f), phase=phase_label(phase),
-              kernels=", ".join(md(x) for x in f.kernel_id), lo=f.flops_ratio.min(), hi=f.flops_ratio.max())
+    return tr("The points are drawn with the FLOPs ncu counted, which include the MMA tile's padding: for {n} {phase} "
+              "kernels ({kernels}) that is {lo:.2f}–{hi:.2f}× the useful work of their shapes (2·M·N·K, or attention's "
+              "4·B·H·Sq·Sk·D). The table below gives both; the hollow markers in the physical roofline are the useful "
+              "work at DRAM.", n=len(f), phase=phase_label(phase), kernels=", ".join(md(x) for x in f.kernel_id),
+              lo=f.padding_ratio.min(), hi=f.padding_ratio.max())
+
+
+# A near-empty kernel's L2 count is ncu's per-launch floor, not its traffic: every profiled kernel counts at
+# least about 1.4 MB at L2 (d019, 2560 float adds: 1.42 MB at L2 for 5.1 kB from DRAM). A kernel whose L2 bytes
+# are within FLOOR_BAND of that floor and over FLOOR_OVER_DRAM × its DRAM bytes is near-empty: its L2 and L1
+# points are marked as artifacts.
+FLOOR_BAND = 1.5
+FLOOR_OVER_DRAM = 10
+
+
+def l2_floor(kernels: pd.DataFrame) -> float:
+    """The fewest L2 bytes any profiled kernel of the run counted (B): ncu's per-launch floor."""
+    b = kernels.loc[kernels.status == "profiled", "l2_bytes"] if len(kernels) else pd.Series(dtype=float)
+    b = b[b > 0]
+    return float(b.min()) if len(b) else np.nan
+
+
+def _near_empty(row, floor: float) -> bool:
+    l2, dram = row.get("l2_bytes"), row.get("dram_bytes")
+    return bool(floor == floor and l2 == l2 and dram and dram == dram and l2 <= FLOOR_BAND * floor
+                and l2 > FLOOR_OVER_DRAM * dram)
+
+
+def near_empty_note(kernels: pd.DataFrame, phase: str) -> str:
+    """One sentence naming the near-empty kernels of `phase` whose L2 and L1 points are artifacts."""
+    floor = l2_floor(kernels)
+    k = kernels[(kernels.status == "profiled") & (kernels.flops > 0) & (kernels.phase == phase)] if len(kernels) else kernels
+    k = k[[_near_empty(r, floor) for _, r in k.iterrows()]] if len(k) else k
+    if k.empty:
+        return ""
+    return tr("{n} {phase} kernels ({kernels}) read at most {dram} from DRAM, yet ncu counts {lo}–{hi} at L2 for each, against a "
+              "floor of {floor} that every profiled launch shows: their L2 count is the floor, not their traffic, and "
+              "their L1 count a handful of sectors. Their L2 and L1 points are drawn grey and marked as artifacts in "
+              "the table; only their DRAM point describes the kernel.", n=len(k), phase=phase_label(phase),
+              kernels=", ".join(md(x) for x in k.kernel_id), dram=eng(k.dram_bytes.max(), "B"), lo=eng(k.l2_bytes.min(), "B"),
+              hi=eng(k.l2_bytes.max(), "B"), floor=eng(floor, "B"))
 
 
 def bypass_note(kernels: pd.DataFrame, phase: str) -> str:
@@ -173,8 +245,10 @@ def points(kernels: pd.DataFrame, r: Roofs) -> pd.DataFrame:
     A cache level that counted fewer bytes than DRAM (the loads went around it) gets no point."""
     rows = []
     k = kernels[(kernels.status == "profiled") & (kernels.flops > 0)]
+    floor = l2_floor(kernels)
     for _, row in k.iterrows():
         clabel, cpeak = r.compute_for(row)
+        empty = _near_empty(row, floor)
         for lvl in LEVELS:
             b = row.get(f"{lvl}_bytes")
             if not b or not np.isfinite(b) or b <= 0 or _bypassed(row, lvl):
@@ -189,10 +263,12 @@ def points(kernels: pd.DataFrame, r: Roofs) -> pd.DataFrame:
                 "pct_of_roof": 100 * row.flops_per_s / roof if roof == roof else np.nan,
                 "bound": ("memory" if bw and bw * inten < cpeak else "compute") if bw else "no roof",
                 "share": row.share, "duration_us": row.duration_ns / 1e3,
+                # a near-empty kernel's cache counts are ncu's floor and a few sectors: drawn, marked
+                "artifact": empty and lvl != "dram",
             })
     p = pd.DataFrame(rows)
     if len(p):
-        p["above_roof"] = p.pct_of_roof > 100 * ABOVE_TOLERANCE
+        p["above_roof"] = (p.pct_of_roof > 100 * ABOVE_TOLERANCE) & ~p.artifact
     return p
 
 

@@ -449,10 +449,10 @@ def comparison(pair: tuple | None) -> dict[str, pd.DataFrame]:
 
 
 def comparison_note(pair: tuple | None) -> str:
-    from .compare import coverage
+    from .compare import coverage_words
 
     if pair is None:
         return tr("No `baseline_run` given and no variant run to compare with.")
     a, b = pair
-    return tr("A = `{a}` (ncu {ca}), B = `{b}` (ncu {cb}); ratios are B ÷ A.", a=md_code(a.run_id), ca=md(coverage(a)),
-              b=md_code(b.run_id), cb=md(coverage(b)))
+    return tr("A = `{a}` ({ca}), B = `{b}` ({cb}); ratios are B ÷ A.", a=md_code(a.run_id), ca=md(coverage_words(a)),
+              b=md_code(b.run_id), cb=md(coverage_words(b)))

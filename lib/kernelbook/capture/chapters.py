@@ -24,6 +24,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from ..i18n import N_, text, tr
 from ..params import resolve_path
 from .run import PARQUET, CaptureError, Progress, write_manifest
 
@@ -57,6 +58,10 @@ def can_capture(part: str) -> tuple[bool, str]:
     return True, ""
 
 
+# the parts a capture chapter writes, as its decision line names them (in the narrative language)
+PART_LABEL = {"setup": N_("setup"), "timeline": N_("timeline"), "ncu": N_("ncu")}
+
+
 def decide(run_dir: str | Path, part: str, capture: str) -> tuple[bool, str]:
     """(capture this part?, why), or CaptureError (exit code 2) when `always` cannot be honoured. A relative
     `run_dir` is resolved as the chapters read it (`params.resolve_path`: the kernel's working directory if
@@ -65,7 +70,7 @@ def decide(run_dir: str | Path, part: str, capture: str) -> tuple[bool, str]:
     run_dir = resolve_path(run_dir)
     have = present(run_dir, part)
     if capture == "never":
-        return False, "capture: never — the chapter reads the run directory"
+        return False, tr("capture: never — the chapter reads the run directory")
     ok, why_not = can_capture(part)
     if capture == "always":
         if have:
@@ -74,12 +79,13 @@ def decide(run_dir: str | Path, part: str, capture: str) -> tuple[bool, str]:
         if not ok:
             raise CaptureError(f"capture: always, but this machine cannot capture the {part} part: {why_not}. "
                                "Capture on a GPU machine, or capture: auto / never to read an existing run here.")
-        return True, "capture: always"
+        return True, tr("capture: always")
     if have:
-        return False, f"capture: auto — the run already holds its {part} part, so the chapter reads it"
+        return False, tr("capture: auto — the run already holds its {part} part, so the chapter reads it", part=text(PART_LABEL[part]))
     if not ok:
-        return False, f"capture: auto — the run lacks its {part} part and this machine cannot capture it ({why_not})"
-    return True, f"capture: auto — the run lacks its {part} part and this machine can capture it"
+        return False, tr("capture: auto — the run lacks its {part} part and this machine cannot capture it ({why})",
+                         part=text(PART_LABEL[part]), why=why_not)
+    return True, tr("capture: auto — the run lacks its {part} part and this machine can capture it", part=text(PART_LABEL[part]))
 
 
 def part(run_dir: str | Path, which: str, capture: str, params_file: str | None = None,

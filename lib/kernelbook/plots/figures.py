@@ -6,11 +6,30 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+import plotly.io as pio
+
+from ..analyze.kernels import Category
 from ..display import eng, phase_label
 from ..escape import plot
 from ..i18n import text, tr
 
-TEMPLATE = "plotly_white"
+# One colour per kernel category, fixed by the Category enum's order, used by every figure that colours by
+# category (chapter 01's bars and chapter 04's rooflines drew "attention" in different colours when each
+# figure dealt colours out in the order its own categories sorted or appeared).
+CATEGORY_COLOURS = px.colors.qualitative.Safe
+CATEGORY_COLOUR = {c.value: CATEGORY_COLOURS[i % len(CATEGORY_COLOURS)] for i, c in enumerate(Category)}
+
+
+def category_colour(cat) -> str:
+    """The colour of a kernel category in every figure; a label no Category names gets the last one."""
+    return CATEGORY_COLOUR.get(cat, CATEGORY_COLOURS[-1])
+
+
+# One plotly template for the book: plotly_white with the category palette as its colourway, so every
+# figure, express or graph_objects, starts from the same look.
+pio.templates["kernelbook"] = go.layout.Template(pio.templates["plotly_white"]).update(
+    layout=dict(colorway=CATEGORY_COLOURS))
+TEMPLATE = "kernelbook"
 
 
 def _esc(values) -> pd.Series:
@@ -66,13 +85,12 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
     phases = list(dict.fromkeys(top.phase))
     fig = make_subplots(rows=1, cols=len(phases), subplot_titles=[phase_label(p) for p in phases],
                         horizontal_spacing=0.12)
-    colours = dict(zip(sorted(top.category.dropna().unique()), CATEGORY_COLOURS * 3))
     for j, ph in enumerate(phases, 1):
         t = top[top.phase == ph].iloc[::-1]
         for cat, q in t.groupby("category", sort=False):
             fig.add_bar(
                 x=q.total_ms, y=[f"{r}. {plot(f)}" for r, f in zip(q["rank"], q.friendly_name)], orientation="h",
-                name=cat, legendgroup=cat, showlegend=cat not in {d.name for d in fig.data}, marker_color=colours[cat],
+                name=cat, legendgroup=cat, showlegend=cat not in {d.name for d in fig.data}, marker_color=category_colour(cat),
                 customdata=np.c_[_esc(q.friendly_name), _esc(q.name.str.slice(0, 90)), _esc(q.library), q.time_pct, q.calls, q.mean_us,
                                  q.median_us],
                 hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}, " + phase_label(ph) +
@@ -91,7 +109,7 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
 def category_bars(shares: pd.DataFrame) -> go.Figure:
     """Stacked share of kernel time per category, one bar per phase."""
     fig = px.bar(shares.assign(phase=shares.phase.map(phase_label)), x="phase", y="pct", color="category",
-                 template=TEMPLATE, height=420, labels={"pct": tr("% of phase kernel time"), "phase": tr("phase")},
+                 color_discrete_map=CATEGORY_COLOUR, template=TEMPLATE, height=420, labels={"pct": tr("% of phase kernel time"), "phase": tr("phase")},
                  title=tr("Kernel time by category per phase"))
     return fig
 
@@ -108,7 +126,7 @@ def reference_bars(cmp: pd.DataFrame) -> go.Figure:
 def fidelity_scatter(fid: pd.DataFrame) -> go.Figure:
     """ncu duration vs timeline median duration per profiled kernel (µs), with the y = x line."""
     fig = px.scatter(fid.assign(friendly_name=_esc(fid.friendly_name).values), x="timeline_median_us", y="ncu_us",
-                     color="category", hover_name="friendly_name",
+                     color="category", color_discrete_map=CATEGORY_COLOUR, hover_name="friendly_name",
                      log_x=True, log_y=True, template=TEMPLATE, height=420,
                      labels={"timeline_median_us": tr("timeline median (µs)"), "ncu_us": tr("ncu duration (µs)")},
                      title=tr("ncu duration vs timeline median"))
@@ -147,12 +165,16 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
     return fig
 
 
-CATEGORY_COLOURS = px.colors.qualitative.Safe
+
+ARTIFACT_COLOUR = "#bbbbbb"  # a point whose bytes are ncu's floor, not the kernel's traffic
 
 
-def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.Figure:
+def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode", useful: pd.DataFrame | None = None
+                      ) -> go.Figure:
     """FLOP/s vs FLOP/byte, log-log: compute roofs (tensor and CUDA core), bandwidth roofs per level,
-    measured ceilings dashed; points at DRAM (circle), L2 (square), L1 (diamond); size = time share."""
+    measured ceilings dashed; points at DRAM (circle), L2 (square), L1 (diamond); size = time share; a
+    near-empty kernel's cache points (`artifact`) grey. `useful` (roofline.useful_work): each padded kernel's
+    useful work at DRAM as a hollow marker, joined to its counted point."""
     p = points[points.phase == phase]
     fig = go.Figure()
     xs = np.logspace(-3, 6, 200)
@@ -174,19 +196,37 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode") -> go.
                                      line=dict(width=1, dash="dash", color="#c05621")))
     symbols = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
     cats = sorted(p.category.dropna().unique())
-    for j, cat in enumerate(cats):
+    for cat in cats:
         for lvl, sym in symbols.items():
             q = p[(p.category == cat) & (p.level == lvl)]
             if q.empty:
                 continue
             fig.add_trace(go.Scatter(
                 x=q.intensity, y=q.flops_per_s, mode="markers", name=f"{cat} @ {lvl}", legendgroup=cat,
-                marker=dict(symbol=sym, size=8 + 40 * np.sqrt(q.share), color=CATEGORY_COLOURS[j % 11],
+                marker=dict(symbol=sym, size=8 + 40 * np.sqrt(q.share),
+                            color=list(np.where(q.artifact, ARTIFACT_COLOUR, category_colour(cat)))
+                            if "artifact" in q and q.artifact.any() else category_colour(cat),
                             line=dict(width=2, color=np.where(q.above_roof, "red", "white"))),
                 customdata=np.c_[_esc(q.friendly_name), q.duration_us, q.pct_of_roof.round(1), _esc(q.kernel_id)],
                 hovertemplate="%{customdata[3]} %{customdata[0]}<br>" + lvl + ": %{x:.3g} FLOP/B, %{y:.3s} FLOP/s"
                               "<br>" + tr("%{{customdata[1]:.1f}} µs, %{{customdata[2]}} % of roof")
                               + "<extra></extra>"))
+    u = useful[(useful.phase == phase) & (useful.padding_ratio > 1.05)] if useful is not None and len(useful) else None
+    if u is not None and len(u):
+        xs_, ys_ = [], []
+        for r in u.itertuples():
+            xs_ += [r.intensity_dram, r.useful_intensity_dram, None]
+            ys_ += [r.flops_per_s, r.useful_flops_per_s, None]
+        fig.add_trace(go.Scatter(x=xs_, y=ys_, mode="lines", line=dict(width=1, dash="dot", color="#888"),
+                                 hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(
+            x=u.useful_intensity_dram, y=u.useful_flops_per_s, mode="markers",
+            name=tr("useful work (from shapes) @ DRAM"),
+            marker=dict(symbol="circle-open", size=11, line=dict(width=2), color=[category_colour(c) for c in u.category]),
+            customdata=np.c_[_esc(u.kernel_id), _esc(u.friendly_name), u.padding_ratio],
+            hovertemplate="%{customdata[0]} %{customdata[1]}<br>" + tr("useful: %{{x:.3g}} FLOP/B, %{{y:.3s}} FLOP/s; "
+                                                                      "counted ÷ useful %{{customdata[2]:.1f}}×")
+                          + "<extra></extra>"))
     # the legend goes under the plot, wrapping, so every roof (L2, L1 included) shows without a scroll box
     fig.update_layout(template=TEMPLATE, height=640 + 22 * (len(fig.data) // 4),
                       title=tr("Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
@@ -217,7 +257,7 @@ def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
     fig = px.scatter(n, x="memory_frac", y="compute_frac", color="category", size=np.sqrt(n.share) + 0.02,
                      hover_name="friendly_name", hover_data={"duration_us": ":.1f", "kernel_id": True},
                      template=TEMPLATE, height=480, range_x=[0, 1.05], range_y=[0, 1.05],
-                     color_discrete_sequence=CATEGORY_COLOURS,
+                     color_discrete_map=CATEGORY_COLOUR,
                      labels={"memory_frac": tr("memory throughput (fraction of peak)"),
                              "compute_frac": tr("SM throughput (fraction of peak)")},
                      title=tr("Normalized roofline, {phase}: every kernel sits in the unit square; the corners are the "
@@ -251,7 +291,8 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
                           row=r, col=c)
         for _, pt in q.iterrows():
             fig.add_trace(go.Scatter(x=[pt.intensity], y=[pt.flops_per_s], mode="markers", showlegend=False,
-                                     marker=dict(size=9, color=colours[pt.level],
+                                     marker=dict(size=9, color=ARTIFACT_COLOUR if pt.get("artifact") else
+                                                 colours[pt.level],
                                                  line=dict(width=2, color="red" if pt.above_roof else "white")),
                                      hovertemplate=tr("{level}: {intensity:.3g} FLOP/B, {flops}, {pct:.1f} % of roof",
                                                       level=pt.level, intensity=pt.intensity, pct=pt.pct_of_roof,

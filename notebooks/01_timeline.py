@@ -25,6 +25,7 @@ params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) use
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import comm as C
+from kernelbook.analyze import modules as M
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import steps as S
 from kernelbook.analyze import timeline as T
@@ -110,6 +111,37 @@ kb.table(T.top_table_display(r.timeline, "prefill", top_n), T.top_caption(r.time
 # %%
 kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), T.top_caption(r.timeline, "vision_encode", top_n),
          empty=kb.tr("This run has no vision-encode kernels."))
+
+# %% [markdown]
+# ## The model's parts: kernel time by module, and the bytes one decode step moves
+# Each kernel is tied to the module whose forward launched it (recorded in the capture's shapes pass): its
+# type (attention with its projections, MoE experts, router, norm, lm_head, ...) and its decoder layer. The
+# ledger sets what each module type must move per decode step (its weights and the KV cache it reads) against
+# what its kernels moved, so the distance between the step and its limit is read module by module.
+
+# %%
+types = M.by_module_type(r.timeline)
+F.module_share_bars(types) if len(types) else None
+
+# %%
+kb.table(types, kb.tr("Kernel time per step by phase and module type"),
+         empty=kb.tr("This run was captured before kernels were tied to modules."))
+
+# %%
+kb.md(M.modules_prose(types))
+
+# %%
+layers = M.by_layer(r.timeline)
+F.layer_heatmap(layers) if len(layers) else None
+
+# %%
+bw = M.dram_bandwidth(r)
+ledger = M.bytes_ledger(r.timeline, r.ncu_kernels(), bw[0])
+kb.table(ledger, kb.tr("Bytes ledger of one decode step, by module type"),
+         empty=kb.tr("This run was captured before kernels were tied to modules."))
+
+# %%
+kb.md(M.ledger_prose(ledger, M.plain_decode_ms(r), bw) + "\n\n" + kb.tr(M.LEDGER_NOTE))
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report

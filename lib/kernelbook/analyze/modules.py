@@ -10,14 +10,18 @@ import re
 
 import pandas as pd
 
+from ..display import phase_label
+from ..i18n import N_, tr
 from ..capture.phases import PROJECTOR_ATTRS, VISION_ATTRS, VISION_CLASS_WORDS
 
 # in the order a reader meets them in a decoder layer; "residual" is a layer's own work between its submodules
 # (the residual adds), "outside layers" work of the model's own forwards outside every layer (masks, positions,
-# slicing the logits), "other" a module no rule names
-MODULE_TYPES = ("vision tower", "projector", "embedding", "norm", "attention", "rotary embedding", "dense MLP",
-                "MoE router", "MoE dispatch", "MoE experts", "MoE shared experts", "residual", "lm_head", "other",
-                "outside layers")
+# slicing the logits), "other" a module no rule names, "compiled step (fused)" a CUDA-graph node Inductor fused
+# from several modules' ops (it has no eager twin in the shapes pass)
+MODULE_TYPES = (N_("vision tower"), N_("projector"), N_("embedding"), N_("norm"), N_("attention"),
+                N_("rotary embedding"), N_("dense MLP"), N_("MoE router"), N_("MoE dispatch"), N_("MoE experts"),
+                N_("MoE shared experts"), N_("residual"), N_("lm_head"), N_("other"), N_("outside layers"),
+                N_("compiled step (fused)"))
 _LAYER = re.compile(r"\.(?:layers|layer|h|blocks|block)\.(\d+)(?:\.|$)")
 
 
@@ -131,5 +135,125 @@ def _attributed(timeline: pd.DataFrame) -> pd.DataFrame:
         return timeline.iloc[0:0].assign(module_type=None, layer=None)
     k = timeline[(timeline.kind == "kernel") & timeline.phase.isin(["vision_encode", "prefill", "decode"])]
     recorded = k[k["module"].notna()][["phase", "step"]].drop_duplicates()
-    k = k.merge(recorded, on=["phase", "step"])
-    return with_module_types(k)
+    k = with_module_types(k.merge(recorded, on=["phase", "step"]))
+    if "graph" in k:  # a CUDA-graph node with no eager twin (Inductor's fused kernels) has no module of its own
+        fused = k["graph"].fillna(False).astype(bool) & k["module"].isna()
+        k.loc[fused, "module_type"] = "compiled step (fused)"
+    return k
+
+
+LEDGER_NOTE = N_("must move: the weights a module's matrix products read (2 bytes per weight element, from each "
+               "launch's shapes) and the KV cache its attention reads (q, k, v and the output, from the shapes); "
+               "activations between modules are left out (they are small at batch 1). moved: ncu's DRAM bytes where "
+               "the launch is the profiled kernel's configuration, else the bytes the op's shapes imply.")
+
+
+def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_bytes_per_s: float,
+                 phase: str = "decode") -> pd.DataFrame:
+    """One step of `phase`, per module type: kernel time (µs), launches, the bytes it must move and the bytes
+    its kernels moved (MB per step), the share of the moved bytes that ncu measured, and the time those must-move
+    bytes take at `dram_bytes_per_s` (the module's floor, µs) with the kernel time's multiple of it. Averaged over
+    the steps that recorded modules. See LEDGER_NOTE."""
+    from . import whatif as W
+
+    k = _attributed(timeline)
+    k = k[k.phase == phase]
+    cols = ["module_type", "launches_per_step", "kernel_us", "must_bytes", "moved_bytes", "moved_ncu_pct", "floor_us",
+            "time_over_floor"]
+    if k.empty:
+        return pd.DataFrame(columns=cols)
+    work = W.work_table(timeline[timeline.phase == phase], kernels)
+    key = ["name", "op_shapes", "grid"]
+    k = k.assign(op_shapes=k.op_shapes.fillna(""), grid=k.grid.fillna("").astype(str))
+    w = work[key + ["category", "weight_bytes", "dram_bytes", "flops_tensor"]].drop_duplicates(key)
+    k = k.merge(w.rename(columns={"category": "_cat"}), on=key, how="left")
+    att = k["_cat"] == "attention"
+    k["must"] = k.weight_bytes.fillna(0.0) + k.dram_bytes.where(att, 0.0).fillna(0.0)
+    k["moved"], k["from_ncu"] = k.dram_bytes.fillna(0.0), False
+    if kernels is not None and len(kernels):
+        prof = kernels[(kernels.phase == phase) & (kernels.status == "profiled") & kernels.dram_bytes.notna()]
+        ncu = {(r["name"], _grid(r.get("grid"))): float(r.dram_bytes) for _, r in prof.iterrows()}
+        hit = [ncu.get((n, g)) for n, g in zip(k["name"], k["grid"])]
+        got = pd.Series([h is not None for h in hit], index=k.index)
+        k.loc[got, "moved"] = [h for h in hit if h is not None]
+        k["from_ncu"] = got
+    steps = max(1, k.step.nunique())
+    g = k.groupby("module_type").agg(launches=("name", "size"), ns=("duration_ns", "sum"), must=("must", "sum"),
+                                     moved=("moved", "sum"),
+                                     ncu=("moved", lambda s: s[k.loc[s.index, "from_ncu"]].sum())).reset_index()
+    g = pd.concat([g, g.drop(columns="module_type").sum().to_frame().T.assign(module_type="step")],
+                  ignore_index=True)
+    out = pd.DataFrame({"module_type": g.module_type, "launches_per_step": g.launches / steps,
+                        "kernel_us": g.ns / 1e3 / steps, "must_bytes": g.must / steps, "moved_bytes": g.moved / steps,
+                        "moved_ncu_pct": 100 * g.ncu / g.moved.where(g.moved > 0)})
+    out["floor_us"] = out.must_bytes / dram_bytes_per_s * 1e6
+    out["time_over_floor"] = out.kernel_us / out.floor_us.where(out.floor_us > 0)
+    body = out[out.module_type != "step"].sort_values("kernel_us", ascending=False)
+    return pd.concat([body, out[out.module_type == "step"]], ignore_index=True)[cols]
+
+
+def _grid(g) -> str:
+    """ncu's grid string in the timeline's form (`4x5x1`)."""
+    return "" if g is None or (isinstance(g, float)) else str(g).replace(",", "x").replace(" ", "").strip("()[]")
+
+
+def dram_bandwidth(run) -> tuple[float, str]:
+    """(bytes/s, source) for the floors: the run's measured device-to-device copy, else the device's spec."""
+    mp = run.manifest.get("measured_peaks") or {}
+    if mp.get("d2d_copy_gbps"):
+        return mp["d2d_copy_gbps"] * 1e9, N_("measured device-to-device copy")
+    from ..devices import UnknownDeviceError, lookup
+
+    try:
+        return lookup(run.manifest.get("device") or "").dram_bytes_per_s, N_("spec sheet")
+    except UnknownDeviceError:
+        return float("nan"), N_("unknown")
+
+
+def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[float, str]) -> str:
+    """What the ledger says about the distance between the step and its limit, module by module."""
+    if ledger.empty:
+        return tr("This run was captured before kernels were tied to modules, so there is no bytes ledger: "
+                  "re-capture it to get one.")
+    step = ledger[ledger.module_type == "step"].iloc[0]
+    body = ledger[ledger.module_type != "step"]
+    excess = (body.moved_bytes - body.must_bytes).fillna(0.0)
+    worst = body.loc[excess.idxmax()]
+    slow = body.loc[body.kernel_us.idxmax()]
+    out = [tr("One decode step's kernels must move {must:.0f} MB (weights and the KV cache they read): {floor:.0f} µs "
+              "at {bw:.2f} TB/s ({src}). They moved {moved:.0f} MB ({ratio:.1f}× that) in {kernel:.0f} µs of kernel "
+              "time, {over:.1f}× the floor.", must=step.must_bytes / 1e6, floor=step.floor_us, bw=bw[0] / 1e12,
+              src=tr(bw[1]), moved=step.moved_bytes / 1e6, ratio=step.moved_bytes / max(step.must_bytes, 1.0),
+              kernel=step.kernel_us, over=step.time_over_floor)]
+    if excess.max() > 0.05 * step.must_bytes:
+        out.append(tr("The largest excess is in {module}: {moved:.0f} MB moved against {must:.0f} MB it must move "
+                      "(+{extra:.0f} MB per step).", module=tr(worst.module_type), moved=worst.moved_bytes / 1e6,
+                      must=worst.must_bytes / 1e6, extra=(worst.moved_bytes - worst.must_bytes) / 1e6))
+    out.append(tr("The most kernel time is in {module}: {us:.0f} µs per step over {n:.0f} launches.",
+                  module=tr(slow.module_type), us=slow.kernel_us, n=slow.launches_per_step))
+    if plain_step_ms:
+        out.append(tr("The plain step takes {plain:.2f} ms, so {host:.2f} ms of it ({pct:.0f} %) is not kernel time: "
+                      "the host between launches, which no module's bytes explain.", plain=plain_step_ms,
+                      host=plain_step_ms - step.kernel_us / 1e3,
+                      pct=100 * (1 - step.kernel_us / 1e3 / plain_step_ms)))
+    return " ".join(out)
+
+
+def modules_prose(types: pd.DataFrame) -> str:
+    if types.empty:
+        return tr("This run was captured before kernels were tied to modules (the capture's shapes pass records them "
+                  "now); re-capture it for the tables by module type and layer.")
+    out = []
+    for ph, g in types.groupby("phase", sort=False):
+        top = g.sort_values("us_per_step", ascending=False).head(2)
+        out.append(tr("{phase}: {first} {p1:.0f} %, {second} {p2:.0f} % of kernel time.", phase=phase_label(ph),
+                      first=tr(top.iloc[0].module_type), p1=top.iloc[0].share_pct,
+                      second=tr(top.iloc[1].module_type) if len(top) > 1 else "-",
+                      p2=top.iloc[1].share_pct if len(top) > 1 else 0.0))
+    return " ".join(out)
+
+
+def plain_decode_ms(run) -> float | None:
+    """The plain (unprofiled) decode step, ms, when the capture timed it."""
+    p = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get("decode")
+    return p["ms_per_step"] if p else None

@@ -367,3 +367,32 @@ def launch_skew(coll: pd.DataFrame, phase: str = "decode") -> go.Figure:
                       title=tr("Launch skew between ranks per collective ({phase})", phase=phase_label(phase)),
                       legend=dict(orientation="h", y=-0.2))
     return fig
+
+
+def module_share_bars(types: pd.DataFrame) -> go.Figure:
+    """One horizontal bar per phase, split by module type: the share of the phase's kernel time (analyze.modules)."""
+    from ..analyze.modules import MODULE_TYPES
+
+    fig = go.Figure()
+    colours = px.colors.qualitative.Safe + px.colors.qualitative.Pastel
+    present = [t for t in MODULE_TYPES if t in set(types.module_type.astype(str))]
+    for i, t in enumerate(present):
+        g = types[types.module_type.astype(str) == t]
+        fig.add_bar(y=[phase_label(p) for p in g.phase], x=g.share_pct, orientation="h", name=tr(t),
+                    marker_color=colours[i % len(colours)], customdata=np.c_[g.us_per_step, g.launches_per_step],
+                    hovertemplate=tr(t) + ": %{x:.1f} %, %{customdata[0]:.0f} µs, %{customdata[1]:.0f} "
+                    + tr("launches per step") + "<extra></extra>")
+    fig.update_layout(template=TEMPLATE, barmode="stack", height=320, xaxis_title=tr("% of the phase's kernel time"),
+                      title=tr("Kernel time by module type"), legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def layer_heatmap(layers: pd.DataFrame) -> go.Figure:
+    """Decode kernel time per step (µs) by decoder layer and module type."""
+    wide = layers.pivot_table(index="module_type", columns="layer", values="us_per_step", aggfunc="sum", observed=True)
+    fig = go.Figure(go.Heatmap(z=wide.to_numpy(), x=[str(c) for c in wide.columns], y=[tr(t) for t in wide.index],
+                               colorscale="Blues", colorbar=dict(title="µs"),
+                               hovertemplate=tr("layer") + " %{x}, %{y}: %{z:.1f} µs<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, height=140 + 28 * len(wide), xaxis_title=tr("decoder layer"),
+                      title=tr("Decode kernel time per step by layer (µs)"))
+    return fig

@@ -68,7 +68,7 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
     low_hit = k.l2_hit_pct < rules.l2_hit_min_pct
     k["locality_issue"] = low_hit & reuse
     k["reason"] = [
-        tr("SM {sm:.0f} %, memory {mem:.0f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m, high=rules.high_pct,
+        tr("SM {sm:.1f} %, memory {mem:.1f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m, high=rules.high_pct,
            low=rules.low_pct)
         + ((tr("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
             tr("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "")

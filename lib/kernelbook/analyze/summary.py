@@ -176,8 +176,9 @@ def lever(changed: dict) -> Lever:
 
 def plain_ms_per_step(run, phase: str) -> float | None:
     """Plain (unprofiled) wall ms per step of `phase`, when the capture timed it (`plain_phases`)."""
-    p = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get(phase)
-    return p["ms_per_step"] if p else None
+    from .timeline import plain_ms_per_step as plain
+
+    return plain(run.manifest).get(phase)
 
 
 VARIANT_COLUMNS = ["variant", "run", "phase", "unit", "basis", "lever", "baseline_ms", "predicted_ms", "measured_ms",
@@ -411,7 +412,8 @@ def limit_prose(limit: DecodeLimit | None) -> str:
 
 def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
     """The profiler output contract (`report.md`) as chapter 07 shows it: its Stages table as a frame
-    (bound and key issue per phase) and its per-phase sections (root cause, top 3 opportunities)."""
+    (bound and key issue per phase) and, as Markdown, what its cells and classes mean and its per-phase
+    sections (root cause, top 3 opportunities)."""
     from ..devices import lookup
     from . import classify as C
 
@@ -422,8 +424,10 @@ def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
     summary = phase_summary(run.timeline, run.phases)
     opps = C.all_opportunities(run, summary, c, roofs)
     header = [x.strip() for x in C.CONTRACT_HEADER.strip("|").split("|")]
-    stages = pd.DataFrame(C.contract_stage_rows(summary, c, opps), columns=header)
-    return stages, re.sub(r"^## ", "#### ", C.contract_sections(summary, c, opps), flags=re.M)
+    rows = C.contract_stage_rows(summary, c, opps, run.manifest)
+    stages = pd.DataFrame(rows, columns=header)
+    text = C.contract_legend(run.manifest, summary, rows) + "\n\n" + C.contract_sections(summary, c, opps, run.manifest)
+    return stages, re.sub(r"^## ", "#### ", text, flags=re.M)
 
 
 def comparison_pair(baseline_run, run, variants: list) -> tuple | None:

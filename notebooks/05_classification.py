@@ -181,7 +181,7 @@ kb.table(opps.get(phase), kb.tr("Top opportunities in {phase}", phase=kb.phase_l
          empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase)))
 
 # %%
-kb.source(C.contract_markdown(r, summary, c, opps))
+kb.source(C.contract_markdown(r, summary, c, opps, rules))
 
 # %% [markdown]
 # ## Kernel explorer

@@ -182,3 +182,22 @@ def test_eager_attention_is_measured_and_says_why_it_is_not_predicted(runs):
     k = D.kernels(base, var, "decode").set_index("op").loc["aten::_softmax"]
     layers = DEEPSEEK_OCR2_ARCH["text_config"]["num_hidden_layers"]
     assert k.launches_per_step_b - k.launches_per_step_a == layers
+
+
+def test_headline_decode_step_is_the_plain_step_whatever_is_passed(runs):
+    """The headline's decode step is the plain (unprofiled) one, 18.47 ms on the bundled run, not the
+    36.24 ms the step takes under the profiler: with or without the deployed table beside it."""
+    base, _, tb, _, _, roofs = runs
+    lim = S.decode_limit(tb, base, roofs)
+    plain = base.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"]
+    assert lim.plain_ms == plain and lim.step_ms == plain and lim.wall_ms == pytest.approx(36.243, abs=1e-3)
+    none = pd.DataFrame(columns=S.VARIANT_COLUMNS)
+    for dep in (None, S.deployed(base, lim, [])):
+        line = S.headline(S.phase_table(base), lim, none, dep)
+        assert f"a plain eager decode step takes {plain:.1f} ms, {plain / lim.limit_ms:.0f}×" in line, line
+        assert f"{lim.wall_ms:.1f} ms" not in line
+    # a run without plain step timings says its step is the profiled one
+    old = S.DecodeLimit(**{**lim.__dict__, "plain_ms": None})
+    assert "under the profiler (the run has no plain step timing)" in S.headline(S.phase_table(base), old, none)
+    t = lim.table().set_index("quantity")
+    assert t.loc["wall per step (measured, plain run)", "value"] == plain

@@ -21,6 +21,7 @@ from ..display import phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
 from ..escape import md
+from .timeline import plain_ms_per_step
 
 MAX_WARPS_PER_SM = {"hopper": 64, "ampere": 64, "ada": 48, "blackwell": 64}
 REGISTERS_PER_SM = 65536
@@ -68,7 +69,7 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
     low_hit = k.l2_hit_pct < rules.l2_hit_min_pct
     k["locality_issue"] = low_hit & reuse
     k["reason"] = [
-        tr("SM {sm:.0f} %, memory {mem:.0f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m, high=rules.high_pct,
+        tr("SM {sm:.1f} %, memory {mem:.1f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m, high=rules.high_pct,
            low=rules.low_pct)
         + ((tr("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
             tr("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "")
@@ -263,26 +264,54 @@ def littles_law(c: pd.DataFrame, device, rules: Rules = Rules(), family: str = "
     return out.reset_index(drop=True)
 
 
+def wall_basis(summary_row, overhead_ratio: float | None = None, plain_ms: float | None = None
+               ) -> tuple[float, float, str]:
+    """(wall ms per step, GPU-busy ms per step, the basis in words) of a phase, for its idle share.
+
+    The timeline was captured under the profiler, which stretches the host's gaps between kernels, not the
+    kernels: the wall is the plain run's step (`plain_ms`, the capture's unprofiled timing of the phase)
+    where the capture timed it, else the profiled step ÷ the capture's profiled ÷ plain ratio for the whole
+    generate call, else the profiled step. GPU-busy time is the profiled timeline's."""
+    steps = max(1, int(summary_row.get("steps", 1) or 1))
+    busy, prof = summary_row.gpu_busy_ms / steps, summary_row.wall_ms / steps
+    if plain_ms:
+        return plain_ms, busy, tr("plain run, no profiler")
+    if overhead_ratio:
+        return prof / overhead_ratio, busy, tr("profiled wall ÷ {ratio:.2f} profiler overhead", ratio=overhead_ratio)
+    return prof, busy, tr("under the profiler")
+
+
+def speedup(gain_pct: float) -> float:
+    """The speedup of removing `gain_pct` % of a wall time: 1 ÷ (1 − share)."""
+    return 1 / (1 - gain_pct / 100) if gain_pct < 100 else math.inf
+
+
+def times(x: float) -> str:
+    """A speedup as printed: two decimals under 2× (1.03), one above (8.1), so that a share printed to
+    0.1 % gives it back within its last digit."""
+    return f"{x:.2f}" if x < 2 else f"{x:.1f}"
+
+
 def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.Series, roofs,
-                  overhead_ratio: float | None = None) -> pd.DataFrame:
-    """Candidates for one phase, ranked by estimated gain (% of the phase's wall time):
+                  overhead_ratio: float | None = None, plain_ms: float | None = None) -> pd.DataFrame:
+    """Candidates for one phase, ranked by estimated gain (`gain_pct`: % of the phase's wall time on the
+    basis of `wall_basis`, the plain run's where the capture timed it; `speedup`: 1 ÷ (1 − share)):
     - launch overhead: the GPU-idle share of the phase (what CUDA graphs / fewer launches can recover);
     - per category of profiled kernels: time above the kernel's roof, i.e. duration − max(FLOPs ÷ compute
       roof, bytes ÷ bandwidth at each level), scaled to the category's share of the phase's kernel time.
-    Gains are upper bounds: they assume the roof is reachable and nothing else moves."""
+    Gains are upper bounds, each alone: they assume the roof is reachable and nothing else moves."""
     rows = []
-    # the timeline was captured under the profiler, which stretches host-side gaps: rescale the wall
-    # time by the capture's profiled ÷ plain ratio so the idle share is that of the plain run
-    wall = summary_row.wall_ms / (overhead_ratio or 1.0)
-    busy_frac = min(1.0, summary_row.gpu_busy_ms / wall) if wall else 0.0
+    wall, busy, basis = wall_basis(summary_row, overhead_ratio, plain_ms)
+    busy_frac = min(1.0, busy / wall) if wall else 0.0
     idle = 1 - busy_frac
     if idle > 0:
-        note = tr(" (profiled wall ÷ {ratio:.2f} profiler overhead)", ratio=overhead_ratio) if overhead_ratio else ""
         rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step") if phase == "decode"
                      else tr("Cut launch overhead: CUDA graphs / fewer, fused kernels"),
                      "gain_pct": 100 * idle,
-                     "trigger": tr("GPU idle={idle:.0f} % of wall{note}, launches/step={launches:.0f}", idle=100 * idle,
-                                   note=note, launches=summary_row.get("launches_per_step", float("nan")))})
+                     "trigger": tr("GPU idle {idle:.1f} % of the {phase} step: {busy:.2f} ms busy in {wall:.2f} ms "
+                                   "({basis}), {launches:.0f} launches per step", idle=100 * idle,
+                                   phase=phase_label(phase), busy=busy, wall=wall, basis=basis,
+                                   launches=summary_row.get("launches_per_step", float("nan")))})
     pc = c[c.phase == phase]
     if len(pc):
         roof_t = pc.apply(lambda k: roof_time_ns(k, roofs), axis=1)
@@ -297,10 +326,12 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
                                            hint=_hint(cat, grp)),
                          "gain_pct": gain,
                          "trigger": tr("{category} {share:.0f} % of kernel time at {pct:.0f} % of roof (time-weighted); "
-                                       "e.g. {kernel}: SM={sm:.0f} %, DRAM={dram:.0f} %, occupancy={occ:.0f} %",
+                                       "e.g. {kernel}: SM={sm:.1f} %, DRAM={dram:.1f} %, occupancy={occ:.0f} %",
                                        category=cat, share=100 * cat_share, pct=100 * (1 - f), kernel=top.friendly_name,
                                        sm=top.sm_pct, dram=top.dram_pct, occ=top.achieved_occupancy_pct)})
-    return pd.DataFrame(rows).sort_values("gain_pct", ascending=False).reset_index(drop=True)
+    out = pd.DataFrame(rows, columns=["opportunity", "gain_pct", "trigger"])
+    out.insert(2, "speedup", [speedup(g) for g in out.gain_pct])
+    return out.sort_values("gain_pct", ascending=False).reset_index(drop=True)
 
 
 def _hint(cat: str, grp: pd.DataFrame) -> str:
@@ -331,31 +362,102 @@ def roof_time_ns(k, roofs) -> float:
 CONTRACT_HEADER = "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |"
 
 
-def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame]) -> str:
+# one line per class, wherever report.md or chapter 07 names one (the Bottleneck column, the sections)
+CLASS_DEFINITIONS = {
+    "memory-bound": N_("memory throughput ≥ {high:.0f} % and SM throughput < {high:.0f} %: the kernel waits on bytes."),
+    "compute-bound": N_("SM throughput ≥ {high:.0f} % and memory throughput < {high:.0f} %: the kernel waits on its "
+                        "pipes."),
+    "latency-bound": N_("SM and memory throughput both < {low:.0f} %: too little work in flight to load either; "
+                        "launch and dependency latency set the time."),
+    "balanced": N_("neither memory-, compute- nor latency-bound: SM and memory throughput both ≥ {high:.0f} %, or "
+                   "both < {high:.0f} % with at least one ≥ {low:.0f} %; no single unit is saturated alone, and "
+                   "neither is idle."),
+    "unknown": N_("ncu recorded no SM or memory throughput for the kernel."),
+    "not profiled": N_("no kernel of the stage was profiled by ncu."),
+}
+
+
+def class_definitions(classes, rules: Rules = Rules()) -> list[str]:
+    """One Markdown bullet per class named in `classes` (machine values; in CLASS_DEFINITIONS' order): its
+    rule with the thresholds of `rules` (ncu's SM and memory throughput, % of peak)."""
+    out = []
+    used = set(classes)
+    for cls in CLASS_DEFINITIONS:
+        if cls in used:
+            out.append(f"- **{md(class_label(cls))}**: "
+                       + tr(CLASS_DEFINITIONS[cls], high=rules.high_pct, low=rules.low_pct))
+    return out
+
+
+def contract_legend(manifest: dict, summary: pd.DataFrame, rows: list[list[str]], rules: Rules = Rules()) -> str:
+    """What the Stages table's cells are: the Duration basis (plain run, µs, per decode step), the
+    percentage columns, and each class its Bottleneck column names, defined in one line."""
+    plain = plain_ms_per_step(manifest)
+    stages = [r[0] for r in rows]
+    s = summary.set_index("phase")
+    prof = tr(", ").join(
+        tr("{phase} {us:.0f} µs per step", phase=md(ph), us=1e3 * s.loc[ph].wall_ms / max(1, int(s.loc[ph].steps or 1)))
+        if ph == "decode" else tr("{phase} {us:.0f} µs", phase=md(ph), us=1e3 * s.loc[ph].wall_ms) for ph in stages)
+    if all(ph in plain for ph in stages):
+        lines = [tr("Duration (us): each stage's wall time in µs in the plain generate call (no profiler; the median "
+                    "of the capture's timing trials), per step for decode and per call for the others. Under the "
+                    "profiler the same stages took {profiled}.", profiled=prof)]
+    else:
+        lines = [tr("Duration (us): each stage's wall time in µs under the profiler (this run has no plain per-stage "
+                    "timings; the profiler stretches the host's gaps), per step for decode and per call for the "
+                    "others.")]
+    lines += ["", tr("TC%: SM throughput (% of peak; ncu's busiest SM pipe, tensor included) of the kernels that issue "
+                     "tensor FLOPs; DRAM%: DRAM throughput, % of peak; Occ%: achieved occupancy, % of the SM's warp "
+                     "slots. Each is a mean over the stage's profiled kernels weighted by their share of its kernel "
+                     "time. Bottleneck: the class that holds the most of that time; Key Issue: the stage's first "
+                     "opportunity below."),
+              "", tr("Bottleneck classes, from ncu's SM and memory throughput (% of peak; high ≥ {high:.0f}, low < "
+                     "{low:.0f}):", high=rules.high_pct, low=rules.low_pct), ""]
+    return "\n".join(lines + class_definitions([r[5] for r in rows], rules))
+
+
+def _duration_us(phase: str, s, plain_ms: float | None = None) -> str:
+    """A Stages Duration cell: µs per decode step, µs per call for the other stages (their steps summed)."""
+    steps = max(1, int(s.get("steps", 1) or 1))
+    per_step_ms = plain_ms if plain_ms else s.wall_ms / steps
+    return f"{1e3 * per_step_ms:.0f} per step" if phase == "decode" else f"{1e3 * per_step_ms * steps:.0f}"
+
+
+def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
+                      rules: Rules = Rules()) -> str:
     """The skill seed's profiler output contract, one block for the run, stages = phases. The tables'
     header lines and their stage and class values are the contract a tool reads: they stay as they
-    are in every language; the prose around them is in the narrative language."""
+    are in every language; the prose around them (what each column and class means) is in the narrative
+    language."""
     m = run.manifest
     info = m.get("timeline_info", {})
     p = m.get("params", {})
+    rows = contract_stage_rows(summary, c, opps, m)
     lines = [tr("Profile: {model} [{run}]", model=md(p.get("model", "?")), run=md(run.run_id)), "",
              tr("## Configuration"), "", "| b | s | t | dtype |", "|---|---|---|---|",
              "| " + " | ".join(md(v) for v in (p.get("batch_size", "?"), info.get("inputs", {}).get("prompt_tokens", "?"),
                                                p.get("max_new_tokens", "?"), p.get("dtype", "bfloat16"))) + " |", "",
-             tr("## Stages"), "", CONTRACT_HEADER, "|---|---|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in contract_stage_rows(summary, c, opps)]
-    return "\n".join(lines + ["", contract_sections(summary, c, opps)])
+             tr("b: batch size; s: prompt tokens ({image} of them image tokens); t: new tokens generated; dtype: of "
+                "the weights and activations.", image=md(info.get("inputs", {}).get("image_tokens_per_prompt", "?"))),
+             "", tr("## Stages"), "", CONTRACT_HEADER, "|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines + ["", contract_legend(m, summary, rows, rules), "",
+                              contract_sections(summary, c, opps, m)])
 
 
-def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame]) -> list[list[str]]:
+def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
+                        manifest: dict | None = None) -> list[list[str]]:
     """The contract's Stages rows, cells as written (the columns of CONTRACT_HEADER). The stage rows are
-    read by tools: their values stay as the contract writes them in every language."""
+    read by tools: their values stay as the contract writes them in every language. Duration is in µs,
+    per decode step and per call for the other stages: the plain (unprofiled) run's time where the capture
+    timed it (`manifest`'s `plain_phases`), else the profiled pass's."""
+    plain = plain_ms_per_step(manifest or {})
     rows = []
     for _, s in summary.iterrows():
         if s.phase == "other":
             continue
         pc = c[c.phase == s.phase]
-        per = f"{1e3 * s.wall_ms / max(1, s.get('steps', 1)):.0f} per step" if s.phase == "decode" else f"{1e3 * s.wall_ms:.0f}"
+        per = _duration_us(s.phase, s, plain.get(s.phase))
         if len(pc):
             tc = weighted_mean(pc.sm_pct.where(pc.flops_tensor > 0), pc.share)
             dram = weighted_mean(pc.dram_pct, pc.share)
@@ -370,22 +472,36 @@ def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, 
     return rows
 
 
-def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame]) -> str:
-    """The contract's per-phase sections: bottleneck, root cause, top 3 opportunities (narrative language)."""
+def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
+                      manifest: dict | None = None) -> str:
+    """The contract's per-phase sections: bottleneck, root cause, top 3 opportunities (narrative language).
+    Idle shares and gains are on `wall_basis`'s basis: the plain run's step where `manifest` timed it."""
+    manifest = manifest or {}
+    plain = plain_ms_per_step(manifest)
+    ratio = manifest.get("timeline_info", {}).get("overhead_ratio")
     lines = []
     for ph, o in opps.items():
         s = summary.set_index("phase").loc[ph]
         pc = c[c.phase == ph]
         bott, frac = dominant_class(pc)  # opps holds only phases with profiled kernels
-        idle = 100 * (1 - s.gpu_busy_ms / s.wall_ms)
+        wall, busy, basis = wall_basis(s, ratio, plain.get(ph))
+        idle = 100 * max(0.0, 1 - busy / wall) if wall else float("nan")
+        prof_idle = 100 * (1 - s.gpu_busy_ms / s.wall_ms)
+        where = (tr("{busy:.2f} ms busy in a step of {wall:.2f} ms, {basis}; {prof:.0f} % under the profiler, which "
+                    "stretches the host's gaps", busy=busy, wall=wall, basis=basis, prof=prof_idle)
+                 if plain.get(ph) or ratio else tr("measured under the profiler"))
         lines += [f"## {md(ph)}", "", tr("Bottleneck: {cls}", cls=class_label(bott).capitalize()), "",
-                  tr("Root cause: the GPU is idle {idle:.0f} % of {phase} wall time between kernels (measured under the "
-                     "profiler), and the kernels that run are mostly {cls} ({pct:.0f} % of profiled time).", idle=idle,
-                     phase=phase_label(ph), cls=class_label(bott), pct=100 * frac), "",
-                  tr("Top 3 Opportunities (ranked by estimated impact)"), ""]
+                  tr("Root cause: the GPU is idle {idle:.0f} % of {phase} wall time between kernels ({where}), and "
+                     "the kernels that run are mostly {cls} ({pct:.0f} % of profiled kernel time).", idle=idle,
+                     phase=phase_label(ph), where=where, cls=class_label(bott), pct=100 * frac), "",
+                  tr("Top 3 Opportunities (ranked by estimated impact)"), "",
+                  tr("Each gain is the share of {phase} wall time ({basis}) the change could remove at most, alone "
+                     "and with the roof reached, and the speedup that gives: 1 ÷ (1 − share).",
+                     phase=phase_label(ph), basis=basis), ""]
         for _, r in o.head(3).iterrows():
-            lines.append(tr("- {opportunity} — est. {gain:.0f}% gain — trigger: {trigger}", opportunity=md(r.opportunity),
-                            gain=r.gain_pct, trigger=md(r.trigger)))
+            lines.append(tr("- {opportunity} — est. ≤ {gain:.1f} % of {phase} wall time, up to {speedup}× faster "
+                            "— trigger: {trigger}", opportunity=md(r.opportunity), gain=r.gain_pct,
+                            phase=phase_label(ph), speedup=times(r.speedup), trigger=md(r.trigger)))
         lines.append("")
     return "\n".join(lines)
 
@@ -396,20 +512,22 @@ def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dic
 
     shares = category_shares(run.timeline)
     ratio = run.manifest.get("timeline_info", {}).get("overhead_ratio")
+    plain = plain_ms_per_step(run.manifest)
     out = {}
     for ph in c.phase.unique():
         if ph not in set(summary.phase):
             continue
         sh = shares[shares.phase == ph].set_index("category").pct / 100
-        out[ph] = opportunities(ph, summary.set_index("phase").loc[ph], c, sh, roofs, ratio)
+        out[ph] = opportunities(ph, summary.set_index("phase").loc[ph], c, sh, roofs, ratio, plain.get(ph))
     return out
 
 
 def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
     top, frac = dominant_class(cp)
     first = "" if opps is None or not len(opps) else tr(
-        "; first to try: {what} (est. ≤ {gain:.0f} % of {phase} wall time)",
+        "; first to try: {what} (est. ≤ {gain:.1f} % of {phase} wall time, up to {speedup}× faster)",
         what=md(re.split("[:：]", opps.iloc[0].opportunity)[0].lower()), gain=opps.iloc[0].gain_pct,
+        speedup=times(opps.iloc[0].speedup),
         phase=phase_label(phase))
     return tr("{phase}: {pct:.0f} % of profiled kernel time is {cls} ({n_cls} of {n} kernels){first}",
               phase=phase_label(phase), pct=100 * frac, cls=class_label(top), n_cls=(cp["class"] == top).sum(),
@@ -523,4 +641,4 @@ def report_for_run(run_dir, rules: Rules = Rules()) -> str | None:
     roofs = make_roofs(dev, run.manifest, k, run.ncu_metrics())
     c = classify(k, dev.ridge("bf16"), rules)
     summary = phase_summary(run.timeline, run.phases)
-    return contract_markdown(run, summary, c, all_opportunities(run, summary, c, roofs)) + "\n"
+    return contract_markdown(run, summary, c, all_opportunities(run, summary, c, roofs), rules) + "\n"

@@ -36,6 +36,14 @@ def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((block_end - block_start).sum())
 
 
+def plain_ms_per_step(manifest: dict) -> dict[str, float]:
+    """Per phase, the plain (unprofiled) wall ms per step the capture timed (`timeline_info.plain_phases`:
+    the median of its timing trials; per decode step, per call for the others); empty for a run captured
+    before plain phases were timed."""
+    pp = manifest.get("timeline_info", {}).get("plain_phases") or {}
+    return {ph: float(v["ms_per_step"]) for ph, v in pp.items() if v and v.get("ms_per_step") is not None}
+
+
 def phase_wall_ns(phases: pd.DataFrame) -> dict[str, int]:
     """Wall time per phase from the CPU-side ranges; prefill excludes the vision ranges nested in it."""
     w = phases.groupby("phase")["duration_ns"].sum().to_dict()

@@ -211,6 +211,7 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
     rows = []
     for run, vtr in variants:
         p = run.manifest.get("params", {})
+        twin = host_baseline(run, base_run)  # measured gains: plain runs of one host where the capture kept one
         lv = lever(changed_params(base_run.manifest.get("params", {}), p))
         changed = gpu.with_(**lv.design) if lv.design is not None else None
         preds: dict = {}  # this variant's prediction, per host scale
@@ -220,10 +221,10 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
         for ph, unit in (("decode", "ms/token"), ("prefill", "ms/call")):
             if ph not in base_m.index or ph not in vm.index:
                 continue
-            plain = plain_ms_per_step(base_run, ph) is not None and plain_ms_per_step(run, ph) is not None
+            plain = plain_ms_per_step(twin, ph) is not None and plain_ms_per_step(run, ph) is not None
             scale = None if plain else 1.0
             per = (lambda x, b: x / b) if ph == "decode" else (lambda x, b: x)
-            base_ms = per(plain_ms_per_step(base_run, ph) if plain else base_m.loc[ph, "wall_ms_per_step"], bb)
+            base_ms = per(plain_ms_per_step(twin, ph) if plain else base_m.loc[ph, "wall_ms_per_step"], bb)
             var_ms = per(plain_ms_per_step(run, ph) if plain else vm.loc[ph, "wall_ms_per_step"], vb)
             if lv.design is not None and (ph == "decode" or lv.batch > 1):
                 # the graph lever applies to the decode step only (prefill stays eager in the variant);
@@ -241,25 +242,40 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
                 pred_ms = pred_gain = np.nan
             gain = base_ms / var_ms
             rows.append({"variant": p.get("variant") or run.run_id, "run": run.run_id, "phase": ph, "unit": unit,
-                         "basis": tr("plain runs") if plain else tr("profiled pass"),
+                         "basis": (tr("plain runs") if plain else tr("profiled pass")) + (
+                             "" if twin is base_run else tr(", same host: {run}", run=twin.run_id)),
                          "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
                          "predicted_gain": pred_gain, "measured_gain": gain,
                          "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})
     return pd.DataFrame(rows, columns=VARIANT_COLUMNS)
 
 
+def host_baseline(run, base_run):
+    """The run a variant's measured gain is taken against: the baseline captured beside it in the same lease (its
+    manifest's `host_baseline`, a sibling run directory) when there is one, else `base_run`. Plain generate is
+    host-bound, and the host's speed differs between leases (1.02 s against 1.49 s for the same bundled run), so a
+    variant set against a baseline captured on another host measures the hosts, not the change."""
+    from ..load.run import load_run
+
+    name = run.manifest.get("host_baseline")
+    if not name or name == base_run.run_id:
+        return base_run
+    path = run.path.parent / name
+    return load_run(path) if path.is_dir() else base_run
+
+
 def plain_generate(base_run, variants: list) -> pd.DataFrame:
     """Each run's plain (unprofiled) generate call: median seconds over its timing trials, and the
-    baseline ÷ variant ratio."""
+    baseline ÷ variant ratio (the baseline captured on the variant's host where it kept one, `host_baseline`)."""
     def med(r):
         return r.manifest.get("timeline_info", {}).get("plain_generate", {}).get("median_s", np.nan)
 
     b = med(base_run)
     rows = [{"run": base_run.run_id, "variant": "baseline", "plain_generate_s": b, "speedup": 1.0}]
     for run, _ in variants:
-        v = med(run)
+        v, twin = med(run), host_baseline(run, base_run)
         rows.append({"run": run.run_id, "variant": run.manifest.get("params", {}).get("variant") or run.run_id,
-                     "plain_generate_s": v, "speedup": b / v})
+                     "plain_generate_s": v, "speedup": med(twin) / v})
     return pd.DataFrame(rows)
 
 
@@ -268,7 +284,7 @@ def host_control(base_run, run) -> pd.DataFrame:
     than 10 %: the two captures' hosts differ by that factor (`wall_ratio`)."""
     from .compare import phases
 
-    ph = phases(base_run, run)
+    ph = phases(host_baseline(run, base_run), run)
     same = (ph.gpu_busy_ratio - 1).abs() <= SAME_BUSY
     moved = (ph.wall_ratio - 1).abs() > HOST_DIFFERS
     return ph[same & moved][["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]]

@@ -22,6 +22,7 @@ params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) use
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import provenance as V
 from kernelbook.plots import figures as F
@@ -62,8 +63,8 @@ kb.md(N.coverage_prose(cov, kernels, r.manifest))
 # Percentages are of the device's sustained peak; bytes and FLOPs are per launch.
 
 # %%
-kb.table(N.metric_table(kernels, r.timeline), kb.tr("Per-kernel metrics (one representative launch per kernel)"),
-         notes=N.METRIC_MISSING)
+kb.table(M.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.timeline),
+         kb.tr("Per-kernel metrics (one representative launch per kernel)"), notes=N.METRIC_MISSING)
 
 # %% [markdown]
 # ## Fidelity

@@ -29,6 +29,7 @@ kernel: str = ""  # kernel id (d000 … for decode, p000 … for prefill) the ex
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import classify as C
+from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
@@ -57,7 +58,8 @@ kb.summary(C.headline(cp, opps.get(phase), phase))
 kb.table(C.class_counts(cp), kb.tr("Bottleneck classes of the profiled {phase} kernels", phase=kb.phase_label(phase)))
 
 # %%
-kb.table(cp[["kernel_id", "friendly_name", "category", "class", "roofline_side", "locality_issue", "reason"]],
+kb.table(M.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "category", "class", "roofline_side",
+                                   "locality_issue", "reason"]], r.ncu_kernels(), r.timeline).drop(columns="phase"),
          kb.tr("Each kernel's class and why"))
 
 # %%

@@ -84,6 +84,8 @@ COLUMNS: dict[str, Col] = {
     "likely_cause": Col("Likely cause", "text"),
     # chapter 01
     "module_type": Col("Module type", "text"),
+    "module_types": Col("Module types (share of its time)", "text"),
+    "module": Col("Module of the profiled launch", "code"),
     "layer": Col("Layer", "count"),
     "us_per_step": Col("Kernel time per step", "us"),
     "kernel_us": Col("Kernel time per step", "us"),

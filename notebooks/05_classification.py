@@ -34,14 +34,14 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import why as W
-from kernelbook.devices import lookup
+from kernelbook.devices import facts_table, for_run
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, phase=phase, high_pct=high_pct, low_pct=low_pct,
          l2_hit_min_pct=l2_hit_min_pct, mem_latency_cycles=mem_latency_cycles, kernel=kernel)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
-dev = lookup(r.manifest["device"])
+dev, dev_sources = for_run(r)  # devices.yaml, with what ncu measured on the GPU winning
 rules = C.Rules(high_pct, low_pct, l2_hit_min_pct, mem_latency_cycles)
 roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())
 c = C.classify(k, dev.ridge("bf16"), rules)
@@ -136,6 +136,14 @@ kb.md(W.rules_prose(nv))
 
 # %%
 kb.styler_table(C.health_styled(C.health(cp)), kb.tr("Metric health per kernel (shaded: unhealthy; — : does not apply)"))
+
+# %% [markdown]
+# ## Device facts used here
+# The SM count, clock, L2 size and DRAM peak this chapter uses: what ncu read from the GPU itself where the run
+# has it, else the devices table's row for the GPU's name.
+
+# %%
+kb.table(facts_table(dev, dev_sources), kb.tr("Device facts and their source"))
 
 # %% [markdown]
 # ## Wave quantization

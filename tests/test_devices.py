@@ -29,3 +29,27 @@ def test_peaks_table_is_long_with_units():
     t = peaks_table()
     assert list(t.columns) == ["device", "quantity", "unit", "value"]
     assert set(t.unit) >= {"TFLOP/s", "GB/s", "FLOP/byte"}
+
+
+def test_the_runs_own_ncu_facts_win_over_the_table_row():
+    """SM count, clock, L2 and the DRAM peak come from ncu's device attributes of the run where it has them (a name
+    lookup can pick a sibling part's row); the row fills in what the run did not measure."""
+    from conftest import REPO
+
+    from kernelbook.devices import facts_table, for_run
+    from kernelbook.load.run import load_run
+
+    for name, dram in (("h100-deepseek-ocr-2", 3350.0), ("h200-deepseek-ocr-2", 4800.0)):
+        r = load_run(REPO / "data" / "runs" / name)
+        dev, src = for_run(r)
+        med = r.ncu_metrics().groupby("metric").value.median()
+        assert dev.sm_count == med["device__attribute_multiprocessor_count"] == 132
+        assert dev.dram_gbps == pytest.approx(med["dram__bytes.sum.peak_sustained"]
+                                              * med["dram__cycles_elapsed.avg.per_second"] / 1e9)
+        assert abs(dev.dram_gbps / dram - 1) < 0.01  # within 1 % of the datasheet's figure
+        assert src["sm_count"].startswith("ncu") and src["dram_gbps"].startswith("ncu")
+        assert list(facts_table(dev, src).quantity) == ["SMs", "max SM clock", "L2 cache", "DRAM peak"]
+    tp = load_run(REPO / "data" / "runs" / "h200-deepseek-decoder-tp2-b1")
+    if tp.ncu_metrics() is None:
+        dev, src = for_run(tp)
+        assert src["dram_gbps"] == "devices.yaml (spec)" and dev.dram_gbps == 4800.0

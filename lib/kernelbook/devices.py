@@ -92,3 +92,51 @@ def peaks_table(path: str | Path = DEVICES_YAML):
                  (d.key, "SMs", "count", d.sm_count), (d.key, "max SM clock", "MHz", d.sm_clock_max_mhz),
                  (d.key, "bf16 ridge", "FLOP/byte", d.ridge("bf16"))]
     return pd.DataFrame(rows, columns=["device", "quantity", "unit", "value"])
+
+
+# ncu's device attributes (the same on every result of a run) → the Device field they measure
+_NCU_FACTS = {"sm_count": ("device__attribute_multiprocessor_count", 1.0),
+              "sm_clock_max_mhz": ("device__attribute_clock_rate", 1e-3),  # kHz
+              "l2_mb": ("device__attribute_l2_cache_size", 1 / 2**20)}
+
+
+def for_run(run) -> tuple[Device, dict]:
+    """The run's device: its devices.yaml row (by the name the capture recorded), with the facts the run's ncu
+    counters measured on the GPU itself winning over the row (SM count, max SM clock, L2 size, and the DRAM peak,
+    `dram__bytes.sum.peak_sustained` × `dram__cycles_elapsed.avg.per_second`): a name lookup can pick a sibling
+    part's row (an A100 PCIe and SXM share a name prefix). Returns (device, {field: source})."""
+    from dataclasses import replace
+
+    from .i18n import N_
+
+    dev = lookup(run.manifest.get("device") or run.gpu_name)
+    src = {f: N_("devices.yaml (spec)") for f in ("sm_count", "sm_clock_max_mhz", "l2_mb", "dram_gbps")}
+    m = run.ncu_metrics()
+    if m is None or not len(m):
+        return dev, src
+    med = m.groupby("metric").value.median()
+    got = {}
+    for field, (metric, scale) in _NCU_FACTS.items():
+        if metric in med.index and med[metric] > 0:
+            got[field] = med[metric] * scale
+            src[field] = N_("ncu device attribute (measured on this GPU)")
+    peak, clock = "dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second"
+    if peak in med.index and clock in med.index and med[peak] > 0:
+        got["dram_gbps"] = med[peak] * med[clock] / 1e9
+        src["dram_gbps"] = N_("ncu DRAM peak × DRAM clock (measured on this GPU)")
+    if "sm_count" in got:
+        got["sm_count"] = int(round(got["sm_count"]))
+    return replace(dev, **got), src
+
+
+def facts_table(dev: Device, sources: dict) -> "pd.DataFrame":
+    """The device facts a chapter used, each with its source (long format)."""
+    import pandas as pd
+
+    from .i18n import tr
+
+    rows = [(tr("SMs"), dev.sm_count, "count", sources["sm_count"]),
+            (tr("max SM clock"), dev.sm_clock_max_mhz, "MHz", sources["sm_clock_max_mhz"]),
+            (tr("L2 cache"), dev.l2_mb, "MiB", sources["l2_mb"]),
+            (tr("DRAM peak"), dev.dram_gbps, "GB/s", sources["dram_gbps"])]
+    return pd.DataFrame([(q, v, u, tr(s)) for q, v, u, s in rows], columns=["quantity", "value", "unit", "source"])

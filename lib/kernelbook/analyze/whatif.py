@@ -65,6 +65,9 @@ class Design:
     matrix_efficiency: float | None
     fuse_elementwise: bool
     source: str
+    # a GPU measured in a run: its shortest kernels' duration (µs, `kernel_floor_us_of`); a design fitted on
+    # another GPU scales that GPU's fitted latencies by the ratio of the two floors. None: not measured (npus.yaml)
+    floor_us: float | None = None
 
     def with_(self, **kw) -> "Design":
         return replace(self, **kw)
@@ -86,18 +89,28 @@ def load_designs(path: str | Path = NPUS_YAML) -> dict[str, Design]:
     return out
 
 
-def run_gpu_design(device, roofs) -> Design:
+def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
     """The GPU that produced the run, as a design: devices.yaml spec peaks, L2 as the on-chip memory with
-    chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null)."""
+    chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null); `floor_us` the run's
+    measured kernel floor (`kernel_floor_us_of`), which `build` fills in when it is None."""
     l2 = roofs.bandwidth.get("l2")
     return Design(key=i18n.tr("{device} (this run's GPU)", device=device.key),
                   matrix_tflops={p: device.tflops[p] for p in ("bf16", "fp8") if device.tflops.get(p)},
                   vector_tflops=device.tflops["fp32"], dram_gbps=device.dram_gbps, sram_mb=device.l2_mb,
                   sram_gbps=l2 / 1e9 if l2 else device.dram_gbps * 2, kernel_floor_us=None, launch_overhead_us=None,
-                  mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False,
+                  mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False, floor_us=floor_us,
                   source=i18n.tr("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
                                  "fitted on the run", device=device.key,
                                  l2=roofs.sources.get("l2", i18n.tr("2 × DRAM (no estimate)"))))
+
+
+def kernel_floor_us_of(timeline: pd.DataFrame) -> float:
+    """The GPU's kernel floor as this run measured it (µs): the 5th percentile of its kernel durations in the
+    modelled phases. At batch 1 most launches do almost no work, so this is the fixed cost a launch pays on
+    the device (start, a first memory round trip, completion); across GPUs it moves the latency-bound
+    kernels, which bandwidth does not (H100 1.18 µs, H200 0.93 µs on the bundled workload)."""
+    k = timeline[(timeline.kind == "kernel") & timeline.phase.isin(PHASES)]
+    return float(np.percentile(k.duration_ns, 5)) / 1e3
 
 
 # --- work per launch --------------------------------------------------------------------------------
@@ -180,10 +193,14 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
     g = tl.groupby(["phase", "name", "op_shapes", "grid"], sort=False).agg(
         launches=("duration_ns", "size"), total_ns=("duration_ns", "sum"), median_ns=("duration_ns", "median"),
         category=("category", "first"), op=("op", "first"), friendly_name=("friendly_name", "first")).reset_index()
-    prof = {} if kernels is None else {r["name"]: r for _, r in kernels[kernels.status == "profiled"].iterrows()}
+    # keyed by phase too: one kernel (the vectorised gather) is profiled in decode and in prefill, and the
+    # prefill record, 1.4× the bytes, used to stand for decode's
+    prof = {} if kernels is None else {(r["phase"], r["name"]): r
+                                       for _, r in kernels[kernels.status == "profiled"].iterrows()}
     ft, fc, dram, chp, src, wb = [], [], [], [], [], []
     for r in g.itertuples():
-        p = prof.get(r.name) if r.phase == "decode" else None
+        p_any = prof.get((r.phase, r.name))
+        p = p_any if r.phase == "decode" else None
         dims = gemm_dims(r.op_shapes) if r.category in ("GEMM", "GEMV") else None
         att = attention_work(r.op_shapes) if r.category == "attention" else None
         if dims is not None:
@@ -201,17 +218,36 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
                       if r.category in SHAPED else (np.nan, np.nan))
             if b == b:
                 row = (0.0, ops, b, b, N_("bytes from aten shapes"))
-            elif p is not None:  # shapes do not say (index tables, attention helpers): ncu's counts
-                row = (p.flops_tensor, p.flops_cuda or 0.0, p.dram_bytes, p.l1_bytes, "ncu")
+            elif p_any is not None:  # shapes do not say (index tables, attention helpers): ncu's counts, for
+                # the configuration it profiled; another grid of the same kernel moves work in proportion
+                # to its blocks (decode's expert-weight gather: 6x1120 blocks move twice 6x560's bytes)
+                f = _blocks(r.grid) / _blocks(p_any.grid) if _blocks(p_any.grid) else 1.0
+                row = (f * p_any.flops_tensor, f * (p_any.flops_cuda or 0.0), f * p_any.dram_bytes,
+                       f * p_any.l1_bytes, "ncu")
             else:
                 row = (np.nan,) * 4 + (SCALED,)
         ft.append(row[0]), fc.append(row[1]), dram.append(row[2]), chp.append(row[3]), src.append(row[4])
         wb.append(2.0 * dims[4] if dims is not None else 0.0)
     g["flops_tensor"], g["flops_cuda"], g["dram_bytes"], g["onchip_bytes"], g["source"] = ft, fc, dram, chp, src
     g["weight_bytes"] = wb
+    # ncu's DRAM throughput (% of peak) of the profiled kernel of that name in that phase: how much of its
+    # time the DRAM is the limit (`calibrate` turns it into the share of time that moves with bandwidth)
+    if kernels is not None and "dram_pct" in kernels:
+        pk = kernels[kernels.status == "profiled"].drop_duplicates(["phase", "name"]).set_index(["phase", "name"])
+        g["dram_pct"] = pk.dram_pct.reindex(pd.MultiIndex.from_frame(g[["phase", "name"]])).to_numpy(dtype=float)
+    else:
+        g["dram_pct"] = np.nan
     _helpers(g)
     _scale_missing(g)
     return g
+
+
+def _blocks(grid) -> float:
+    """Thread blocks of a grid written '6x1120x1' (0 when unreadable)."""
+    try:
+        return float(np.prod([int(v) for v in str(grid).split("x")]))
+    except ValueError:
+        return 0.0
 
 
 def _helpers(g: pd.DataFrame) -> None:
@@ -239,9 +275,12 @@ def _scale_missing(g: pd.DataFrame) -> None:
 
 # --- device time per launch -------------------------------------------------------------------------
 
-def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float | None = None) -> np.ndarray:
+def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float | None = None,
+            dram_scaling: np.ndarray | None = None, ref_gbps: float | None = None) -> np.ndarray:
     """Seconds per launch at the design's peaks: the slowest unit's time. Batch scales FLOPs and
-    activation bytes, not weights."""
+    activation bytes, not weights. With `dram_scaling` φ (per row, 0–1) and the fitting GPU's DRAM GB/s
+    `ref_gbps`, only φ of the DRAM term moves with the design's bandwidth; the rest keeps the fitting GPU's
+    time per byte (latency-bound: bytes in flight, not peak bandwidth, set its rate)."""
     wgt = work.weight_bytes.to_numpy()
     ft = work.flops_tensor.to_numpy() * batch
     fc = np.nan_to_num(work.flops_cuda.to_numpy()) * batch
@@ -249,24 +288,33 @@ def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float |
     chip = wgt + (np.nan_to_num(work.onchip_bytes.to_numpy()) - wgt) * batch
     if active_bytes is not None and d.sram_mb * 2**20 >= active_bytes:  # weights live on chip
         dram = dram - wgt
+    if dram_scaling is None or ref_gbps is None:
+        dram_s = dram / (d.dram_gbps * 1e9)
+    else:
+        dram_s = dram * (dram_scaling / (d.dram_gbps * 1e9) + (1 - dram_scaling) / (ref_gbps * 1e9))
     t = np.maximum.reduce([np.nan_to_num(ft) / (d.matrix_tflops["bf16"] * 1e12), fc / (d.vector_tflops * 1e12),
-                           dram / (d.dram_gbps * 1e9), chip / (d.sram_gbps * 1e9)])
+                           dram_s, chip / (d.sram_gbps * 1e9)])
     return t
 
 
 def kernel_class(work: pd.DataFrame) -> pd.Series:
     """What L and b are fitted per: the work category, with PyTorch's vectorised elementwise/copy path
-    (contiguous, aligned) apart from its strided/broadcast path."""
+    (contiguous, aligned) apart from its strided/broadcast path, and indexed writes (index_copy_, index_put_:
+    a static KV cache's update) apart from gathers: on the H100 the prefill KV write ran 8× its ideal, the
+    expert-weight gathers 1–1.5×, and one slowdown for both set decode's gathers at 8×."""
     vec = work.friendly_name.fillna("").str.contains(r"\bvec\b") & work.category.isin(FUSIBLE)
-    return work.category + np.where(vec, " (vec)", "")
+    scatter = (work.category == "gather/index") & work.op.fillna("").str.endswith("_")
+    return work.category + np.where(vec, " (vec)", "") + np.where(scatter, " (scatter)", "")
 
 
-def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, L_default: float = 0.0) -> tuple[float, float]:
     """y = L + b·x (w = launches): L = launch-weighted median time of the latency-dominated rows (ideal
-    under 10 % of the measured time), else 0; b = launch-weighted median of (y − L)/x over the other rows,
+    under 10 % of the measured time), else `L_default` (the pooled latency for a class: a class whose every
+    kernel does work still pays the launch floor, and a latency of 0 put the whole floor into b, which
+    then multiplied the large gathers' work); b = launch-weighted median of (y − L)/x over the other rows,
     at least 1. Medians, so that one pathological kernel does not set the rate for its whole class."""
     lat = x < 0.1 * y
-    L = min(_wmedian(y[lat], w[lat]), float(y.min())) if lat.any() else 0.0
+    L = min(_wmedian(y[lat], w[lat]), float(y.min())) if lat.any() else min(L_default, float(y.min()))
     work = ~lat & (x > 0)
     b = _wmedian((y[work] - L) / x[work], w[work]) if work.any() else 1.0
     return L, max(1.0, b)
@@ -281,31 +329,56 @@ def _wmedian(v: np.ndarray, w: np.ndarray) -> float:
 def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
     """Per kernel class, from the kernels of `phases`: fixed latency L (µs) and slowdown b over the ideal,
     fitted on the measured median time per launch of rows with their own work numbers (rows scaled from
-    their category are left out: their work was derived from their time); a class with under 3 rows takes its latency from its
-    rows and the slowdown of all classes pooled ('pooled' row, also used for classes absent from `phases`)."""
+    their category are left out: their work was derived from their time). A class with under 3 rows that do
+    work takes the pooled latency and its own slowdown (a class of two ncu-counted gathers running near their
+    ideal must not take the pooled slowdown of 2.8: it tripled decode's gathers); one whose rows do no work
+    takes its latency from its rows and the pooled slowdown ('pooled' row, also used for classes absent
+    from `phases`).
+
+    `dram_scaling` φ (0–1): the share of the class's DRAM term that moves with DRAM bandwidth, ncu's DRAM
+    throughput as a fraction of peak, time-weighted over the class's profiled kernels in `phases` (a kernel
+    that keeps the DRAM busy 20 % of its time is limited by bytes in flight, not by the peak: on an H200 with
+    1.43× the H100's bandwidth, kernels at 20 % ran 0–3 % faster, those at 60 % 12–24 %); classes without
+    profiled kernels take the pooled value, and a run without ncu counters 1 (all of it moves)."""
     w = work[work.phase.isin(phases) & (work.source != SCALED)]  # their work is their time
     x, y, n = ideal_s(w, d), w.median_ns.to_numpy() * 1e-9, w.launches.to_numpy().astype(float)
     cls = kernel_class(w).to_numpy()
     L0, b0 = _fit(x, y, n)
-    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "slowdown": b0, "rows": len(w),
+    u = w.dram_pct.to_numpy(dtype=float) / 100 if "dram_pct" in w else np.full(len(w), np.nan)
+    t = w.total_ns.to_numpy(dtype=float)
+
+    def phi(m):
+        k = m & ~np.isnan(u)
+        return float(np.clip(np.sum(u[k] * t[k]) / np.sum(t[k]), 0, 1)) if k.any() else np.nan
+
+    phi0 = phi(np.ones(len(w), bool))
+    phi0 = 1.0 if phi0 != phi0 else phi0
+    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "slowdown": b0, "dram_scaling": phi0, "rows": len(w),
              "launches": int(n.sum()), "fit": N_("all classes")}]
     for c in sorted(set(cls)):
         m = cls == c
+        worked = m & (x >= 0.1 * y)  # as in _fit: rows whose ideal is not negligible beside their time
         if m.sum() >= 3:
-            L, b = _fit(x[m], y[m], n[m])
+            L, b = _fit(x[m], y[m], n[m], L0)
             fit = N_("fitted")
+        elif worked.any():
+            L, b = L0, max(1.0, _wmedian((y[worked] - L0) / x[worked], n[worked]))
+            fit = N_("latency pooled, slowdown fitted")
         else:
             L, b = _wmedian(np.maximum(y[m] - b0 * x[m], 0), n[m]), b0
             fit = N_("latency fitted, slowdown pooled")
-        rows.append({"class": c, "latency_us": 1e6 * L, "slowdown": b, "rows": int(m.sum()),
-                     "launches": int(n[m].sum()), "fit": fit})
+        f = phi(m)
+        rows.append({"class": c, "latency_us": 1e6 * L, "slowdown": b, "dram_scaling": phi0 if f != f else f,
+                     "rows": int(m.sum()), "launches": int(n[m].sum()), "fit": fit})
     return pd.DataFrame(rows).assign(phases=", ".join(phases))
 
 
 def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Design, batch: int = 1,
                   active_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(device seconds per launch, fused mask): L + b·ideal with L, b from `calib` unless the design
-    sets kernel_floor_us (L) or efficiencies (b = 1/eff); fused elementwise chains cost b·ideal only.
+    sets kernel_floor_us (L) or efficiencies (b = 1/eff); a design measured on another GPU (floor_us set)
+    scales the fitted L by its kernel floor over `gpu`'s; the DRAM term moves with bandwidth only by the
+    class's `dram_scaling` (see `ideal_s`); fused elementwise chains cost b·ideal only.
     Rows scaled from their category are not modelled: their measured time is carried over, scaled by
     the design's ideal time over the run GPU's (`gpu`)."""
     c = calib.set_index("class")
@@ -313,19 +386,23 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
     cls = kernel_class(work)
     L = cls.map(c.latency_us).fillna(pooled.latency_us).to_numpy() * 1e-6
     b = cls.map(c.slowdown).fillna(pooled.slowdown).to_numpy()
+    phi = (cls.map(c.dram_scaling).fillna(pooled.dram_scaling).to_numpy() if "dram_scaling" in c
+           else np.ones(len(work)))
     if d.kernel_floor_us is not None:
         L = np.full(len(work), d.kernel_floor_us * 1e-6)
+    elif d.floor_us and gpu.floor_us:  # another measured GPU: its kernel floor over the fitting GPU's
+        L = L * d.floor_us / gpu.floor_us
     matrix = work.category.isin(MATRIX).to_numpy()
     if d.matrix_efficiency is not None:
         b = np.where(matrix, 1 / d.matrix_efficiency, b)
     if d.mem_efficiency is not None:
         b = np.where(matrix, b, 1 / d.mem_efficiency)
     fused = (work.category.isin(FUSIBLE) & d.fuse_elementwise).to_numpy()
-    ideal = ideal_s(work, d, batch, active_bytes)
+    ideal = ideal_s(work, d, batch, active_bytes, phi, gpu.dram_gbps)
     t = np.where(fused, 0.0, L) + b * ideal
     scaled = (work.source == SCALED).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        carried = work.median_ns.to_numpy() * 1e-9 * ideal / ideal_s(work, gpu)
+        carried = work.median_ns.to_numpy() * 1e-9 * ideal / ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps)
     return np.where(scaled, np.nan_to_num(carried), t), fused
 
 
@@ -342,6 +419,7 @@ class Trace:
     overhead_ratio: float
     gpu: Design
     calib: pd.DataFrame | None = None
+    device: str = ""        # devices.yaml key of the run's GPU (for_run), naming it in cross-device tables
 
     @property
     def steps(self) -> dict:
@@ -377,6 +455,8 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
     remainder = {ph: float(measured.set_index("phase").loc[ph, "wall_ms_per_step"] * 1e-3
                            * measured.set_index("phase").loc[ph, "steps"] - span.get(ph, 0.0))
                  for ph in measured.phase}
+    if gpu.floor_us is None:
+        gpu = replace(gpu, floor_us=kernel_floor_us_of(timeline))
     tr = Trace(work, seq, measured, remainder, ratio, gpu)
     tr.calib = calibrate(work, gpu)
     return tr
@@ -391,7 +471,9 @@ def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     dev = lookup(run.manifest["device"])
     roofs = R.roofs(dev, run.manifest, k, run.ncu_metrics())
     gpu = run_gpu_design(dev, roofs)
-    return build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu), gpu, roofs, k
+    tr = build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu)
+    tr.device = dev.key
+    return tr, tr.gpu, roofs, k
 
 
 def _segment_spans(seq: pd.DataFrame, dur: np.ndarray, gap: np.ndarray) -> dict:
@@ -673,6 +755,67 @@ def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
                                           phases=i18n.tr(", ").join(map(phase_label, host_bound)))
                        if host_bound else ""))
     return "\n".join(out)
+
+
+ALL_KERNELS = N_("all (GPU-busy)")
+
+
+def _class_ms(tr: Trace, t_s: np.ndarray | None = None) -> pd.Series:
+    """Kernel ms per step by (phase, class): measured (t_s None) or from per-launch seconds `t_s`."""
+    w = tr.work.assign(cls=kernel_class(tr.work),
+                       ms=tr.work.total_ns / 1e6 if t_s is None else t_s * tr.work.launches * 1e3)
+    g = w.groupby(["phase", "cls"]).ms.sum()
+    return g / np.array([tr.steps[ph] for ph in g.index.get_level_values(0)])
+
+
+def cross_device_one(a: Trace, b: Trace) -> pd.DataFrame:
+    """Fit on run `a`, predict the GPU of run `b` (same workload), per phase and kernel class.
+
+    The design for b is b's GPU as `for_run` builds it: devices.yaml spec compute, DRAM bandwidth and L2
+    size, the L2 roof from b's ncu counters, and b's kernel floor (5th percentile of its kernel durations);
+    no kernel time of b enters the prediction. Latency, slowdown and DRAM scaling come from a's fit on all
+    its phases. Device time per step (ms): predicted for b, measured on a and b; error of the prediction
+    (%); gain a→b (a's time ÷ b's): predicted = the model's a ÷ the model's b (both from a's fit, what a
+    what-if claims), measured = a's GPU-busy ÷ b's. Rows of class `all (GPU-busy)` are the phase's device
+    time against its measured GPU-busy time; the class rows are kernel time only."""
+    pa = predict(a, a.gpu).set_index("phase")
+    pb = predict(a, b.gpu).set_index("phase")
+    ma, mb = a.measured.set_index("phase"), b.measured.set_index("phase")
+    rows = []
+    for ph in ma.index.intersection(mb.index):
+        rows.append({"phase": ph, "class": ALL_KERNELS, "model_a_ms": pa.loc[ph, "device_ms_per_step"],
+                     "measured_a_ms": ma.loc[ph, "busy_ms_per_step"], "predicted_ms": pb.loc[ph, "device_ms_per_step"],
+                     "measured_ms": mb.loc[ph, "busy_ms_per_step"]})
+    ca = _class_ms(a, launch_time_s(a.work, a.gpu, a.calib, a.gpu)[0])
+    cb = _class_ms(a, launch_time_s(a.work, b.gpu, a.calib, a.gpu)[0])
+    meas_a, meas_b = _class_ms(a), _class_ms(b)
+    for (ph, c), v in cb.items():
+        if ph in ma.index and (ph, c) in meas_b.index:
+            rows.append({"phase": ph, "class": c, "model_a_ms": ca[(ph, c)], "measured_a_ms": meas_a[(ph, c)],
+                         "predicted_ms": v, "measured_ms": meas_b[(ph, c)]})
+    out = pd.DataFrame(rows)
+    out["error_pct"] = 100 * (out.predicted_ms - out.measured_ms) / out.measured_ms
+    out["predicted_gain"] = out.model_a_ms / out.predicted_ms
+    out["measured_gain"] = out.measured_a_ms / out.measured_ms
+    out["gain_error"] = out.predicted_gain - out.measured_gain
+    out.insert(0, "predicted", b.device)
+    out.insert(0, "fitted_on", a.device)
+    order = {ph: i for i, ph in enumerate(PHASES)}
+    return out.sort_values(["phase", "class"], key=lambda s: s.map(order) if s.name == "phase"
+                           else (s != ALL_KERNELS).astype(int).astype(str) + s).reset_index(drop=True)
+
+
+def cross_device(a: Trace, b: Trace) -> pd.DataFrame:
+    """`cross_device_one` both ways: fitted on a predicting b, then fitted on b predicting a."""
+    return pd.concat([cross_device_one(a, b), cross_device_one(b, a)], ignore_index=True)
+
+
+def cross_device_error(xd: pd.DataFrame) -> pd.DataFrame:
+    """Per phase, the worst of the two directions: |device-time error| (%) and |gain error| (×) of the phase
+    totals; what the chapter's what-if numbers carry as their uncertainty."""
+    t = xd[xd["class"] == ALL_KERNELS]
+    return t.groupby("phase", sort=False).agg(device_error_pct=("error_pct", lambda s: s.abs().max()),
+                                              gain_error=("gain_error", lambda s: s.abs().max())).reset_index()
 
 
 def error_by_class(tr: Trace) -> pd.DataFrame:

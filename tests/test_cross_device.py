@@ -151,3 +151,19 @@ def test_what_ifs_carry_the_cross_device_error(runs, traces, xd):
     # a design inside the envelope (the H200 itself) names nothing; a fused one says so
     assert W.outside_envelope(b.gpu, env) == []
     assert W.outside_envelope(a.gpu.with_(fuse_elementwise=True), env) == ["fused elementwise chains"]
+
+
+def test_a_run_without_ncu_counters_scales_all_of_its_dram_term(runs, traces):
+    """A capture whose ncu stage failed has no DRAM throughput to split its DRAM term by: φ = 1 in every
+    class (the model before the split), and the cross-device table still forms."""
+    from kernelbook.analyze import roofline as R
+
+    run, b = runs[0], traces[1]
+    dev = lookup(run.manifest["device"])
+    k = R.profiled_kernels(run)
+    gpu = W.run_gpu_design(dev, R.roofs(dev, run.manifest, k, run.ncu_metrics()))
+    bare = W.build(run.timeline, run.phases, run.manifest, None, gpu)
+    bare.device = dev.key
+    assert (bare.calib.dram_scaling == 1.0).all()
+    xd = W.cross_device(bare, b)
+    assert len(xd[xd["class"] == W.ALL_KERNELS]) == 6 and xd.error_pct.notna().all()

@@ -127,11 +127,11 @@ kb.table(W.design_table(designs, tr, env), kb.tr("Predicted times per design"))
 # Each panel moves one resource with the rest of the measured GPU fixed, at the run's eager host gaps
 # and at a graph-style 2 µs per launch; dots mark the knee where the resource stops mattering (within
 # 5 % of the best time in the sweep). The host-time panels set the host time directly, so their two
-# lines coincide.
+# lines coincide. The green band on the DRAM bandwidth panels is the stretch the cross-device check covered.
 
 # %%
 sens = W.sensitivity_both(tr, gpu)
-F.sensitivity_grid(sens, W.knees_both(sens))
+F.sensitivity_grid(sens, W.knees_both(sens), env)
 
 # %%
 kb.md(W.sensitivity_note(xerr, env))

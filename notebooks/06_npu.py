@@ -64,7 +64,9 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 # Device time of a launch = L + b × ideal, ideal being the slowest unit at the design's peak (tensor
 # FLOPs, CUDA-core FLOPs, DRAM bytes, on-chip bytes). Per kernel class, L is the median time of the
 # launches that do almost no work and b the median ratio of the rest to their ideal; PyTorch's
-# vectorised elementwise path is fitted apart from its strided/broadcast path.
+# vectorised elementwise path is fitted apart from its strided/broadcast path, indexed writes apart from
+# gathers. φ is the share of the DRAM term that moves with another design's bandwidth: the class's ncu
+# DRAM throughput as a fraction of peak, time-weighted (the rest keeps this GPU's time per byte).
 
 # %%
 kb.table(tr.calib, kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))

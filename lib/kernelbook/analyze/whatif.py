@@ -15,7 +15,10 @@ Device time of a launch = L + b·ideal, where ideal = max over units (tensor FLO
 FLOPs ÷ vector peak, DRAM bytes ÷ DRAM bandwidth, on-chip bytes ÷ SRAM bandwidth), L is a fixed kernel
 latency and b ≥ 1 how far real kernels sit from ideal (small grids, uncoalesced access, tails).
 L and b per category are fitted on the run's own kernels (`calibrate`); validation holds out the phase it
-predicts. Wall time replays the run's launch sequence (`replay`): the host issues each launch after its
+predicts. Only a share φ of the DRAM term moves with a design's bandwidth (the class's ncu DRAM throughput as
+a fraction of peak: at batch 1 most kernels are bound by bytes in flight, not by the peak), and a design
+measured on another GPU (`floor_us`) scales L by its kernel floor over the fitting GPU's. `cross_device`
+fits on one run and predicts the same workload's run on another GPU, both ways. Wall time replays the run's launch sequence (`replay`): the host issues each launch after its
 recorded host gap, the device runs kernels in order, and a device-to-host copy blocks the host, so partial
 overlap of host and device is modelled rather than assumed.
 """

@@ -12,14 +12,16 @@
 # A model replays this run's launch sequence (per launch: FLOPs by unit, bytes off and on chip, the
 # host gap before it, the copies that block the host) on accelerators described in `params/npus.yaml`
 # and predicts vision-encode time, prefill time and decode time per token. It is validated first on
-# the GPU that produced the run, each phase predicted from a fit on the other two; every
-# recommendation below carries its what-if number.
+# the GPU that produced the run, each phase predicted from a fit on the other two, and, where the same
+# workload was captured on another GPU, on that GPU; every recommendation below carries its what-if
+# number and the error of those checks.
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads
 rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter shows
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 deployed_run: str = "data/runs/h100-variant-static-graphs"  # the same workload as deployed (CUDA graphs); empty: none
+cross_run: str = "data/runs/h200-deepseek-ocr-2"  # the same workload on another GPU, predicted from this run and back; empty: none
 
 # %%
 from kernelbook import notebook as kb
@@ -29,14 +31,20 @@ from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
-kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run)
+kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run, cross_run=cross_run)
 r = kb.open_run(run_dir, rank=rank)
 tr, gpu, _, k = W.for_run(r)
 designs = {gpu.key: gpu, **W.load_designs()}
 val = W.validation(tr)
 dep = S.deployed_of(r, kb.open_run(deployed_run) if deployed_run else None)
 dep_val = W.validation(W.for_run(dep)[0]) if dep is not None else None
-kb.summary(W.headline(val, tr) + (S.deployed_headline(dep, dep_val) if dep is not None else ""))
+cross = kb.open_run(cross_run) if cross_run else None
+cross_note = W.cross_run_note(r, cross)
+tr_x = W.for_run(cross)[0] if cross is not None and not cross_note else None
+xd = W.cross_device(tr, tr_x) if tr_x is not None else None
+xerr, env = (W.cross_device_error(xd), W.envelope(tr, tr_x)) if xd is not None else (None, None)
+kb.summary(W.headline(val, tr) + (S.deployed_headline(dep, dep_val) if dep is not None else "")
+           + (W.cross_device_headline(xd) if xd is not None else ""))
 
 # %%
 kb.missing_note(run_dir, "ncu")
@@ -56,7 +64,9 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 # Device time of a launch = L + b × ideal, ideal being the slowest unit at the design's peak (tensor
 # FLOPs, CUDA-core FLOPs, DRAM bytes, on-chip bytes). Per kernel class, L is the median time of the
 # launches that do almost no work and b the median ratio of the rest to their ideal; PyTorch's
-# vectorised elementwise path is fitted apart from its strided/broadcast path.
+# vectorised elementwise path is fitted apart from its strided/broadcast path, indexed writes apart from
+# gathers. φ is the share of the DRAM term that moves with another design's bandwidth: the class's ncu
+# DRAM throughput as a fraction of peak, time-weighted (the rest keeps this GPU's time per byte).
 
 # %%
 kb.table(tr.calib, kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
@@ -85,6 +95,22 @@ kb.table(dep_val, kb.tr("As deployed: predicted against measured, each phase hel
     kb.md(S.deployed_missing(r, deployed_run))
 
 # %% [markdown]
+# ### The model on a GPU it never saw
+# `cross_run` is this workload captured on another GPU. The model is fitted on one run (all its phases)
+# and predicts the other GPU from that GPU's design alone: devices.yaml compute, DRAM bandwidth and L2 size,
+# the L2 roof from its ncu counters and its kernel floor (the 5th percentile of its kernel durations); none
+# of its kernel times. Then the other way round. Per phase the first row is the device time against the
+# measured GPU-busy time, the class rows kernel time; the gain is the fitting GPU's time over the other's,
+# the model's own ratio against the measured one.
+
+# %%
+kb.table(xd, kb.tr("Cross-device check: each GPU predicted from the other's run (ms per step)")) \
+    if xd is not None else kb.md(cross_note)
+
+# %%
+kb.md(W.cross_device_prose(xd)) if xd is not None else None
+
+# %% [markdown]
 # Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.
 
 # %%
@@ -96,22 +122,27 @@ kb.table(W.error_by_class(tr), kb.tr("Held-out error per phase and kernel class"
 # `params/npus.yaml`; designs that leave latency or efficiency null carry the run's fitted values.
 
 # %%
-kb.table(W.design_table(designs, tr), kb.tr("Predicted times per design"))
+kb.table(W.design_table(designs, tr, env), kb.tr("Predicted times per design"))
 
 # %% [markdown]
 # ## Sensitivity
 # Each panel moves one resource with the rest of the measured GPU fixed, at the run's eager host gaps
 # and at a graph-style 2 µs per launch; dots mark the knee where the resource stops mattering (within
 # 5 % of the best time in the sweep). The host-time panels set the host time directly, so their two
-# lines coincide.
+# lines coincide. The green band on the DRAM bandwidth panels is the stretch the cross-device check covered.
 
 # %%
 sens = W.sensitivity_both(tr, gpu)
-F.sensitivity_grid(sens, W.knees_both(sens))
+F.sensitivity_grid(sens, W.knees_both(sens), env)
+
+# %%
+kb.md(W.sensitivity_note(xerr, env))
 
 # %% [markdown]
 # ## Recommendations for the nine areas
-# Evidence from this run, the what-if number, a confidence, and the reference report's claim beside.
+# Evidence from this run, the what-if number, its uncertainty from the cross-device check (and the ways
+# its design lies outside what that check covered), a confidence, and the reference report's claim beside.
 
 # %%
-kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline)), kb.tr("Recommendations with their what-if numbers"))
+kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline), xerr=xerr, env=env),
+         kb.tr("Recommendations with their what-if numbers"))

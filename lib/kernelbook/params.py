@@ -190,6 +190,10 @@ SCHEMA: dict[str, Param] = {
     "deployed_run": Param(str, "data/runs/h100-variant-static-graphs", ("06_npu",), "a run of the same workload "
                           "as deployed (decode as CUDA graphs), whose validation and headline chapter 06 sets beside "
                           "run_dir's; empty: none", check=lambda v: _run_dir(v) if v else None),
+    "cross_run": Param(str, "data/runs/h200-deepseek-ocr-2", ("06_npu",), "the same workload captured on another "
+                       "GPU: chapter 06 fits its model on run_dir, predicts that GPU (and back) and prints the errors "
+                       "as the what-if's uncertainty; a run on run_dir's own GPU or of another workload is named and "
+                       "left out; empty: none", check=lambda v: _run_dir(v) if v else None),
     "language": Param(str, "en", ALL_CHAPTERS, "narrative language of the chapters, index and report.md: en | zh",
                       choices=("en", "zh")),
     "device": Param(str, None, ("00_setup",), "device name for spec peaks; the run's GPU when null",
@@ -222,7 +226,7 @@ SCHEMA: dict[str, Param] = {
 
 
 # parameters that name a file or folder: the command line makes them absolute once, against the caller's folder
-PATH_KEYS = ("run_dir", "variant_runs", "baseline_run", "one_gpu_run", "params_file", "omnidocbench_dir",
+PATH_KEYS = ("run_dir", "variant_runs", "baseline_run", "one_gpu_run", "cross_run", "params_file", "omnidocbench_dir",
              "omnidocbench_subset")
 # parameters that name a path or something else (a hub id): absolute only where the caller's folder holds it
 MAYBE_PATH_KEYS = ("model", "weights")

@@ -200,13 +200,13 @@ def _stopped(err) -> str | None:
 
 
 def check_runs(params: dict) -> None:
-    """Every run the parameters name (run_dir when it exists, variant_runs, baseline_run, one_gpu_run),
+    """Every run the parameters name (run_dir when it exists, variant_runs, baseline_run, one_gpu_run, cross_run),
     checked against the run contract before anything is written: a damaged one stops the book with one
     message naming the file and what is wrong (exit 2, the previous report kept)."""
     from .load.run import RunError, check_run
 
     paths = [params["run_dir"], *params.get("variant_runs", []), params.get("baseline_run"),
-             params.get("one_gpu_run")]
+             params.get("one_gpu_run"), params.get("cross_run")]
     for i, v in enumerate(p for p in paths if p):
         p = P.resolve_path(v)
         if i == 0 and not (p / "manifest.json").exists():

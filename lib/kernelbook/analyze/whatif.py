@@ -15,7 +15,10 @@ Device time of a launch = L + b·ideal, where ideal = max over units (tensor FLO
 FLOPs ÷ vector peak, DRAM bytes ÷ DRAM bandwidth, on-chip bytes ÷ SRAM bandwidth), L is a fixed kernel
 latency and b ≥ 1 how far real kernels sit from ideal (small grids, uncoalesced access, tails).
 L and b per category are fitted on the run's own kernels (`calibrate`); validation holds out the phase it
-predicts. Wall time replays the run's launch sequence (`replay`): the host issues each launch after its
+predicts. Only a share φ of the DRAM term moves with a design's bandwidth (the class's ncu DRAM throughput as
+a fraction of peak: at batch 1 most kernels are bound by bytes in flight, not by the peak), and a design
+measured on another GPU (`floor_us`) scales L by its kernel floor over the fitting GPU's. `cross_device`
+fits on one run and predicts the same workload's run on another GPU, both ways. Wall time replays the run's launch sequence (`replay`): the host issues each launch after its
 recorded host gap, the device runs kernels in order, and a device-to-host copy blocks the host, so partial
 overlap of host and device is modelled rather than assumed.
 """
@@ -65,6 +68,9 @@ class Design:
     matrix_efficiency: float | None
     fuse_elementwise: bool
     source: str
+    # a GPU measured in a run: its shortest kernels' duration (µs, `kernel_floor_us_of`); a design fitted on
+    # another GPU scales that GPU's fitted latencies by the ratio of the two floors. None: not measured (npus.yaml)
+    floor_us: float | None = None
 
     def with_(self, **kw) -> "Design":
         return replace(self, **kw)
@@ -86,18 +92,28 @@ def load_designs(path: str | Path = NPUS_YAML) -> dict[str, Design]:
     return out
 
 
-def run_gpu_design(device, roofs) -> Design:
+def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
     """The GPU that produced the run, as a design: devices.yaml spec peaks, L2 as the on-chip memory with
-    chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null)."""
+    chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null); `floor_us` the run's
+    measured kernel floor (`kernel_floor_us_of`), which `build` fills in when it is None."""
     l2 = roofs.bandwidth.get("l2")
     return Design(key=i18n.tr("{device} (this run's GPU)", device=device.key),
                   matrix_tflops={p: device.tflops[p] for p in ("bf16", "fp8") if device.tflops.get(p)},
                   vector_tflops=device.tflops["fp32"], dram_gbps=device.dram_gbps, sram_mb=device.l2_mb,
                   sram_gbps=l2 / 1e9 if l2 else device.dram_gbps * 2, kernel_floor_us=None, launch_overhead_us=None,
-                  mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False,
+                  mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False, floor_us=floor_us,
                   source=i18n.tr("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
                                  "fitted on the run", device=device.key,
                                  l2=roofs.sources.get("l2", i18n.tr("2 × DRAM (no estimate)"))))
+
+
+def kernel_floor_us_of(timeline: pd.DataFrame) -> float:
+    """The GPU's kernel floor as this run measured it (µs): the 5th percentile of its kernel durations in the
+    modelled phases. At batch 1 most launches do almost no work, so this is the fixed cost a launch pays on
+    the device (start, a first memory round trip, completion); across GPUs it moves the latency-bound
+    kernels, which bandwidth does not (H100 1.18 µs, H200 0.93 µs on the bundled workload)."""
+    k = timeline[(timeline.kind == "kernel") & timeline.phase.isin(PHASES)]
+    return float(np.percentile(k.duration_ns, 5)) / 1e3
 
 
 # --- work per launch --------------------------------------------------------------------------------
@@ -180,10 +196,14 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
     g = tl.groupby(["phase", "name", "op_shapes", "grid"], sort=False).agg(
         launches=("duration_ns", "size"), total_ns=("duration_ns", "sum"), median_ns=("duration_ns", "median"),
         category=("category", "first"), op=("op", "first"), friendly_name=("friendly_name", "first")).reset_index()
-    prof = {} if kernels is None else {r["name"]: r for _, r in kernels[kernels.status == "profiled"].iterrows()}
+    # keyed by phase too: one kernel (the vectorised gather) is profiled in decode and in prefill, and the
+    # prefill record, 1.4× the bytes, used to stand for decode's
+    prof = {} if kernels is None else {(r["phase"], r["name"]): r
+                                       for _, r in kernels[kernels.status == "profiled"].iterrows()}
     ft, fc, dram, chp, src, wb = [], [], [], [], [], []
     for r in g.itertuples():
-        p = prof.get(r.name) if r.phase == "decode" else None
+        p_any = prof.get((r.phase, r.name))
+        p = p_any if r.phase == "decode" else None
         dims = gemm_dims(r.op_shapes) if r.category in ("GEMM", "GEMV") else None
         att = attention_work(r.op_shapes) if r.category == "attention" else None
         if dims is not None:
@@ -201,17 +221,36 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
                       if r.category in SHAPED else (np.nan, np.nan))
             if b == b:
                 row = (0.0, ops, b, b, N_("bytes from aten shapes"))
-            elif p is not None:  # shapes do not say (index tables, attention helpers): ncu's counts
-                row = (p.flops_tensor, p.flops_cuda or 0.0, p.dram_bytes, p.l1_bytes, "ncu")
+            elif p_any is not None:  # shapes do not say (index tables, attention helpers): ncu's counts, for
+                # the configuration it profiled; another grid of the same kernel moves work in proportion
+                # to its blocks (decode's expert-weight gather: 6x1120 blocks move twice 6x560's bytes)
+                f = _blocks(r.grid) / _blocks(p_any.grid) if _blocks(p_any.grid) else 1.0
+                row = (f * p_any.flops_tensor, f * (p_any.flops_cuda or 0.0), f * p_any.dram_bytes,
+                       f * p_any.l1_bytes, "ncu")
             else:
                 row = (np.nan,) * 4 + (SCALED,)
         ft.append(row[0]), fc.append(row[1]), dram.append(row[2]), chp.append(row[3]), src.append(row[4])
         wb.append(2.0 * dims[4] if dims is not None else 0.0)
     g["flops_tensor"], g["flops_cuda"], g["dram_bytes"], g["onchip_bytes"], g["source"] = ft, fc, dram, chp, src
     g["weight_bytes"] = wb
+    # ncu's DRAM throughput (% of peak) of the profiled kernel of that name in that phase: how much of its
+    # time the DRAM is the limit (`calibrate` turns it into the share of time that moves with bandwidth)
+    if kernels is not None and "dram_pct" in kernels:
+        pk = kernels[kernels.status == "profiled"].drop_duplicates(["phase", "name"]).set_index(["phase", "name"])
+        g["dram_pct"] = pk.dram_pct.reindex(pd.MultiIndex.from_frame(g[["phase", "name"]])).to_numpy(dtype=float)
+    else:
+        g["dram_pct"] = np.nan
     _helpers(g)
     _scale_missing(g)
     return g
+
+
+def _blocks(grid) -> float:
+    """Thread blocks of a grid written '6x1120x1' (0 when unreadable)."""
+    try:
+        return float(np.prod([int(v) for v in str(grid).split("x")]))
+    except ValueError:
+        return 0.0
 
 
 def _helpers(g: pd.DataFrame) -> None:
@@ -239,9 +278,12 @@ def _scale_missing(g: pd.DataFrame) -> None:
 
 # --- device time per launch -------------------------------------------------------------------------
 
-def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float | None = None) -> np.ndarray:
+def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float | None = None,
+            dram_scaling: np.ndarray | None = None, ref_gbps: float | None = None) -> np.ndarray:
     """Seconds per launch at the design's peaks: the slowest unit's time. Batch scales FLOPs and
-    activation bytes, not weights."""
+    activation bytes, not weights. With `dram_scaling` φ (per row, 0–1) and the fitting GPU's DRAM GB/s
+    `ref_gbps`, only φ of the DRAM term moves with the design's bandwidth; the rest keeps the fitting GPU's
+    time per byte (latency-bound: bytes in flight, not peak bandwidth, set its rate)."""
     wgt = work.weight_bytes.to_numpy()
     ft = work.flops_tensor.to_numpy() * batch
     fc = np.nan_to_num(work.flops_cuda.to_numpy()) * batch
@@ -249,24 +291,33 @@ def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float |
     chip = wgt + (np.nan_to_num(work.onchip_bytes.to_numpy()) - wgt) * batch
     if active_bytes is not None and d.sram_mb * 2**20 >= active_bytes:  # weights live on chip
         dram = dram - wgt
+    if dram_scaling is None or ref_gbps is None:
+        dram_s = dram / (d.dram_gbps * 1e9)
+    else:
+        dram_s = dram * (dram_scaling / (d.dram_gbps * 1e9) + (1 - dram_scaling) / (ref_gbps * 1e9))
     t = np.maximum.reduce([np.nan_to_num(ft) / (d.matrix_tflops["bf16"] * 1e12), fc / (d.vector_tflops * 1e12),
-                           dram / (d.dram_gbps * 1e9), chip / (d.sram_gbps * 1e9)])
+                           dram_s, chip / (d.sram_gbps * 1e9)])
     return t
 
 
 def kernel_class(work: pd.DataFrame) -> pd.Series:
     """What L and b are fitted per: the work category, with PyTorch's vectorised elementwise/copy path
-    (contiguous, aligned) apart from its strided/broadcast path."""
+    (contiguous, aligned) apart from its strided/broadcast path, and indexed writes (index_copy_, index_put_:
+    a static KV cache's update) apart from gathers: on the H100 the prefill KV write ran 8× its ideal, the
+    expert-weight gathers 1–1.5×, and one slowdown for both set decode's gathers at 8×."""
     vec = work.friendly_name.fillna("").str.contains(r"\bvec\b") & work.category.isin(FUSIBLE)
-    return work.category + np.where(vec, " (vec)", "")
+    scatter = (work.category == "gather/index") & work.op.fillna("").str.endswith("_")
+    return work.category + np.where(vec, " (vec)", "") + np.where(scatter, " (scatter)", "")
 
 
-def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, L_default: float = 0.0) -> tuple[float, float]:
     """y = L + b·x (w = launches): L = launch-weighted median time of the latency-dominated rows (ideal
-    under 10 % of the measured time), else 0; b = launch-weighted median of (y − L)/x over the other rows,
+    under 10 % of the measured time), else `L_default` (the pooled latency for a class: a class whose every
+    kernel does work still pays the launch floor, and a latency of 0 put the whole floor into b, which
+    then multiplied the large gathers' work); b = launch-weighted median of (y − L)/x over the other rows,
     at least 1. Medians, so that one pathological kernel does not set the rate for its whole class."""
     lat = x < 0.1 * y
-    L = min(_wmedian(y[lat], w[lat]), float(y.min())) if lat.any() else 0.0
+    L = min(_wmedian(y[lat], w[lat]), float(y.min())) if lat.any() else min(L_default, float(y.min()))
     work = ~lat & (x > 0)
     b = _wmedian((y[work] - L) / x[work], w[work]) if work.any() else 1.0
     return L, max(1.0, b)
@@ -281,31 +332,56 @@ def _wmedian(v: np.ndarray, w: np.ndarray) -> float:
 def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
     """Per kernel class, from the kernels of `phases`: fixed latency L (µs) and slowdown b over the ideal,
     fitted on the measured median time per launch of rows with their own work numbers (rows scaled from
-    their category are left out: their work was derived from their time); a class with under 3 rows takes its latency from its
-    rows and the slowdown of all classes pooled ('pooled' row, also used for classes absent from `phases`)."""
+    their category are left out: their work was derived from their time). A class with under 3 rows that do
+    work takes the pooled latency and its own slowdown (a class of two ncu-counted gathers running near their
+    ideal must not take the pooled slowdown of 2.8: it tripled decode's gathers); one whose rows do no work
+    takes its latency from its rows and the pooled slowdown ('pooled' row, also used for classes absent
+    from `phases`).
+
+    `dram_scaling` φ (0–1): the share of the class's DRAM term that moves with DRAM bandwidth, ncu's DRAM
+    throughput as a fraction of peak, time-weighted over the class's profiled kernels in `phases` (a kernel
+    that keeps the DRAM busy 20 % of its time is limited by bytes in flight, not by the peak: on an H200 with
+    1.43× the H100's bandwidth, kernels at 20 % ran 0–3 % faster, those at 60 % 12–24 %); classes without
+    profiled kernels take the pooled value, and a run without ncu counters 1 (all of it moves)."""
     w = work[work.phase.isin(phases) & (work.source != SCALED)]  # their work is their time
     x, y, n = ideal_s(w, d), w.median_ns.to_numpy() * 1e-9, w.launches.to_numpy().astype(float)
     cls = kernel_class(w).to_numpy()
     L0, b0 = _fit(x, y, n)
-    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "slowdown": b0, "rows": len(w),
+    u = w.dram_pct.to_numpy(dtype=float) / 100 if "dram_pct" in w else np.full(len(w), np.nan)
+    t = w.total_ns.to_numpy(dtype=float)
+
+    def phi(m):
+        k = m & ~np.isnan(u)
+        return float(np.clip(np.sum(u[k] * t[k]) / np.sum(t[k]), 0, 1)) if k.any() else np.nan
+
+    phi0 = phi(np.ones(len(w), bool))
+    phi0 = 1.0 if phi0 != phi0 else phi0
+    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "slowdown": b0, "dram_scaling": phi0, "rows": len(w),
              "launches": int(n.sum()), "fit": N_("all classes")}]
     for c in sorted(set(cls)):
         m = cls == c
+        worked = m & (x >= 0.1 * y)  # as in _fit: rows whose ideal is not negligible beside their time
         if m.sum() >= 3:
-            L, b = _fit(x[m], y[m], n[m])
+            L, b = _fit(x[m], y[m], n[m], L0)
             fit = N_("fitted")
+        elif worked.any():
+            L, b = L0, max(1.0, _wmedian((y[worked] - L0) / x[worked], n[worked]))
+            fit = N_("latency pooled, slowdown fitted")
         else:
             L, b = _wmedian(np.maximum(y[m] - b0 * x[m], 0), n[m]), b0
             fit = N_("latency fitted, slowdown pooled")
-        rows.append({"class": c, "latency_us": 1e6 * L, "slowdown": b, "rows": int(m.sum()),
-                     "launches": int(n[m].sum()), "fit": fit})
+        f = phi(m)
+        rows.append({"class": c, "latency_us": 1e6 * L, "slowdown": b, "dram_scaling": phi0 if f != f else f,
+                     "rows": int(m.sum()), "launches": int(n[m].sum()), "fit": fit})
     return pd.DataFrame(rows).assign(phases=", ".join(phases))
 
 
 def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Design, batch: int = 1,
                   active_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(device seconds per launch, fused mask): L + b·ideal with L, b from `calib` unless the design
-    sets kernel_floor_us (L) or efficiencies (b = 1/eff); fused elementwise chains cost b·ideal only.
+    sets kernel_floor_us (L) or efficiencies (b = 1/eff); a design measured on another GPU (floor_us set)
+    scales the fitted L by its kernel floor over `gpu`'s; the DRAM term moves with bandwidth only by the
+    class's `dram_scaling` (see `ideal_s`); fused elementwise chains cost b·ideal only.
     Rows scaled from their category are not modelled: their measured time is carried over, scaled by
     the design's ideal time over the run GPU's (`gpu`)."""
     c = calib.set_index("class")
@@ -313,19 +389,23 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
     cls = kernel_class(work)
     L = cls.map(c.latency_us).fillna(pooled.latency_us).to_numpy() * 1e-6
     b = cls.map(c.slowdown).fillna(pooled.slowdown).to_numpy()
+    phi = (cls.map(c.dram_scaling).fillna(pooled.dram_scaling).to_numpy() if "dram_scaling" in c
+           else np.ones(len(work)))
     if d.kernel_floor_us is not None:
         L = np.full(len(work), d.kernel_floor_us * 1e-6)
+    elif d.floor_us and gpu.floor_us:  # another measured GPU: its kernel floor over the fitting GPU's
+        L = L * d.floor_us / gpu.floor_us
     matrix = work.category.isin(MATRIX).to_numpy()
     if d.matrix_efficiency is not None:
         b = np.where(matrix, 1 / d.matrix_efficiency, b)
     if d.mem_efficiency is not None:
         b = np.where(matrix, b, 1 / d.mem_efficiency)
     fused = (work.category.isin(FUSIBLE) & d.fuse_elementwise).to_numpy()
-    ideal = ideal_s(work, d, batch, active_bytes)
+    ideal = ideal_s(work, d, batch, active_bytes, phi, gpu.dram_gbps)
     t = np.where(fused, 0.0, L) + b * ideal
     scaled = (work.source == SCALED).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        carried = work.median_ns.to_numpy() * 1e-9 * ideal / ideal_s(work, gpu)
+        carried = work.median_ns.to_numpy() * 1e-9 * ideal / ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps)
     return np.where(scaled, np.nan_to_num(carried), t), fused
 
 
@@ -342,6 +422,7 @@ class Trace:
     overhead_ratio: float
     gpu: Design
     calib: pd.DataFrame | None = None
+    device: str = ""        # devices.yaml key of the run's GPU (for_run), naming it in cross-device tables
 
     @property
     def steps(self) -> dict:
@@ -377,6 +458,8 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
     remainder = {ph: float(measured.set_index("phase").loc[ph, "wall_ms_per_step"] * 1e-3
                            * measured.set_index("phase").loc[ph, "steps"] - span.get(ph, 0.0))
                  for ph in measured.phase}
+    if gpu.floor_us is None:
+        gpu = replace(gpu, floor_us=kernel_floor_us_of(timeline))
     tr = Trace(work, seq, measured, remainder, ratio, gpu)
     tr.calib = calibrate(work, gpu)
     return tr
@@ -391,7 +474,9 @@ def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     dev = lookup(run.manifest["device"])
     roofs = R.roofs(dev, run.manifest, k, run.ncu_metrics())
     gpu = run_gpu_design(dev, roofs)
-    return build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu), gpu, roofs, k
+    tr = build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu)
+    tr.device = dev.key
+    return tr, tr.gpu, roofs, k
 
 
 def _segment_spans(seq: pd.DataFrame, dur: np.ndarray, gap: np.ndarray) -> dict:
@@ -556,12 +641,15 @@ def _pct(v: float) -> str:
 
 
 def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.DataFrame,
-                    graph_host_us: float = 2.0) -> pd.DataFrame:
+                    graph_host_us: float = 2.0, xerr: pd.DataFrame | None = None,
+                    env: dict | None = None) -> pd.DataFrame:
     """The reference report's nine areas, each with evidence from this run and a what-if number.
-    What-ifs are taken at `graph_host_us` host time per launch (launches issued as a graph): at the
-    run's own eager host gaps decode is launch-bound and no hardware knob moves it, which is itself
-    the first finding. Evidence and what-if are sentences in the narrative language; area, confidence
-    and the reference claim are catalog keys (English in the frame, translated where shown)."""
+    What-ifs are taken at `graph_host_us` host time per launch (launches issued as a graph), and each
+    sentence says so beside the same change at the run's eager host gaps, where decode is launch-bound and
+    the hardware knobs barely move it. `uncertainty`: the cross-device error of decode (`cross_device_error`,
+    `xerr`) and the ways the what-if's design lies outside what that check covered (`env`). Evidence,
+    what-if and uncertainty are sentences in the narrative language; area, confidence and the reference
+    claim are catalog keys (English in the frame, translated where shown)."""
     g = d.with_(launch_overhead_us=graph_host_us)
     active = active_weight_bytes(tr)
     base, base_p, eager = at(tr, g), at(tr, g, "prefill"), at(tr, d)
@@ -590,12 +678,17 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
     no_claim = i18n.tr("the data cannot support a claim")
     rows = [
         (i18n.tr("tensor-core kernels run at {sm} SM throughput (time-weighted) in decode", sm=_pct(w_sm)),
-         i18n.tr("half the matrix TFLOP/s: decode/token {decode:+.0f} %, prefill {prefill:+.0f} %",
-                 decode=pct(at(tr, g, matrix_tflops=half_m), base),
-                 prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p)), CONFIDENCE["medium"]),
+         i18n.tr("half the matrix TFLOP/s, launches issued as a graph ({graph_us:g} µs each): decode/token "
+                 "{decode:+.0f} %, prefill {prefill:+.0f} %; at the run's eager host gaps decode/token {eager:+.0f} %",
+                 graph_us=graph_host_us, decode=pct(at(tr, g, matrix_tflops=half_m), base),
+                 prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p),
+                 eager=pct(at(tr, d, matrix_tflops=half_m), eager)), CONFIDENCE["medium"]),
         (i18n.tr("decode matrix products read {gb:.2f} GB of weights per token", gb=active / 1e9),
-         i18n.tr("at 2.5 TB/s decode time per token changes by {at_2_5:+.0f} %; at 8 TB/s {at_8:+.0f} %",
-                 at_2_5=pct(at(tr, g, dram_gbps=2500), base), at_8=pct(at(tr, g, dram_gbps=8000), base)),
+         i18n.tr("launches issued as a graph ({graph_us:g} µs each): at 2.5 TB/s decode time per token changes by "
+                 "{at_2_5:+.0f} %, at 8 TB/s {at_8:+.0f} %; at the run's eager host gaps {eager_2_5:+.0f} % and "
+                 "{eager_8:+.0f} %", graph_us=graph_host_us,
+                 at_2_5=pct(at(tr, g, dram_gbps=2500), base), at_8=pct(at(tr, g, dram_gbps=8000), base),
+                 eager_2_5=pct(at(tr, d, dram_gbps=2500), eager), eager_8=pct(at(tr, d, dram_gbps=8000), eager)),
          CONFIDENCE["medium"]),
         (i18n.tr("decode L2 hit {hit} (time-weighted, ncu replay); one token's weights are {mib:,.0f} MiB",
                  hit=_pct(l2hit), mib=mib),
@@ -624,6 +717,23 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
         (i18n.tr("no power or energy counters were captured"), no_claim, CONFIDENCE["none"]),
     ]
     out = pd.DataFrame(rows, columns=["evidence (this run)", "what-if", "confidence"])
+    # the designs each what-if moves to, against what the cross-device check covered
+    sram = max(1024, 1.1 * mib)
+    moved = [[g.with_(matrix_tflops=half_m)], [g.with_(dram_gbps=2500), g.with_(dram_gbps=8000)],
+             [g.with_(sram_mb=sram)], [g], [g.with_(fuse_elementwise=True)], [], [], [], []]
+    batches = [1, 1, 1, 8, 1, 1, 1, 1, 1]
+    e = None if xerr is None else xerr.set_index("phase").loc["decode"] if "decode" in set(xerr.phase) else None
+    unc = []
+    for ds, bt in zip(moved, batches):
+        if not ds:
+            unc.append("")
+            continue
+        why = list(dict.fromkeys(r for dd in ds for r in outside_envelope(dd, env, bt)))
+        err = (i18n.tr("decode device time ±{pct:.0f} %, gain ±{gain:.2f}× across GPUs", pct=e.device_error_pct,
+                       gain=e.gain_error) if e is not None else i18n.tr("not checked on another GPU"))
+        unc.append(err + (i18n.tr("; outside what was checked: {why}", why=i18n.tr(", ").join(why)) if why and
+                          e is not None else i18n.tr("; within what was checked") if e is not None else ""))
+    out["uncertainty"] = unc
     out.insert(0, "area", AREAS)
     out["reference report"] = out.area.map(REFERENCE_CLAIMS)
     return out
@@ -642,8 +752,20 @@ def headline(val: pd.DataFrame, tr: Trace) -> str:
                        errors=errs, share=d.loc["decode", "predicted_device_share_pct"],
                        host_us=host_time_per_launch_us(tr))
     return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is host-bound "
-                   "({host_us:.1f} µs of host per launch), so no hardware knob moves it until launches are batched",
+                   "({host_us:.1f} µs of host per launch), so no hardware knob moves it until launches are batched: "
+                   "the hardware what-ifs below are taken with launches issued as a graph, their eager figures beside",
                    errors=errs, host_us=host_time_per_launch_us(tr))
+
+
+def cross_device_headline(xd: pd.DataFrame) -> str:
+    """Chapter 06's line for the cross-device check: the worst device-time and gain errors of both directions."""
+    t = xd[xd["class"] == ALL_KERNELS]
+    if t.empty:
+        return ""
+    pair = i18n.tr(" ↔ ").join(dict.fromkeys(t.fitted_on))
+    return i18n.tr("; across GPUs ({pair}, each fitted on one and predicting the other) device time within "
+                   "{pct:.0f} % and gain within {gain:.2f}× in every phase", pair=pair,
+                   pct=t.error_pct.abs().max(), gain=t.gain_error.abs().max())
 
 
 def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
@@ -675,6 +797,164 @@ def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
     return "\n".join(out)
 
 
+ALL_KERNELS = N_("all (GPU-busy)")
+
+
+def _class_ms(tr: Trace, t_s: np.ndarray | None = None) -> pd.Series:
+    """Kernel ms per step by (phase, class): measured (t_s None) or from per-launch seconds `t_s`."""
+    w = tr.work.assign(cls=kernel_class(tr.work),
+                       ms=tr.work.total_ns / 1e6 if t_s is None else t_s * tr.work.launches * 1e3)
+    g = w.groupby(["phase", "cls"]).ms.sum()
+    return g / np.array([tr.steps[ph] for ph in g.index.get_level_values(0)])
+
+
+def cross_device_one(a: Trace, b: Trace) -> pd.DataFrame:
+    """Fit on run `a`, predict the GPU of run `b` (same workload), per phase and kernel class.
+
+    The design for b is b's GPU as `for_run` builds it: devices.yaml spec compute, DRAM bandwidth and L2
+    size, the L2 roof from b's ncu counters, and b's kernel floor (5th percentile of its kernel durations);
+    no kernel time of b enters the prediction. Latency, slowdown and DRAM scaling come from a's fit on all
+    its phases. Device time per step (ms): predicted for b, measured on a and b; error of the prediction
+    (%); gain a→b (a's time ÷ b's): predicted = the model's a ÷ the model's b (both from a's fit, what a
+    what-if claims), measured = a's GPU-busy ÷ b's. Rows of class `all (GPU-busy)` are the phase's device
+    time against its measured GPU-busy time; the class rows are kernel time only."""
+    pa = predict(a, a.gpu).set_index("phase")
+    pb = predict(a, b.gpu).set_index("phase")
+    ma, mb = a.measured.set_index("phase"), b.measured.set_index("phase")
+    rows = []
+    for ph in ma.index.intersection(mb.index):
+        rows.append({"phase": ph, "class": ALL_KERNELS, "model_a_ms": pa.loc[ph, "device_ms_per_step"],
+                     "measured_a_ms": ma.loc[ph, "busy_ms_per_step"], "predicted_ms": pb.loc[ph, "device_ms_per_step"],
+                     "measured_ms": mb.loc[ph, "busy_ms_per_step"]})
+    ca = _class_ms(a, launch_time_s(a.work, a.gpu, a.calib, a.gpu)[0])
+    cb = _class_ms(a, launch_time_s(a.work, b.gpu, a.calib, a.gpu)[0])
+    meas_a, meas_b = _class_ms(a), _class_ms(b)
+    for (ph, c), v in cb.items():
+        if ph in ma.index and (ph, c) in meas_b.index:
+            rows.append({"phase": ph, "class": c, "model_a_ms": ca[(ph, c)], "measured_a_ms": meas_a[(ph, c)],
+                         "predicted_ms": v, "measured_ms": meas_b[(ph, c)]})
+    out = pd.DataFrame(rows)
+    out["error_pct"] = 100 * (out.predicted_ms - out.measured_ms) / out.measured_ms
+    out["predicted_gain"] = out.model_a_ms / out.predicted_ms
+    out["measured_gain"] = out.measured_a_ms / out.measured_ms
+    out["gain_error"] = out.predicted_gain - out.measured_gain
+    out.insert(0, "predicted", b.device)
+    out.insert(0, "fitted_on", a.device)
+    order = {ph: i for i, ph in enumerate(PHASES)}
+    return out.sort_values(["phase", "class"], key=lambda s: s.map(order) if s.name == "phase"
+                           else (s != ALL_KERNELS).astype(int).astype(str) + s).reset_index(drop=True)
+
+
+def cross_device(a: Trace, b: Trace) -> pd.DataFrame:
+    """`cross_device_one` both ways: fitted on a predicting b, then fitted on b predicting a."""
+    return pd.concat([cross_device_one(a, b), cross_device_one(b, a)], ignore_index=True)
+
+
+# the parameters that make two runs the same workload (everything but the capture's own knobs)
+WORKLOAD_KEYS = ("model", "weights", "dtype", "max_new_tokens", "batch_size", "attn_implementation",
+                 "cache_implementation", "compile_decode", "crop_mode", "base_size", "prompt", "prompt_tokens",
+                 "tensor_parallel", "variant", "seed", "no_repeat_ngram_size")
+
+
+def cross_run_note(run, other) -> str:
+    """Why `other` cannot serve as run's cross-device check ('' when it can): it must be the same workload
+    (WORKLOAD_KEYS equal) captured on a different GPU model."""
+    from ..escape import md
+
+    if other is None:
+        return i18n.tr("No cross_run given: the model is checked on this run's GPU only.")
+    pa, pb = run.manifest.get("params", {}), other.manifest.get("params", {})
+    differs = [k for k in WORKLOAD_KEYS if pa.get(k) != pb.get(k)]
+    if differs:
+        return i18n.tr("{other} is not this workload ({keys} differ): no cross-device check.", other=md(other.run_id),
+                       keys=", ".join(differs))
+    if other.manifest.get("device") == run.manifest.get("device"):
+        return i18n.tr("{other} ran on this run's GPU ({device}): no cross-device check.", other=md(other.run_id),
+                       device=md(run.manifest.get("device")))
+    return ""
+
+
+def cross_device_error(xd: pd.DataFrame) -> pd.DataFrame:
+    """Per phase, the worst of the two directions: |device-time error| (%) and |gain error| (×) of the phase
+    totals; what the chapter's what-if numbers carry as their uncertainty."""
+    t = xd[xd["class"] == ALL_KERNELS]
+    return t.groupby("phase", sort=False).agg(device_error_pct=("error_pct", lambda s: s.abs().max()),
+                                              gain_error=("gain_error", lambda s: s.abs().max())).reset_index()
+
+
+def cross_device_prose(xd: pd.DataFrame, target_pct: float = 15.0, target_gain: float = 0.05) -> str:
+    """One line per direction (device-time error per phase, gain predicted vs measured) and where the class
+    rows miss; the issue's targets: device time within 15 %, gain within 0.05×."""
+    t = xd[xd["class"] == ALL_KERNELS]
+    out = []
+    for (fa, pb), g in t.groupby(["fitted_on", "predicted"], sort=False):
+        parts = i18n.tr(", ").join(i18n.tr("{phase} {error:+.0f} % (gain {pg:.2f}× predicted, {mg:.2f}× measured)",
+                                           phase=phase_label(r.phase), error=r.error_pct, pg=r.predicted_gain,
+                                           mg=r.measured_gain) for r in g.itertuples())
+        ok = (g.error_pct.abs() <= target_pct).all() and (g.gain_error.abs() <= target_gain).all()
+        out.append((i18n.tr("- Fitted on {a}, predicting {b}: {parts}; within the targets (±{t:.0f} %, ±{tg:.2f}×).",
+                            a=fa, b=pb, parts=parts, t=target_pct, tg=target_gain) if ok else
+                    i18n.tr("- Fitted on {a}, predicting {b}: {parts}; outside the targets (±{t:.0f} %, ±{tg:.2f}×).",
+                            a=fa, b=pb, parts=parts, t=target_pct, tg=target_gain)))
+    c = xd[xd["class"] != ALL_KERNELS]
+    worst = c.loc[c.error_pct.abs().idxmax()] if len(c) else None
+    if worst is not None:
+        out.append(i18n.tr(
+            "Per class the errors are larger ({cls} in {phase}, fitted on {a}: {error:+.0f} %): one latency and "
+            "slowdown per class misses single kernels on the fitting GPU already, and the phase totals are "
+            "where those misses cancel. The gains per class follow the measured ones more closely than the "
+            "times do.", cls=worst["class"], phase=phase_label(worst.phase), a=worst.fitted_on, error=worst.error_pct))
+    return "\n".join(out)
+
+
+def envelope(a: Trace, b: Trace) -> dict:
+    """What the cross-device check covered: the two GPUs' DRAM bandwidths (GB/s), their common bf16 matrix
+    peak, their on-chip memories (MiB); both eager runs, no fused elementwise, batch 1."""
+    bw = sorted([a.gpu.dram_gbps, b.gpu.dram_gbps])
+    mt = {a.gpu.matrix_tflops.get("bf16"), b.gpu.matrix_tflops.get("bf16")}
+    return {"dram_gbps": bw, "matrix_tflops": mt, "sram_mb": sorted([a.gpu.sram_mb, b.gpu.sram_mb])}
+
+
+def outside_envelope(d: Design, env: dict | None, batch: int = 1) -> list[str]:
+    """The ways design `d` (at `batch`) lies outside what the cross-device check validated (empty: inside)."""
+    if env is None:
+        return [i18n.tr("no other GPU was checked")]
+    out = []
+    lo, hi = env["dram_gbps"]
+    if not lo * 0.95 <= d.dram_gbps <= hi * 1.05:
+        out.append(i18n.tr("DRAM {gbps:,.0f} GB/s outside the {lo:,.0f}–{hi:,.0f} GB/s checked", gbps=d.dram_gbps,
+                           lo=lo, hi=hi))
+    if d.matrix_tflops.get("bf16") not in env["matrix_tflops"]:
+        out.append(i18n.tr("matrix peak changed (both GPUs checked had {tf:g} TFLOP/s)",
+                           tf=min(env["matrix_tflops"])))
+    if d.sram_mb > env["sram_mb"][1] * 1.05:
+        out.append(i18n.tr("on-chip memory {mb:,.0f} MiB beyond the {max:,.0f} MiB L2 checked", mb=d.sram_mb,
+                           max=env["sram_mb"][1]))
+    if d.fuse_elementwise:
+        out.append(i18n.tr("fused elementwise chains"))
+    if d.kernel_floor_us is not None or d.mem_efficiency is not None or d.matrix_efficiency is not None:
+        out.append(i18n.tr("latency or efficiency set by the design, not fitted"))
+    if batch != 1:
+        out.append(i18n.tr("batch {batch}", batch=batch))
+    return out
+
+
+def sensitivity_note(xerr: pd.DataFrame | None, env: dict | None) -> str:
+    """What the sensitivity curves' numbers carry: the cross-device error per phase, and which stretch of
+    which panel the check covered."""
+    if xerr is None or env is None:
+        return i18n.tr("No other GPU was checked (cross_run): the curves carry the held-out errors above only.")
+    errs = i18n.tr(", ").join(i18n.tr("{phase} ±{pct:.0f} % (gain ±{gain:.2f}×)", phase=phase_label(r.phase),
+                                      pct=r.device_error_pct, gain=r.gain_error) for r in xerr.itertuples())
+    lo, hi = env["dram_gbps"]
+    return i18n.tr("Read each curve with the cross-device error of its phase's device time: {errs}. The check covers "
+                   "the DRAM bandwidth panel from {lo:,.0f} to {hi:,.0f} GB/s only; far lower bandwidth (where "
+                   "latency-bound kernels turn bandwidth-bound, which the fixed share φ does not follow), any other "
+                   "matrix peak (both GPUs have {tf:g} TFLOP/s), on-chip memory beyond {sram:,.0f} MiB, batches "
+                   "above 1 and fused graphs lie outside what was validated.", errs=errs, lo=lo, hi=hi,
+                   tf=min(env["matrix_tflops"]), sram=env["sram_mb"][1])
+
+
 def error_by_class(tr: Trace) -> pd.DataFrame:
     """Held-out prediction error per phase and kernel class: measured and predicted kernel ms per step."""
     out = []
@@ -691,7 +971,9 @@ def error_by_class(tr: Trace) -> pd.DataFrame:
     return e[["phase", "class", "measured_ms", "predicted_ms", "error_ms"]]
 
 
-def design_table(designs: dict, tr: Trace) -> pd.DataFrame:
+def design_table(designs: dict, tr: Trace, env: dict | None = None) -> pd.DataFrame:
+    """Predicted times per design; `outside what was checked`: how the design lies outside the
+    cross-device check's envelope (`envelope`), when there was one."""
     active = active_weight_bytes(tr)
     host_us = host_time_per_launch_us(tr)
     rows = []
@@ -707,8 +989,11 @@ def design_table(designs: dict, tr: Trace) -> pd.DataFrame:
                      "weights on chip": d.sram_mb * 2**20 >= active,
                      "vision_encode ms": get("vision_encode", "wall_ms_per_step"),
                      "prefill ms": get("prefill", "wall_ms_per_step"), "decode ms/token": get("decode", "per_token_ms"),
-                     "decode bound": get("decode", "bound"), "source": d.source})
-    return pd.DataFrame(rows)
+                     "decode bound": get("decode", "bound"),
+                     "outside what was checked": i18n.tr(", ").join(outside_envelope(d, env)) if env else "",
+                     "source": d.source})
+    out = pd.DataFrame(rows)
+    return out if env else out.drop(columns="outside what was checked")
 
 
 def sensitivity_both(tr: Trace, d: Design, graph_host_us: float = 2.0) -> pd.DataFrame:

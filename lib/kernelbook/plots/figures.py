@@ -305,9 +305,10 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
     return fig
 
 
-def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
+def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame, env: dict | None = None) -> go.Figure:
     """One panel per swept resource: decode ms/token and prefill ms vs the resource (log x), per dispatch mode;
-    knees marked."""
+    knees marked; with `env` (whatif.envelope: what the cross-device check covered) the DRAM bandwidth
+    panels shade the stretch of bandwidth that check covered."""
     from plotly.subplots import make_subplots
 
     sweeps = list(dict.fromkeys(sens.sweep))
@@ -328,6 +329,13 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame) -> go.Figure:
                                              marker=dict(size=9, color=col, symbol="circle-open", line=dict(width=2)),
                                              hovertemplate=tr("knee: %{{x:.3g}}") + f"<extra>{disp}</extra>"),
                                   row=i + 1, col=j + 1)
+            if env is not None and sw == "DRAM bandwidth (GB/s)":
+                lo, hi = env["dram_gbps"]  # the band in data units; the annotation's x in decades (log axis)
+                fig.add_vrect(x0=lo, x1=hi, fillcolor="#2f855a", opacity=0.15, line_width=0,
+                              row=i + 1, col=j + 1)
+                fig.add_annotation(x=np.log10(hi), y=1, yref=f"y{2 * i + j + 1 if 2 * i + j else ''} domain",
+                                   xref=f"x{2 * i + j + 1 if 2 * i + j else ''}", text=tr("checked across GPUs"),
+                                   showarrow=False, xanchor="left", yanchor="top", font=dict(size=10, color="#2f855a"))
             fig.update_xaxes(type="log", row=i + 1, col=j + 1)
             fig.update_yaxes(type="log", row=i + 1, col=j + 1)
     fig.update_layout(template=TEMPLATE, height=260 * len(sweeps), title=tr("What-if sensitivity on the measured GPU"),

@@ -20,6 +20,7 @@ rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter s
 variant_runs: list = ["data/runs/h100-variant-static-graphs", "data/runs/h100-variant-batch8",
                       "data/runs/h100-variant-eager-attention"]  # variant runs of run_dir
 baseline_run: str = ""  # a run to compare run_dir against; empty: no comparison section
+cross_run: str = "data/runs/h200-deepseek-ocr-2"  # the same workload on another GPU: the what-if's cross-device error; empty: none
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 
 # %%
@@ -30,7 +31,8 @@ from kernelbook.analyze import whatif as W
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
-kb.setup(language, run_dir=run_dir, rank=rank, variant_runs=variant_runs, baseline_run=baseline_run)
+kb.setup(language, run_dir=run_dir, rank=rank, variant_runs=variant_runs, baseline_run=baseline_run,
+         cross_run=cross_run)
 r = kb.open_run(run_dir, rank=rank)
 tr, gpu, roofs, k = W.for_run(r)
 kept, left_out = S.variants_of(r, [kb.open_run(p) for p in variant_runs])
@@ -93,7 +95,9 @@ kb.md(sections)
 # ## The NPU what-if in one line
 
 # %%
-kb.md(W.headline(W.validation(tr), tr))
+cross = kb.open_run(cross_run) if cross_run else None
+xd = W.cross_device(tr, W.for_run(cross)[0]) if cross is not None and not W.cross_run_note(r, cross) else None
+kb.md(W.headline(W.validation(tr), tr) + (W.cross_device_headline(xd) if xd is not None else ""))
 
 # %% [markdown]
 # ## Variants: predicted against measured

@@ -44,3 +44,8 @@ def test_the_rendered_headline_uses_the_plain_decode_step(run, rendered_book):
     ph = T.phase_summary(run.timeline, run.phases).set_index("phase").loc["decode"]
     profiled = ph.wall_ms / ph.steps  # the step under the profiler, 36 ms against the plain 18.5
     assert abs(profiled - plain) > 1 and f"decode step takes {profiled:.1f} ms" not in html
+
+
+def test_chapter_07s_what_if_line_carries_the_cross_device_error(rendered_book):
+    html = (rendered_book("en") / "07_summary.html").read_text()
+    assert "across GPUs (h100-sxm ↔ h200, each fitted on one and predicting the other) device time within" in html

@@ -190,9 +190,9 @@ SCHEMA: dict[str, Param] = {
     "deployed_run": Param(str, "data/runs/h100-variant-static-graphs", ("06_npu",), "a run of the same workload "
                           "as deployed (decode as CUDA graphs), whose validation and headline chapter 06 sets beside "
                           "run_dir's; empty: none", check=lambda v: _run_dir(v) if v else None),
-    "cross_run": Param(str, "data/runs/h200-deepseek-ocr-2", ("06_npu",), "the same workload captured on another "
-                       "GPU: chapter 06 fits its model on run_dir, predicts that GPU (and back) and prints the errors "
-                       "as the what-if's uncertainty; a run on run_dir's own GPU or of another workload is named and "
+    "cross_run": Param(str, "data/runs/h200-deepseek-ocr-2", ("06_npu", "07_summary"), "the same workload captured "
+                       "on another GPU: chapter 06 fits its model on run_dir, predicts that GPU (and back) and prints "
+                       "the errors as the what-if's uncertainty (chapter 07's what-if line carries them too); a run on run_dir's own GPU or of another workload is named and "
                        "left out; empty: none", check=lambda v: _run_dir(v) if v else None),
     "language": Param(str, "en", ALL_CHAPTERS, "narrative language of the chapters, index and report.md: en | zh",
                       choices=("en", "zh")),

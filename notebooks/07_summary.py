@@ -41,7 +41,8 @@ phases = S.phase_table(r)
 limit = S.decode_limit(tr, r, roofs)
 rows = S.variant_rows(tr, gpu, r, variants)
 deploy = S.deployed(r, limit, variants)
-kb.summary(S.headline(phases, limit, rows, deploy))
+controls = {v.run_id: S.host_control(r, v) for v, _ in variants}
+kb.summary(S.headline(phases, limit, rows, deploy, {rid for rid, c in controls.items() if len(c)}))
 
 # %% [markdown]
 # ## Where the time goes
@@ -120,7 +121,7 @@ F.variant_gains(rows)
 kb.table(S.plain_generate(r, variants), kb.tr("Plain generate calls (no profiler), median of the timing trials"))
 
 # %%
-kb.md(S.variants_prose(rows, {v.run_id: S.host_control(r, v) for v, _ in variants}, left_out))
+kb.md(S.variants_prose(rows, controls, left_out))
 
 # %% [markdown]
 # ## Comparison of two runs

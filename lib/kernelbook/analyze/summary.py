@@ -326,9 +326,10 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
 
 
 def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
-             deploy: pd.DataFrame | None = None) -> str:
+             deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> str:
     """The chapter's one line: the biggest phase, decode against its limit (the plain eager step and, with a
-    deployment-shaped variant, the step as deployed), the best measured variant."""
+    deployment-shaped variant, the step as deployed), the best measured variant. `other_host`: the runs whose
+    host differs from their baseline's (`host_control` names a phase): their measured gain says so."""
     top = phases.sort_values("wall_ms", ascending=False).iloc[0]
     from ..display import phase_label
 
@@ -354,7 +355,9 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
         best = d.sort_values("measured_gain", ascending=False).iloc[0]
         pred = (tr(" (predicted {p:.1f}×)", p=best.predicted_gain) if best.predicted_gain == best.predicted_gain
                 else "")
-        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain, pred=pred))
+        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain, pred=pred)
+                   + (tr(", on another host than its baseline (see the host control below)")
+                      if best.run in other_host else ""))
     return "; ".join(out) + "."
 
 

@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from .i18n import N_
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 LOCK_FILE = Path(os.environ.get("KERNELBOOK_LOCK", "/tmp/kernelbook-profiling.lock"))
 
@@ -93,7 +95,7 @@ def clock_lock(lock_clocks: bool):
     `finally`. Yields the clock state recorded in the manifest."""
     with profiling_lock():
         if not lock_clocks:
-            yield {"locked": False, "note": "clocks left as they are (lock_clocks: false)"}
+            yield {"locked": False, "note": N_("clocks left as they are (lock_clocks: false)")}
             return
         out = _script("lock-gpu-clock.sh")
         if out.returncode != 0:

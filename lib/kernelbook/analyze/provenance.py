@@ -60,7 +60,10 @@ def timeline_account(manifest: dict) -> pd.DataFrame:
         (tr("trace export + ingest"), f"{_s(ti.get('trace_export_s'))} + {_s(ti.get('ingest_s'))}"
          if ti.get("ingest_s") is not None else None),
         (tr("kernels in the timeline"), f"{ti['kernels']:,}" if ti.get("kernels") else None),
-        (tr("aten shapes"), shapes.get("method")),
+        (tr("warmup"), text(ti["warmup"]) if ti.get("warmup") else None),
+        (tr("aten shapes"), text(shapes["method"]) if shapes.get("method") else None),
+        (tr("kernels tied to a module"), f"{shapes['kernels_with_module']:,}" if shapes.get("kernels_with_module")
+         else None),
         (tr("shapes joined"), tr("{matched:,} of {kernels:,} kernels ({pct:.2f} %), {identical} of {instances} "
                                  "phase steps launched identically; shapes pass {time}",
                                  matched=shapes["kernels_matched"], kernels=shapes["kernels"],

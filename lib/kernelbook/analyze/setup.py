@@ -116,7 +116,7 @@ def clock_table(manifest: dict) -> pd.DataFrame:
     clocks = env.get("clocks") if isinstance(env.get("clocks"), dict) else {}
     state = manifest.get("clock_state", {})
     ncu = manifest.get("ncu", {})
-    rows = [(tr("clocks locked"), state.get("locked")), (tr("note"), state.get("note")),
+    rows = [(tr("clocks locked"), state.get("locked")), (tr("note"), text(state["note"]) if state.get("note") else None),
             (tr("SM clock at capture start (MHz)"), clocks.get("sm_clock_mhz")),
             (tr("max SM clock (MHz)"), clocks.get("sm_clock_max_mhz")),
             (tr("memory clock (MHz)"), clocks.get("mem_clock_mhz")),

@@ -21,6 +21,7 @@ import pandas as pd
 
 from .. import env as envmod
 from ..clocks import clock_lock
+from ..i18n import N_
 from ..devices import UnknownDeviceError, lookup
 from .phases import EnoughSteps, PhaseTracker, require_vision_work
 
@@ -347,7 +348,7 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
         del shaped
     tracker.remove()
     info = {
-        "model_load_s": load_s, "warmup": ("the shapes pass (a whole generate, run first)" if shapes_first else
+        "model_load_s": load_s, "warmup": (N_("the shapes pass (a whole generate, run first)") if shapes_first else
                                              f"{params['warmup']} generate(s)"), "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
         "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
         "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
@@ -357,8 +358,8 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
         "trace_export_s": export_s, "ingest_s": ingest_s, "kernels": int((timeline.kind == "kernel").sum()),
         "sampling": ({**sampling.describe(), "method": "torch.profiler schedule over the windows; every step of "
                       "the plain generates timed (steps.parquet)"} if sampling else None),
-        "shapes": ({"method": "second pass with record_shapes, joined by (phase, step, kernel, n-th launch)", **shapes}
-                   if shapes is not None else {"method": "same pass (record_shapes on the timed generate)"}),
+        "shapes": ({"method": N_("second pass with record_shapes, joined by (phase, step, kernel, n-th launch)"), **shapes}
+                   if shapes is not None else {"method": N_("same pass (record_shapes on the timed generate)")}),
         "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
                          "counts and dense-layer times do not" if wl.loaded.weights == "random" else None),
     }

@@ -127,3 +127,26 @@ def test_a_papermill_output_converted_by_nbconvert_draws_every_figure_offline(br
     assert browser.execute_script(NO_UPLOAD) == [True] * FIGURES["04_roofline"]
     page = browser.find_element("tag name", "body").text
     assert "<plotly figure:" not in page and "Traceback" not in page
+
+
+SORT_CHECK = """const t = [...document.querySelectorAll('table.kb')].find(
+    t => t.tBodies[0].rows.length > 12 && t.querySelector('td[data-v]'));
+const i = t.querySelector('td[data-v]').cellIndex, h = t.tHead.rows[0].cells[i];
+const col = () => [...t.tBodies[0].rows].map(r => r.cells[i].getAttribute('data-v')).filter(x => x !== null).map(Number);
+h.click(); const up = col(); h.click(); const down = col();
+const f = t.closest('.kb-tablebox').previousElementSibling, first = t.tBodies[0].rows[0].cells[0].textContent;
+f.value = first; f.dispatchEvent(new Event('input'));
+const shown = [...t.tBodies[0].rows].filter(r => r.style.display !== 'none').length;
+return [up, down, f.className, f.placeholder, shown, t.tBodies[0].rows.length];"""
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_tables_sort_by_the_value_behind_a_cell_and_filter(browser, rendered_book, language):
+    """A click on a header sorts by the number behind each cell (so 1.44 GB sorts above 514 MB), a second click
+    reverses; a long table has a filter box that hides the rows without its text."""
+    browser.get((rendered_book(language) / "01_timeline.html").as_uri())
+    up, down, cls, placeholder, shown, total = browser.execute_script(SORT_CHECK)
+    assert len(up) > 12 and up == sorted(up) and down == sorted(down, reverse=True)
+    assert cls == "kb-filter" and placeholder == {"en": "filter rows", "zh": "筛选行"}[language]
+    assert 0 < shown < total
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

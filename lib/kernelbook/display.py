@@ -605,7 +605,29 @@ STYLE = """<style>
 .kb-caption{font-weight:600;margin:1rem 0 .2rem 0}
 .kb-note{font-size:12px;color:#555;margin:.1rem 0 .8rem 0}
 .kb-empty{font-style:italic}
+.kb-tablebox table.kb th.kb-a::after{content:" \\25B2"}
+.kb-tablebox table.kb th.kb-d::after{content:" \\25BC"}
+.kb-filter{font-size:12px;margin:.2rem 0;padding:.1rem .3rem;width:14rem}
 </style>"""
+
+# Sorting and filtering, in the shared HTML and in JupyterLab (a trusted output runs it): a click on a header
+# sorts the rows by that column (numbers by the value behind the cell, `data-v`, so "1.44 GB" sorts above "514
+# MB"; a second click reverses), and a table of more than 12 rows gets a filter box. Plain DOM, no library, no
+# network; the table works without it.
+SORT_JS = """<script>(function(s){var b=s&&s.previousElementSibling;if(!b||!b.querySelector)return;
+var t=b.querySelector('table.kb');if(!t||!t.tHead||t.getAttribute('data-kbs'))return;t.setAttribute('data-kbs','1');
+var hs=t.tHead.rows[0].cells,tb=t.tBodies[0],ea=Array.prototype.forEach;
+function v(td){var x=td?td.getAttribute('data-v'):null;return x===null?null:parseFloat(x);}
+ea.call(hs,function(h,i){h.style.cursor='pointer';h.addEventListener('click',function(){
+var d=h.className.indexOf('kb-a')<0?'kb-a':'kb-d';ea.call(hs,function(x){x.classList.remove('kb-a','kb-d');});
+h.classList.add(d);var rows=Array.prototype.slice.call(tb.rows);rows.sort(function(r,q){var a=v(r.cells[i]),c=v(q.cells[i]),o;
+if(a!==null&&c!==null)o=a-c;else if(a!==null)o=-1;else if(c!==null)o=1;
+else o=(r.cells[i]||{}).textContent.localeCompare((q.cells[i]||{}).textContent);return d==='kb-a'?o:-o;});
+rows.forEach(function(r){tb.appendChild(r);});});});
+if(tb.rows.length>12){var f=document.createElement('input');f.type='search';f.className='kb-filter';
+f.placeholder=s.getAttribute('data-filter');f.addEventListener('input',function(){var q=f.value.toLowerCase();
+ea.call(tb.rows,function(r){r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':'';});});
+b.parentNode.insertBefore(f,b);}})(document.currentScript);</script>"""
 
 
 class Shown:
@@ -723,7 +745,10 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
                 if isinstance(s, str) and s:
                     cls.append(s)
             attr = " ".join(x for x in cls if x)
-            tds.append(f'<td class="{attr}">{cell(v, k)}</td>' if attr else f"<td>{cell(v, k)}</td>")
+            dv = (f' data-v="{float(v)!r}"' if k not in ("text", "code", "phase", "shapes", "bool")
+                  and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                  and np.isfinite(v) else "")
+            tds.append(f'<td class="{attr}"{dv}>{cell(v, k)}</td>' if attr else f"<td{dv}>{cell(v, k)}</td>")
         rows.append("<tr>" + "".join(tds) + "</tr>")
     # a table with full kernel names fits the page: the name column takes what is left and wraps
     fit = " fit" if "code" in kinds.values() else ""
@@ -739,7 +764,8 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
             for c, why in notes.items()
             if c in df.columns and df[c].map(missing).any()]
         foot = "".join(f'<p class="kb-note">{esc_html(n)}</p>' for n in items)
-    return Shown(STYLE + cap + body + foot, frame, caption or "")
+    sort = SORT_JS.replace("<script>", f'<script data-filter="{esc_html(tr("filter rows"))}">', 1)
+    return Shown(STYLE + cap + body + sort + foot, frame, caption or "")
 
 
 def sentence(text: str) -> Shown:

@@ -156,6 +156,9 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
     the steps that recorded modules. See LEDGER_NOTE."""
     from . import whatif as W
 
+    need = {"name", "phase", "status", "dram_bytes"}
+    if kernels is not None and not need <= set(kernels.columns):  # a capture stopped before ncu wrote counters
+        kernels = None
     k = _attributed(timeline)
     k = k[k.phase == phase]
     cols = ["module_type", "launches_per_step", "kernel_us", "must_bytes", "moved_bytes", "moved_ncu_pct", "floor_us",

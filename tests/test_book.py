@@ -276,7 +276,7 @@ def test_capture_auto_on_a_cpu_machine_reads_and_says_so(report):
         assert f"capture: auto — the run already holds its {part} part, so the chapter reads it" in page
     steps = (report / "00_setup.html").read_text()
     # the bundled run was captured by the capture command (bench/gpu_capture.sh): each step says so (a run the
-    # book captured names the chapter that took each step: tests/test_capture_chapters.py)
+    # book captured names the chapter that took each step: test_capture_steps_name_the_chapter_that_took_them)
     assert "Nsight Compute capture" in steps and "timeline capture" in steps
     assert steps.count("python -m kernelbook capture") >= 3
 
@@ -296,3 +296,15 @@ def test_diff_compares_two_runs_and_refuses_a_non_run(partial_run, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "kernelbook", "diff", str(RUN), str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL)
     assert bad.returncode == 2 and "has no manifest.json" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_capture_steps_name_the_chapter_that_took_them():
+    """A run the book captured (capture.chapters records `produced_by`) names the chapter of each step; the others
+    name the capture command."""
+    from kernelbook.analyze import provenance as V
+
+    m = {"timings_s": {"timeline": 63.0, "ncu": 98.0},
+         "produced_by": {"timeline": {"chapter": "01_timeline"}, "ncu": {"chapter": "02_ncu"}}}
+    t = V.steps(m)
+    assert list(t.by) == ["01_timeline", "02_ncu", ""] and t.wall_s.iloc[-1] == 161.0
+    assert list(V.steps({"timings_s": {"ncu": 1.0}}).by)[:1] == ["python -m kernelbook capture"]

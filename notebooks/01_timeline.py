@@ -132,7 +132,7 @@ kb.md(M.modules_prose(types))
 
 # %%
 layers = M.by_layer(r.timeline)
-F.layer_heatmap(layers) if len(layers) else None
+F.layer_bars(layers) if len(layers) else None
 
 # %%
 bw = M.dram_bandwidth(r)

@@ -395,12 +395,18 @@ def module_share_bars(types: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def layer_heatmap(layers: pd.DataFrame) -> go.Figure:
-    """Decode kernel time per step (µs) by decoder layer and module type."""
-    wide = layers.pivot_table(index="module_type", columns="layer", values="us_per_step", aggfunc="sum", observed=True)
-    fig = go.Figure(go.Heatmap(z=wide.to_numpy(), x=[str(c) for c in wide.columns], y=[tr(t) for t in wide.index],
-                               colorscale="Blues", colorbar=dict(title="µs"),
-                               hovertemplate=tr("layer") + " %{x}, %{y}: %{z:.1f} µs<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, height=140 + 28 * len(wide), xaxis_title=tr("decoder layer"),
-                      title=tr("Decode kernel time per step by layer (µs)"))
+def layer_bars(layers: pd.DataFrame) -> go.Figure:
+    """Decode kernel time per step (µs) by decoder layer, stacked by module type (analyze.modules.by_layer)."""
+    from ..analyze.modules import MODULE_TYPES
+
+    fig = go.Figure()
+    colours = px.colors.qualitative.Safe + px.colors.qualitative.Pastel
+    present = [t for t in MODULE_TYPES if t in set(layers.module_type.astype(str))]
+    for i, t in enumerate(present):
+        g = layers[layers.module_type.astype(str) == t]
+        fig.add_bar(x=g.layer.astype(int), y=g.us_per_step, name=tr(t), marker_color=colours[i % len(colours)],
+                    hovertemplate=tr("layer") + " %{x}, " + tr(t) + ": %{y:.1f} µs<extra></extra>")
+    fig.update_layout(template=TEMPLATE, barmode="stack", height=380, xaxis_title=tr("decoder layer"),
+                      yaxis_title="µs", xaxis=dict(dtick=1), title=tr("Decode kernel time per step by layer (µs)"),
+                      legend=dict(orientation="h", y=-0.25))
     return fig

@@ -377,17 +377,24 @@ def launch_skew(coll: pd.DataFrame, phase: str = "decode") -> go.Figure:
     return fig
 
 
-def module_share_bars(types: pd.DataFrame) -> go.Figure:
-    """One horizontal bar per phase, split by module type: the share of the phase's kernel time (analyze.modules)."""
+def _per_module_type(frame: pd.DataFrame):
+    """(module type, its colour, its rows) in the reader's order of module types: one colour per type in every
+    module figure."""
     from ..analyze.modules import MODULE_TYPES
 
-    fig = go.Figure()
     colours = px.colors.qualitative.Safe + px.colors.qualitative.Pastel
-    present = [t for t in MODULE_TYPES if t in set(types.module_type.astype(str))]
-    for i, t in enumerate(present):
-        g = types[types.module_type.astype(str) == t]
+    have = frame.module_type.astype(str)
+    for i, t in enumerate(MODULE_TYPES):
+        if (have == t).any():
+            yield t, colours[i % len(colours)], frame[have == t]
+
+
+def module_share_bars(types: pd.DataFrame) -> go.Figure:
+    """One horizontal bar per phase, split by module type: the share of the phase's kernel time (analyze.modules)."""
+    fig = go.Figure()
+    for t, colour, g in _per_module_type(types):
         fig.add_bar(y=[phase_label(p) for p in g.phase], x=g.share_pct, orientation="h", name=tr(t),
-                    marker_color=colours[i % len(colours)], customdata=np.c_[g.us_per_step, g.launches_per_step],
+                    marker_color=colour, customdata=np.c_[g.us_per_step, g.launches_per_step],
                     hovertemplate=tr(t) + ": %{x:.1f} %, %{customdata[0]:.0f} µs, %{customdata[1]:.0f} "
                     + tr("launches per step") + "<extra></extra>")
     fig.update_layout(template=TEMPLATE, barmode="stack", height=320, xaxis_title=tr("% of the phase's kernel time"),
@@ -397,14 +404,9 @@ def module_share_bars(types: pd.DataFrame) -> go.Figure:
 
 def layer_bars(layers: pd.DataFrame) -> go.Figure:
     """Decode kernel time per step (µs) by decoder layer, stacked by module type (analyze.modules.by_layer)."""
-    from ..analyze.modules import MODULE_TYPES
-
     fig = go.Figure()
-    colours = px.colors.qualitative.Safe + px.colors.qualitative.Pastel
-    present = [t for t in MODULE_TYPES if t in set(layers.module_type.astype(str))]
-    for i, t in enumerate(present):
-        g = layers[layers.module_type.astype(str) == t]
-        fig.add_bar(x=g.layer.astype(int), y=g.us_per_step, name=tr(t), marker_color=colours[i % len(colours)],
+    for t, colour, g in _per_module_type(layers):
+        fig.add_bar(x=g.layer.astype(int), y=g.us_per_step, name=tr(t), marker_color=colour,
                     hovertemplate=tr("layer") + " %{x}, " + tr(t) + ": %{y:.1f} µs<extra></extra>")
     fig.update_layout(template=TEMPLATE, barmode="stack", height=380, xaxis_title=tr("decoder layer"),
                       yaxis_title="µs", xaxis=dict(dtick=1), title=tr("Decode kernel time per step by layer (µs)"),

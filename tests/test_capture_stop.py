@@ -29,8 +29,11 @@ land(tmp, out, manifest, body)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_capture_lands_partial_with_what_it_holds(tmp_path, sig):
     tmp, out = tmp_path / ".run.tmp", tmp_path / "run"
+    # SIGINT as a terminal delivers it: a test run started in the background (nohup ... &) has SIGINT ignored,
+    # which its children inherit, and Python then raises no KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp), str(out), str(RUN / "timeline.parquet")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "in ncu"
     t = time.monotonic()
     proc.send_signal(sig)

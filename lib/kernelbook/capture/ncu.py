@@ -262,6 +262,12 @@ def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], c
     return cmd + worker
 
 
+def _default_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 TIMEOUT_GRACE_S = 60  # after SIGINT, how long ncu gets to close the report before SIGKILL
 PERMISSION_HELP = ("ncu may not read GPU performance counters here (ERR_NVGPUCTRPERM). Fix: run as root, or "
                    "allow non-admin profiling: `echo 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' | "
@@ -289,8 +295,10 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: int, expected: int | None
     import threading
     import time
 
+    # SIGINT at its default in ncu: a capture started in the background (nohup ... &) has SIGINT ignored, which
+    # ncu would inherit, and then neither close its report on a stop nor end before the grace period's SIGKILL
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     lines: list[str] = []
     t0 = time.monotonic()
 

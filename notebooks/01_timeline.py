@@ -141,7 +141,7 @@ kb.table(ledger, kb.tr("Bytes ledger of one decode step, by module type"),
          empty=kb.tr("This run was captured before kernels were tied to modules."))
 
 # %%
-kb.md(M.ledger_prose(ledger, M.plain_decode_ms(r), bw) + "\n\n" + kb.tr(M.LEDGER_NOTE))
+kb.md(M.ledger_prose(ledger, T.plain_ms_per_step(r.manifest).get("decode"), bw) + "\n\n" + kb.tr(M.LEDGER_NOTE))
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report

@@ -181,9 +181,9 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
         k.loc[got, "moved"] = [h for h in hit if h is not None]
         k["from_ncu"] = got
     steps = max(1, k.step.nunique())
+    k["ncu"] = k.moved.where(k.from_ncu, 0.0)
     g = k.groupby("module_type").agg(launches=("name", "size"), ns=("duration_ns", "sum"), must=("must", "sum"),
-                                     moved=("moved", "sum"),
-                                     ncu=("moved", lambda s: s[k.loc[s.index, "from_ncu"]].sum())).reset_index()
+                                     moved=("moved", "sum"), ncu=("ncu", "sum")).reset_index()
     g = pd.concat([g, g.drop(columns="module_type").sum().to_frame().T.assign(module_type="step")],
                   ignore_index=True)
     out = pd.DataFrame({"module_type": g.module_type, "launches_per_step": g.launches / steps,
@@ -254,12 +254,6 @@ def modules_prose(types: pd.DataFrame) -> str:
                       second=tr(top.iloc[1].module_type) if len(top) > 1 else "-",
                       p2=top.iloc[1].share_pct if len(top) > 1 else 0.0))
     return " ".join(out)
-
-
-def plain_decode_ms(run) -> float | None:
-    """The plain (unprofiled) decode step, ms, when the capture timed it."""
-    p = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get("decode")
-    return p["ms_per_step"] if p else None
 
 
 def kernel_modules(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:

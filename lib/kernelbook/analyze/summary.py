@@ -363,8 +363,8 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
 
 def _plain_decode_ms(run) -> float:
     """Plain (unprofiled) wall ms per decode step, NaN for a run captured before plain phases were timed."""
-    d = run.manifest.get("timeline_info", {}).get("plain_phases", {}).get("decode") or {}
-    return float(d.get("ms_per_step", np.nan))
+    ms = plain_ms_per_step(run, "decode")
+    return float("nan") if ms is None else ms
 
 
 def _graph_decode(run) -> bool:

@@ -251,7 +251,13 @@ def test_chapter_in_jupyterlab(lab, browser, stem):
         driver.execute_script("window.jupyterapp.commands.execute('docmanager:save');")
         ipynb = lab["root"] / "notebooks" / f"{stem}.ipynb"
         _wait(driver, lambda: ipynb.exists() and PLOTLY in ipynb.read_text(), 30, "the paired .ipynb")
-        assert (lab["root"] / "notebooks" / f"{stem}.py").read_text() == (REPO / "notebooks" / f"{stem}.py").read_text()
+        # jupytext rewrites the .py after the .ipynb: read it once the save has finished (an empty or half-written
+        # file is the write in progress, not a change)
+        py, want = lab["root"] / "notebooks" / f"{stem}.py", (REPO / "notebooks" / f"{stem}.py").read_text()
+        try:
+            _wait(driver, lambda: py.read_text() == want, 15, "the paired .py")
+        except AssertionError:
+            assert py.read_text() == want
     if stem == "04_roofline":
         label = _hover(driver, "Physical roofline", stem, "hover-roofline")
         assert "FLOP/s" in label and "% of roof" in label and "µs" in label, label

@@ -21,6 +21,7 @@ note (`notebook.ChapterStop`); the book keeps it, its HTML shows the note, and t
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -38,8 +40,16 @@ from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN
 from .clocks import clock_lock
 from .watch import execute_chapter
 
+# jsonschema (nbformat's validator) imports rfc3987_syntax when it is installed (jupyterlab's dependencies pull
+# it in), which builds 38 lark grammars at import: 1.4 s of every book. Its IRI formats are never checked
+# for a notebook, so the runner goes without it (a process that imported it already keeps it).
+sys.modules.setdefault("rfc3987_syntax", None)
+
 NOTEBOOKS = P.REPO / "notebooks"
 PLOTLY_JS = "plotly.min.js"
+
+
+_KERNEL_NUMBERS = itertools.count()
 
 
 def _kernel_manager(folder: str):
@@ -68,7 +78,9 @@ def _kernel_manager(folder: str):
         transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
 
         def _ip_default(self):
-            return os.path.join(folder, "kernel")
+            # a name per kernel: chapters start their kernels at once, and IPC "ports" are file suffixes that
+            # two kernels starting together under one name could both take
+            return os.path.join(folder, f"kernel-{next(_KERNEL_NUMBERS)}")
 
     return IPCKernelManager
 
@@ -285,11 +297,12 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             if log is print:
                 print(f"capture: {', '.join(capture_stems)} will capture into {run_dir} (locks held until the "
                       "last of them ends)", flush=True)
-        for i, nb in enumerate(books, 1):
+        order = {nb.stem: i for i, nb in enumerate(books, 1)}
+
+        def run(nb: Path, lines: "_ChapterLines | None") -> dict:
+            """Execute one chapter into the staging folder and convert it: its index entry, with `error` (a
+            failure) and `broken` (the run is missing or broken) for the loop below."""
             t = time.perf_counter()
-            lines = _ChapterLines(f"[{i}/{len(books)}] {nb.stem}")
-            if log is print:
-                lines.start()
             src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb", language)
             executed = stage / f"{nb.stem}.ipynb"
             declared = notebook_parameters(nb)
@@ -297,8 +310,11 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             # a capture chapter that captures may run as long as its ncu stage on top of the chapter's limit
             limit = params["chapter_timeout_s"] + (params["ncu_timeout_s"] if nb.stem in capture_stems else 0)
             error = execute_chapter(src, executed, nb_params, km_class, limit_s=limit, cwd=str(P.REPO),
-                                    on_progress=lines.progress if log is print else None,
-                                    on_retry=lines.retry if log is print else None)
+                                    on_progress=lines.progress if lines else None,
+                                    on_retry=lines.retry if lines else (
+                                        (lambda why: print(f"    {nb.stem}: " + tr("ended: {why}; trying once more",
+                                                                                   why=why), flush=True))
+                                        if log is print else None))
             note = _stopped(error)
             broken = note is not None and getattr(error, "ename", None) == STOP
             if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
@@ -316,20 +332,55 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                     # the note's first clause, up to its first colon (either language's), names what is missing
                     first = re.split(r"[:：]", note.replace("**", "").split("\n")[0], maxsplit=1)[0]
                     summary = tr("Not shown: {note}", note=first)
-            entries.append({"stem": nb.stem, "title": _title(nb, language), "seconds": dt, "ok": error is None and not broken,
-                            "summary": summary, **({"stopped": note} if note is not None else {})})
-            if log is print:
-                state = "ok" if note is None else ("STOPPED: the run is missing or broken (see its note)" if broken
-                                                   else "stopped: the run cannot serve it (see its note)")
-                lines.end(f"{state if error is None else 'FAILED'} ({dt:.1f} s)")
+            return {"stem": nb.stem, "title": _title(nb, language), "seconds": dt, "ok": error is None and not broken,
+                    "summary": summary, **({"stopped": note} if note is not None else {}),
+                    "_error": error, "_note": note, "_broken": broken}
+
+        def outcome(e: dict) -> str:
+            note, error = e["_note"], e["_error"]
+            state = "ok" if note is None else ("STOPPED: the run is missing or broken (see its note)" if e["_broken"]
+                                               else "stopped: the run cannot serve it (see its note)")
+            return f"{state if error is None else 'FAILED'} ({e['seconds']:.1f} s)"
+
+        def settle(e: dict) -> bool:
+            """Add a finished chapter to the index; False when the book stops at it."""
+            nonlocal failed
+            error = e.pop("_error")
+            note, broken = e.pop("_note"), e.pop("_broken")
+            entries.append(e)
             if error is not None:
-                failed = (nb.stem, error)
+                failed = (e["stem"], error)
+            elif broken:  # the run is missing or broken: the book stops here, not a stop by design
+                failed = (e["stem"], BookError(f"stopped: {escape.terminal(note.strip().splitlines()[0])}", 2))
+            return failed is None
+
+        # the capture chapters one after another (each needs the parts before it), under the locks
+        serial = [nb for nb in books if nb.stem in capture_stems]
+        for nb in serial:
+            lines = _ChapterLines(f"[{order[nb.stem]}/{len(books)}] {nb.stem}") if log is print else None
+            if lines:
+                lines.start()
+            e = run(nb, lines)
+            if lines:
+                lines.end(outcome(e))
+            if not settle(e):
                 break
-            if broken:  # the run is missing or broken: the book stops here, not a stop by design
-                failed = (nb.stem, BookError(f"stopped: {escape.terminal(note.strip().splitlines()[0])}", 2))
+        if serial:
+            locks.close()  # the analysis chapters need no lock
+        # the chapters that read the run: each in its own kernel, `jobs` at a time, reported as they finish
+        rest = [nb for nb in books if nb.stem not in capture_stems] if failed is None else []
+        jobs = max(1, min(_jobs(params), len(rest)))
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chapter") as pool:
+            futures = {pool.submit(run, nb, None): nb for nb in rest}
+            done = []
+            for f in as_completed(futures):
+                e = f.result()
+                done.append(e)
+                if log is print:
+                    print(f"[{order[e['stem']]}/{len(books)}] {e['stem']} ... {outcome(e)}", flush=True)
+        for e in sorted(done, key=lambda e: order[e["stem"]]):
+            if not settle(e):
                 break
-            if capture_stems and nb.stem == capture_stems[-1]:
-                locks.close()  # the analysis chapters need no lock
     if only and not failed:
         entries = _keep_other_chapters(out, stage, entries)
     if not failed and any(e["stem"] == "05_classification" and "kept" not in e for e in entries):
@@ -453,6 +504,16 @@ def _keep_other_chapters(out: Path, stage: Path, entries: list[dict]) -> list[di
             shutil.copy2(out / "report.md", stage / "report.md")
     order = [nb.stem for nb in list_chapters(None)]
     return sorted(entries + kept, key=lambda e: order.index(e["stem"]) if e["stem"] in order else len(order))
+
+
+def _jobs(params: dict) -> int:
+    """How many reading chapters run at once: `render_jobs`, or with 0 one per CPU core this process may use,
+    at most 4 (each is a kernel of its own; on 2 cores two at once halve the CPU book's wall time)."""
+    n = params.get("render_jobs", 0) or 0
+    if n > 0:
+        return n
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(4, cores))
 
 
 def _to_nb(v):

@@ -281,9 +281,9 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
     if "op_shapes" in out:
         # category by the work done, on every row, so that no chapter sees the name's category and another
         # the work's: a cuBLAS GEMM kernel running a matrix-vector product (lm_head in decode) is a GEMV
-        from .timeline import is_matvec
+        from .timeline import matvec_rows
 
-        gemv = out["category"].eq(Category.GEMM.value) & out["op_shapes"].map(is_matvec)
+        gemv = out["category"].eq(Category.GEMM.value) & matvec_rows(out["op_shapes"])
         out.loc[gemv, "category"] = Category.GEMV.value
         out.loc[gemv, "description"] = DESCRIPTIONS[Category.GEMV]
     return out

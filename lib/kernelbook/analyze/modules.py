@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from ..display import phase_label
@@ -91,12 +92,18 @@ def with_module_types(kernels: pd.DataFrame) -> pd.DataFrame:
     """`kernels` with `module_type` and `layer` (from `module`, `module_class`); unchanged without modules."""
     if "module" not in kernels:
         return kernels
-    cls = kernels["module_class"] if "module_class" in kernels else pd.Series(None, index=kernels.index)
-    pairs = pd.Series(list(zip(kernels["module"], cls)), index=kernels.index)
-    types = {p: module_type(*p) for p in set(pairs)}
-    out = kernels.assign(module_type=pairs.map(types))
-    layers = {p: layer_of(p) for p in set(kernels["module"].dropna())}
-    return out.assign(layer=kernels["module"].map(layers).astype("Int64"))
+    cls = kernels["module_class"] if "module_class" in kernels else pd.Series(None, index=kernels.index, dtype=object)
+    # once per distinct (module, class) pair, not per row: a long decode has 10^5 rows and a few hundred pairs
+    pairs = pd.DataFrame({"m": kernels["module"].astype(object), "c": cls.astype(object)}, index=kernels.index)
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs))
+    types = np.array([module_type(*_none(u)) for u in uniques] + [module_type(None, None)], dtype=object)
+    layers = pd.array([layer_of(_none(u)[0]) for u in uniques] + [None], dtype="Int64")
+    return kernels.assign(module_type=types[codes], layer=layers[codes])
+
+
+def _none(pair: tuple) -> tuple:
+    """A (module, class) pair with pandas' missing values as None."""
+    return tuple(None if v is None or (isinstance(v, float) and v != v) else v for v in pair)
 
 
 def by_module_type(timeline: pd.DataFrame) -> pd.DataFrame:

@@ -64,13 +64,9 @@ def peaks_table(dev: Device | None) -> pd.DataFrame:
 
 def measured_peaks(manifest: dict, measure_here: bool = True, lock_clocks: bool = False) -> dict:
     """Measure on this machine when it has a GPU (under the profiling lock), else the run's record."""
-    try:
-        import torch
+    from ..capture.chapters import cuda_visible
 
-        has_gpu = torch.cuda.is_available()
-    except ImportError:
-        has_gpu = False
-    if measure_here and has_gpu:
+    if measure_here and cuda_visible():
         import os
         from contextlib import nullcontext
 

@@ -200,9 +200,41 @@ def load_run(path: str | Path, require_timeline: bool = True, rank: int = 0) -> 
     (chapter 00 while the capture chapters after it have not run yet) loads with empty tables. A
     tensor-parallel run's tables hold every rank: `timeline` and `phases` are `rank`'s, every chapter reads
     those, and `ranks_timeline` / `ranks_phases` keep all of them for the cross-rank analysis."""
+    p = resolve_path(path)
+    key, sig = (p, require_timeline, rank), _signature(p)
+    hit = _LOADED.get(key)
+    if hit is None or hit[0] != sig:
+        _LOADED[key] = (sig, _load_run(p, require_timeline, rank))
+        while len(_LOADED) > 8:
+            _LOADED.pop(next(iter(_LOADED)))
+    return _fresh(_LOADED[key][1])
+
+
+# Runs loaded in this process, by (path, require_timeline, rank), with the files' signature they were read
+# with: chapter 07 reads its baseline once per variant and the what-if once per run; a file changed since is
+# read anew. Callers get their own Run (a new manifest, tables copied on write), never the cached one.
+_LOADED: dict = {}
+
+
+def _signature(p: Path) -> tuple:
+    """(relative path, mtime, size) of every file in the run directory."""
+    return tuple(sorted((str(f.relative_to(p)), st.st_mtime_ns, st.st_size)
+                        for f in p.rglob("*") if f.is_file() and (st := f.stat())))
+
+
+def _fresh(run: Run) -> Run:
+    import copy
+
+    def cp(df):
+        return None if df is None else df.copy(deep=False)  # copy-on-write: a change never reaches the cache
+
+    return Run(run.path, copy.deepcopy(run.manifest), cp(run.timeline), cp(run.phases), run.rank,
+               cp(run.ranks_timeline), cp(run.ranks_phases))
+
+
+def _load_run(p: Path, require_timeline: bool, rank: int) -> Run:
     from ..analyze.kernels import annotate
 
-    p = resolve_path(path)
     manifest = check_run(p)
     tl = p / "timeline.parquet"
     if not tl.exists() and not require_timeline:

@@ -1,0 +1,36 @@
+"""Speed work leaves the book's numbers as they were: every numeric column of every table the chapters
+show for the bundled run, recomputed by the current code, against the numbers the code gave before the
+speed changes (tests/fixtures/bundled_numbers.json, written by bench/book_numbers.py on commit a384c68).
+
+A change that means to change a figure rewrites the fixture (`python bench/book_numbers.py`) in the same
+commit, so the diff shows which numbers moved."""
+import json
+import math
+import sys
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def _key(r):
+    return r["chapter"], r["table"], r["column"]
+
+
+def test_bundled_run_numbers_unchanged(monkeypatch):
+    from book_numbers import book_numbers
+
+    monkeypatch.chdir(REPO)
+    want = {_key(r): r for r in json.loads((REPO / "tests/fixtures/bundled_numbers.json").read_text())}
+    got = {_key(r): r for r in book_numbers("data/runs/h100-deepseek-ocr-2")}
+    assert sorted(got) == sorted(want), "tables or columns differ: " + str(sorted(set(got) ^ set(want))[:5])
+    moved = []
+    for k, w in want.items():
+        a, b = w["values"], got[k]["values"]
+        same = len(a) == len(b) and all(
+            (x is None and y is None) or (isinstance(x, str) and x == y)
+            or (isinstance(x, float) and isinstance(y, float) and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12))
+            for x, y in zip(a, b))
+        if not same:
+            moved.append(f"{k} {w['caption'][:60]!r}: {a[:4]} -> {b[:4]}")
+    assert not moved, f"{len(moved)} of {len(want)} numeric columns moved:\n" + "\n".join(moved[:10])

@@ -47,7 +47,7 @@ kb.summary(T.headline(summary, shares, r.manifest))
 # intervals. A large idle share means the GPU waits for the CPU to launch work: the launch-bound signal.
 
 # %%
-kb.table(summary, kb.tr("Phases of one generate"), notes=T.PHASE_SUMMARY_MISSING)
+kb.table(summary, kb.tr("Phases of one generate under the profiler (profiled pass)"), notes=T.PHASE_SUMMARY_MISSING)
 
 # %%
 F.phase_bars(summary)

@@ -195,9 +195,11 @@ kb.source(C.contract_markdown(r, summary, c, opps, rules))
 
 # %% [markdown]
 # ## Kernel explorer
-# In JupyterLab, pick a kernel to see its metrics, roofline points, name, class and why it is slow. In
-# the HTML the same cards are listed statically.
+# Every profiled kernel of every phase, this chapter's phase first. In JupyterLab, pick a kernel to see its
+# metrics, roofline points, name, class and why it is slow. In the HTML the same cards are listed statically,
+# and a kernel id in any chapter's table opens its card here.
 
 # %%
-kb.explorer(C.kernel_cards(cp, R.points(k, roofs), W.kernel_why(cp, metrics, dev.sm_clock_max_mhz, r.ncu_results())),
-            first=kernel)
+every = C.phase_first(c, phase)
+why = W.kernel_why(every, metrics, dev.sm_clock_max_mhz, r.ncu_results())
+kb.explorer(C.kernel_cards(every, R.points(k, roofs), why), first=kernel)

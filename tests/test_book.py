@@ -97,7 +97,10 @@ def test_report_md_holds_the_profiler_output_contract(report):
 
 def test_kernel_explorer_degrades_to_static_cards_in_html(report):
     html = (report / "05_classification.html").read_text()
-    assert html.count("<details><summary><b>d0") == 20  # one card per profiled decode kernel (the chapter's phase)
+    cards = re.findall(r'<details id="kernel-([dp]\d{3})"><summary><b>\1 ', html)
+    # one card per profiled kernel of every phase, the chapter's phase (decode) first, each with its anchor
+    assert len(cards) == 40 == len(set(cards)) and cards[:20] == [f"d{i:03d}" for i in range(20)]
+    assert sorted(cards[20:]) == [f"p{i:03d}" for i in range(20)]
 
 
 def test_cli_book_prints_only_its_progress(tmp_path):

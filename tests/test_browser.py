@@ -151,3 +151,57 @@ def test_tables_sort_by_the_value_behind_a_cell_and_filter(browser, rendered_boo
     assert cls == "kb-filter" and placeholder == {"en": "filter rows", "zh": "筛选行"}[language]
     assert 0 < shown < total
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+# the card a chapter-05 address names: whether it is a <details> that is open, and its box against the viewport
+CARD_STATE = """const c = document.getElementById(arguments[0]); if (!c) return null;
+const r = c.getBoundingClientRect();
+return [c.tagName, c.open, r.top, r.bottom, window.innerHeight, location.hash];"""
+
+
+def _in_view(state) -> bool:
+    tag, is_open, top, bottom, height, _ = state
+    return tag == "DETAILS" and is_open and top < height and bottom > 0 and -1 <= top
+
+
+def test_a_kernel_id_opens_its_card_in_chapter_05(browser, rendered_book):
+    """A kernel id in chapter 02's tables links to its card in chapter 05: the click opens 05 with that card's
+    <details> open and scrolled into view (a prefill id too: every profiled kernel has a card). Inside chapter 05
+    a click on an id opens the card on the same page. The tables still sort with the links in them."""
+    from selenium.webdriver.common.by import By
+
+    report = rendered_book("en")
+    browser.get_log("browser")  # start clean: what follows is these pages' doing
+    browser.get((report / "02_ncu.html").as_uri())
+    links = browser.find_elements(By.CSS_SELECTOR, "table.kb a.kb-k")
+    assert len({a.get_attribute("data-card") for a in links}) == 40  # 20 decode + 20 prefill ids, each linked
+    link = next(a for a in links if a.text == "p012")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", link)
+    link.click()
+    deadline = time.time() + 20
+    while not browser.current_url.endswith("05_classification.html#kernel-p012") and time.time() < deadline:
+        time.sleep(0.2)
+    assert browser.current_url.endswith("05_classification.html#kernel-p012"), browser.current_url
+    time.sleep(1.0)  # the page's load event re-opens and re-scrolls to the card
+    state = browser.execute_script(CARD_STATE, "kernel-p012")
+    assert state is not None and _in_view(state), state
+    assert browser.execute_script("return document.getElementById('kernel-d000').open") is False  # only that one
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(Path(SHOTS) / "en-05-card-p012.png"))
+    # inside chapter 05: an id in the class table opens its card on this page, no reload
+    browser.execute_script("window.scrollTo(0, 0); window.__same = 1;")
+    link = browser.find_element(By.CSS_SELECTOR, "table.kb a.kb-k[data-card='kernel-d004']")
+    link.click()
+    time.sleep(0.5)
+    state = browser.execute_script(CARD_STATE, "kernel-d004")
+    assert _in_view(state) and state[5] == "#kernel-d004", state
+    assert browser.execute_script("return window.__same") == 1  # the same page: no navigation
+    # a header click still sorts a table whose first column holds the links
+    order = browser.execute_script("""const t = document.querySelector('table.kb a.kb-k').closest('table');
+        const ids = () => [...t.tBodies[0].rows].map(r => r.cells[0].textContent);
+        const before = ids(); t.tHead.rows[0].cells[0].click(); const up = ids(); t.tHead.rows[0].cells[0].click();
+        return [before, up, ids(), t.querySelectorAll('a.kb-k').length];""")
+    before, up, down, n_links = order
+    assert up == sorted(before) and down == sorted(before, reverse=True) and n_links == len(before)
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

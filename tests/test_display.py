@@ -1,5 +1,6 @@
 """The display layer on numbers and names taken from the bundled run."""
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -84,3 +85,25 @@ def test_capture_writes_capture_parameters_only(monkeypatch, tmp_path):
         C.capture(validate({"top_n": 30, "phase": "prefill"}), tmp_path / "run")
     assert seen["status"] == "partial" and seen["params"]["model"] == "deepseek-ocr-2"
     assert not [k for k in seen["params"] if CAPTURE not in SCHEMA[k].feeds]
+
+
+def test_a_kernel_id_with_a_card_links_to_it_and_sorts_as_before(run):
+    """Kernel ids of the chapter's run link to their card in chapter 05 (`kernel-d004`); an id without a card
+    (another run's, or none registered) stays text. The cell's text is what it was, so sorting and filtering, which
+    read the text, see the same rows."""
+    from kernelbook.notebook import _link_cards
+
+    k = run.ncu_kernels()[["kernel_id", "name"]].head(3).assign(friendly_name=["a", "b", "c"])
+    plain = D.table(k).html
+    try:
+        _link_cards(run)
+        assert {"d004", "p012"} <= D._CARDS and len(D._CARDS) == 40  # every profiled kernel of the bundled run
+        linked = D.table(k).html
+        other = D.table(pd.DataFrame({"kernel_id": ["x001"], "value": [1.0]})).html
+    finally:
+        D.link_kernels(())
+    assert '<a class="kb-k" href="05_classification.html#kernel-d000" data-card="kernel-d000"' in linked
+    assert 'class="kb-k"' not in plain + other and D.table(k).html == plain
+    strip = lambda h: re.sub(r"<a [^>]*>|</a>", "", h)  # noqa: E731 - the cell text without the link
+    assert strip(linked.split("<tbody>")[1]) == strip(plain.split("<tbody>")[1])
+    assert D.card_anchor("d004") == "kernel-d004"

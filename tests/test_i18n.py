@@ -218,3 +218,30 @@ def test_capture_line_notes_and_status_column_in_zh(run):
     assert notes["p016"].startswith("同一内核在解码中被分析（grid 2x66x1") and "shapes pass" not in notes["p016"]
     assert set(status) == {"已分析"}
     assert N.say("something new") == "something new"  # a text no template knows is shown as written
+
+
+def test_stored_capture_text_of_every_bundled_run_is_shown_in_zh():
+    """The timeline backend's reason, how ncu picked its launches, the warmup and the sampling method are English
+    the capture stored in each manifest: every form the bundled runs hold is shown through the catalog in zh, a
+    text no template knows as written."""
+    from kernelbook.analyze import provenance as P
+
+    seen = {}
+    for path in sorted((REPO / "data" / "runs").glob("*/manifest.json")):
+        m = json.loads(path.read_text())
+        ti = m.get("timeline_info") or {}
+        for v in ((m.get("timeline_backend") or {}).get("why"), (m.get("ncu") or {}).get("mode"),
+                  ti.get("warmup"), (ti.get("sampling") or {}).get("method")):
+            if isinstance(v, str):
+                seen.setdefault(v, path.parent.name)
+    assert {"auto: nsys unusable (nsys is not on PATH)", "1 generate(s)"} <= set(seen)
+    with i18n.in_language("zh"):
+        shown = {v: i18n.text(P.stored(v)) for v in seen}
+        account = P.timeline_account(json.loads((REPO / "data" / "runs" / "h100-long-generation-2048" /
+                                                 "manifest.json").read_text()))
+        assert P.stored("auto: nsys unusable (nsys is not on PATH)") == "auto：nsys 不可用（PATH 中没有 nsys）"
+        assert P.stored("something new; asked for in params") == "something new；参数中指定"
+        assert P.stored("something new") == "something new"
+    english = {v: seen[v] for v, s in shown.items() if not CJK.search(s)}
+    assert not english, f"stored text shown in English in zh: {english}"
+    assert "torch.profiler 按窗口调度" in " ".join(account.value.astype(str))  # a long generation's sampling row

@@ -1,5 +1,7 @@
 """One story across the chapters (issue 28): the numbers every chapter reads about a kernel agree, shares of one
 whole sum to 100 %, and the headline's decode step is the plain (unprofiled) one, in the rendered book too."""
+import re
+
 import pandas as pd
 import pytest
 
@@ -56,3 +58,50 @@ def test_a_measured_gain_across_hosts_says_so_in_the_headline(rendered_book):
     prefill 1.29x and 1.51x the wall time for the same GPU work): the headline's measured gain says so."""
     html = (rendered_book("en") / "07_summary.html").read_text()
     assert "faster decode (predicted" in html and "on another host than its baseline" in html
+
+
+# A time figure (ms, s, µs) and the words that say what it was measured on: the plain generate (no profiler), the
+# profiled pass, GPU-busy or kernel time (the GPU's own clock), or a bound derived from bytes and a bandwidth.
+TIME_FIGURE = re.compile(r"\d[\d,.]*\s?(ms|s|µs)\b")
+BASIS = re.compile(r"plain|no profiler|profiler|profiled|GPU.busy|kernel time|device time|bandwidth|[GT]B/s", re.I)
+
+
+def _clauses(text: str) -> list[str]:
+    return [c.strip() for c in re.split(r";|\n|(?<=\.)\s", text) if TIME_FIGURE.search(c)]
+
+
+def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
+    """Chapter 01 said '21.1 ms per token on the wall clock' (the profiled pass) beside a plain step of 12.4 ms: each
+    clause of a headline or a prose paragraph that prints a step or phase time names its basis (plain generate,
+    under the profiler, GPU-busy), in chapters 00, 01 and 07 on the bundled run."""
+    from kernelbook.analyze import setup as SU
+    from kernelbook.analyze import steps as St
+    from kernelbook.analyze import summary as S
+    from kernelbook.analyze import whatif as W
+    from kernelbook.devices import lookup
+
+    summary = T.phase_summary(run.timeline, run.phases)
+    tr_, gpu, roofs, _ = W.for_run(run)
+    limit = S.decode_limit(tr_, run, roofs)
+    bw = M.dram_bandwidth(run)
+    texts = {
+        "00 headline": SU.headline(run, lookup(run.manifest["device"])),
+        "01 headline": T.headline(summary, T.category_shares(run.timeline), run.manifest),
+        "01 phases": T.phase_prose(summary, run.manifest),
+        "01 gaps": T.gap_prose(T.kernel_gaps_us(run.timeline, "decode")),
+        "01 steps": St.prose(run) + "\n" + St.check_prose(run),
+        "01 modules": M.modules_prose(M.by_module_type(run.timeline)),
+        "01 ledger": M.ledger_prose(M.bytes_ledger(run.timeline, run.ncu_kernels(), bw[0]),
+                                    T.plain_ms_per_step(run.manifest).get("decode"), bw),
+        "07 headline": S.headline(S.phase_table(run), limit, S.variant_rows(tr_, gpu, run, [])),
+        "07 limit": S.limit_prose(limit),
+        "07 deployed": S.deployed_prose(S.deployed(run, limit, [])),
+    }
+    clauses = {name: _clauses(t) for name, t in texts.items()}
+    assert len(clauses["01 phases"]) >= 5 and clauses["00 headline"] and clauses["07 headline"]
+    unsaid = [f"{name}: {c}" for name, cs in clauses.items() for c in cs if not BASIS.search(c)]
+    assert not unsaid, "time figures without their basis:\n" + "\n".join(unsaid)
+    plain = run.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"]
+    # the launch-bound sentence takes the plain step (18.47 ms), with the profiled one (36.24 ms) beside it
+    assert f"kernels in {plain:.2f} ms without the profiler" in texts["01 phases"]
+    assert "plain generate" in texts["00 headline"] and "profiled generate call" in texts["07 headline"]

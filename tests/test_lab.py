@@ -276,6 +276,7 @@ def test_chapter_in_jupyterlab(lab, browser, stem):
         assert "Traceback" not in driver.execute_script(WIDGET + "return w.node.textContent;")
     if stem == "05_classification":
         _explorer(driver, stem)
+        _table_sorts_and_kernel_link_is_inert(driver)
     assert not _console_errors(driver)
     _close(driver)
 
@@ -298,3 +299,41 @@ def _explorer(driver, stem):
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
         time.sleep(0.5)
         driver.save_screenshot(str(Path(SHOTS) / f"{stem}-explorer.png"))
+
+
+# in a code cell's output: the first table of the display layer with numbers behind its cells and a kernel id link
+SORT_IN_LAB = WIDGET + """
+    const cell = w.content.widgets[arguments[0]];
+    const t = [...cell.node.querySelectorAll('.jp-OutputArea-output table.kb')].find(
+        t => t.tBodies[0].rows.length > 3 && t.querySelector('td[data-v]') && t.querySelector('a.kb-k'));
+    if (!t) return null;
+    const i = t.querySelector('td[data-v]').cellIndex, h = t.tHead.rows[0].cells[i];
+    const col = () => [...t.tBodies[0].rows].map(r => r.cells[i].getAttribute('data-v')).filter(x => x !== null).map(Number);
+    const before = col(); h.click(); const up = col(); h.click(); const down = col();
+    return [before, up, down];"""
+
+
+def _table_sorts_and_kernel_link_is_inert(driver):
+    """A trusted output's table sorts in JupyterLab (a header click orders the rows by the number behind each cell,
+    a second click reverses); a kernel id links to chapter 05's card in the shared HTML, and here a click on it
+    neither navigates nor asks the server for a file that is not there (no console error)."""
+    from selenium.webdriver.common.by import By
+
+    cells = driver.execute_script(WIDGET + """return w.content.widgets.map((c, i) => c.model.type === 'code' &&
+        [...Array(c.model.outputs.length).keys()].some(j => {
+          const h = (c.model.outputs.get(j).toJSON().data || {})['text/html'];
+          const s = Array.isArray(h) ? h.join('') : (h || '');
+          return s.includes('class="kb-k"') && s.includes('data-v=');
+        }) ? i : -1).filter(i => i >= 0);""")
+    assert cells, "no output table with kernel links and numbers"
+    driver.execute_script(WIDGET + "w.content.scrollToItem(arguments[0], 'start');", cells[0])
+    before, up, down = _wait(driver, lambda: driver.execute_script(SORT_IN_LAB, cells[0]), 20, "the table to render")
+    assert up == sorted(before) and down == sorted(before, reverse=True) and up != down, (before, up, down)
+    url = driver.current_url
+    link = driver.execute_script(WIDGET + "return w.content.widgets[arguments[0]].node.querySelector('a.kb-k');",
+                                 cells[0])
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", link)
+    link.click()
+    time.sleep(1.5)
+    assert driver.current_url == url and not driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog")
+    assert not _console_errors(driver)

@@ -11,6 +11,8 @@ Analysis functions return DataFrames with machine columns (`pct_of_roof`, `flops
 - kernel names whole, monospace, wrapped and copyable; aten shapes as `1×10×1×128 · 1×10×1130×128`;
 - a caption saying what the table is; a box that scrolls sideways inside the page with its first
   column (the kernel) kept in view;
+- a header click sorts, a long table has a filter box, and a kernel id of the chapter's run links to its
+  card in chapter 05's explorer (`link_kernels`, `SORT_JS`);
 - an empty result as one sentence instead of a header-only table;
 - headers, yes/no, phase names and notes in the narrative language (`i18n`): a `Col` label is the
   catalog key of its header.
@@ -612,8 +614,10 @@ STYLE = """<style>
 
 # Sorting and filtering, in the shared HTML and in JupyterLab (a trusted output runs it): a click on a header
 # sorts the rows by that column (numbers by the value behind the cell, `data-v`, so "1.44 GB" sorts above "514
-# MB"; a second click reverses), and a table of more than 12 rows gets a filter box. Plain DOM, no library, no
-# network; the table works without it.
+# MB"; a second click reverses), and a table of more than 12 rows gets a filter box. A click on a kernel id
+# (`kernel_link`) opens its card where the card is on this page; elsewhere the shared HTML follows the link to
+# chapter 05, and a page that is not a chapter's HTML file (JupyterLab, whose own handler would ask its server for
+# a file that is not there) leaves the link inert. Plain DOM, no library, no network; the table works without it.
 SORT_JS = """<script>(function(s){var b=s&&s.previousElementSibling;if(!b||!b.querySelector)return;
 var t=b.querySelector('table.kb');if(!t||!t.tHead||t.getAttribute('data-kbs'))return;t.setAttribute('data-kbs','1');
 var hs=t.tHead.rows[0].cells,tb=t.tBodies[0],ea=Array.prototype.forEach;
@@ -624,10 +628,54 @@ h.classList.add(d);var rows=Array.prototype.slice.call(tb.rows);rows.sort(functi
 if(a!==null&&c!==null)o=a-c;else if(a!==null)o=-1;else if(c!==null)o=1;
 else o=(r.cells[i]||{}).textContent.localeCompare((q.cells[i]||{}).textContent);return d==='kb-a'?o:-o;});
 rows.forEach(function(r){tb.appendChild(r);});});});
+t.addEventListener('click',function(e){var a=e.target.closest?e.target.closest('a.kb-k'):null;if(!a)return;
+var c=document.getElementById(a.getAttribute('data-card'));if(c){e.preventDefault();e.stopPropagation();c.open=true;
+c.scrollIntoView();try{history.replaceState(null,'','#'+c.id);}catch(x){}}
+else if(!/\\.html?$/i.test(location.pathname)){e.preventDefault();e.stopPropagation();}},true);
 if(tb.rows.length>12){var f=document.createElement('input');f.type='search';f.className='kb-filter';
 f.placeholder=s.getAttribute('data-filter');f.addEventListener('input',function(){var q=f.value.toLowerCase();
 ea.call(tb.rows,function(r){r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':'';});});
 b.parentNode.insertBefore(f,b);}})(document.currentScript);</script>"""
+
+
+# --- kernel ids that link to their card -------------------------------------------------------------
+# Chapter 05's explorer lists a card for every profiled kernel, each a <details> whose id is
+# `card_anchor(kernel_id)`. A table's kernel cell whose id has a card links there: from another chapter of the
+# shared HTML to `05_classification.html#kernel-d004`, which opens that card on load (`CARD_OPEN_JS`); inside
+# chapter 05 the click opens the card and scrolls to it. The ids with a card are the chapter's own run's
+# profiled kernels (`link_kernels`, called by `notebook.open_run`); none link until it is called.
+EXPLORER_CHAPTER = "05_classification"
+_CARDS: set[str] = set()
+
+
+def card_anchor(kernel_id: str) -> str:
+    """The id of a kernel's card in chapter 05 ('kernel-d004'): stable across renderings of a run."""
+    return f"kernel-{kernel_id}"
+
+
+def link_kernels(kernel_ids) -> None:
+    """The kernel ids whose table cells link to their card from now on (empty: none link)."""
+    _CARDS.clear()
+    _CARDS.update(str(k) for k in kernel_ids)
+
+
+def kernel_link(cell_text: str) -> str:
+    """A kernel cell ('d004 lm_head GEMV', escaped as it prints) with its leading id as a link to the id's
+    card; unchanged when the id has no card."""
+    kid, _, rest = cell_text.partition(" ")
+    if kid not in _CARDS:
+        return cell_text
+    a = esc_html(card_anchor(kid))
+    link = (f'<a class="kb-k" href="{EXPLORER_CHAPTER}.html#{a}" data-card="{a}" '
+            f'title="{esc_html(tr("kernel card in chapter 05"))}">{kid}</a>')
+    return link + (" " + rest if rest else "")
+
+
+# Chapter 05 after its cards: the card the address names (`05_classification.html#kernel-d004`) opens and comes
+# into view, on load and whenever the address's fragment changes.
+CARD_OPEN_JS = """<script>(function(){function o(){var h=location.hash.slice(1),c=h?document.getElementById(
+decodeURIComponent(h)):null;if(c&&c.tagName==='DETAILS'){c.open=true;c.scrollIntoView();}}
+o();window.addEventListener('hashchange',o);window.addEventListener('load',o);})();</script>"""
 
 
 class Shown:
@@ -748,7 +796,10 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
             dv = (f' data-v="{float(v)!r}"' if k not in ("text", "code", "phase", "shapes", "bool")
                   and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
                   and np.isfinite(v) else "")
-            tds.append(f'<td class="{attr}"{dv}>{cell(v, k)}</td>' if attr else f"<td{dv}>{cell(v, k)}</td>")
+            shown = cell(v, k)
+            if c in ("kernel", "kernel_id") and _CARDS:
+                shown = kernel_link(shown)
+            tds.append(f'<td class="{attr}"{dv}>{shown}</td>' if attr else f"<td{dv}>{shown}</td>")
         rows.append("<tr>" + "".join(tds) + "</tr>")
     # a table with full kernel names fits the page: the name column takes what is left and wraps
     fit = " fit" if "code" in kinds.values() else ""

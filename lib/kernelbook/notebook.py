@@ -24,6 +24,7 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 NO_NETWORK = {"showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, **NO_NETWORK}
 _PLOTLYJS_SENT = [False]  # whether this kernel's outputs already carry plotly.js (the first figure does)
+_CHAPTER_RUN = [None]  # the chapter's own run_dir (its parameter), as setup was given it
 
 from . import escape as esc
 from .display import phase_label, sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
@@ -61,8 +62,12 @@ def setup(language: str = "en", **parameters) -> None:
     `language` (`tr`)."""
     import pandas as pd
 
+    from .display import link_kernels
+
     check_parameters({"language": language, **parameters})
     use_language(language)
+    _CHAPTER_RUN[0] = parameters.get("run_dir")  # open_run links kernel ids to their cards for this run
+    link_kernels(())
 
     pio.renderers["kernelbook"] = FigureRenderer(config=PLOTLY_CONFIG)
     _PLOTLYJS_SENT[0] = False  # the chapter's first figure carries plotly.js (a re-run from the top, too)
@@ -184,9 +189,21 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
         if note:
             raise ChapterNotServed(plain(note)) from None
     try:
-        return load_run(run_dir, require_timeline=require_timeline, rank=params.get("rank", 0))
+        run = load_run(run_dir, require_timeline=require_timeline, rank=params.get("rank", 0))
     except RunError as e:
         raise ChapterStop(str(e)) from None
+    if _CHAPTER_RUN[0] is not None and run_dir == _CHAPTER_RUN[0]:
+        _link_cards(run)
+    return run
+
+
+def _link_cards(run) -> None:
+    """The chapter's own run (not a variant or baseline it opens beside it): its profiled kernels have a card in
+    chapter 05's explorer, so their ids link there from every table (`display.link_kernels`)."""
+    from .display import link_kernels
+
+    k = run.ncu_kernels()
+    link_kernels(() if k is None or "status" not in k else k.loc[k.status == "profiled", "kernel_id"])
 
 
 def capture_part(run_dir: str, part: str, capture: str, params_file: str = ""):
@@ -216,18 +233,23 @@ def explorer(cards: dict[str, dict], first: str = ""):
     on the card whose key starts with `first` (a kernel id), else on the first card.
 
     One output carries both: the widget view (what JupyterLab renders when the kernel is live) and a
-    text/html fallback listing every card (what nbconvert writes, as no widget state is saved)."""
+    text/html fallback listing every card (what nbconvert writes, as no widget state is saved). Each static
+    card is a <details> with a stable id (`display.card_anchor`: 'kernel-d004') that kernel ids in every
+    chapter's tables link to; the address's fragment opens its card (`display.CARD_OPEN_JS`)."""
     from IPython.display import display
 
-    from .display import demangle
+    from .display import CARD_OPEN_JS, card_anchor, demangle
 
     nopoint = tr("No roofline point: this kernel issues no FLOPs.")
-    static = "".join(f"<details><summary><b>{html_escape(k)}</b> — {html_escape(c['class'])}</summary>"
+    # each card a <details> with a stable id that kernel ids in every chapter's tables link to
+    static = "".join(f"<details id='{html_escape(card_anchor(c.get('kernel_id') or k.split(' ')[0]))}'>"
+                     f"<summary><b>{html_escape(k)}</b> — {html_escape(c['class'])}</summary>"
                      f"<p><code style='white-space:pre-wrap;word-break:break-all'>{html_escape(demangle(c['name']))}"
                      f"</code></p>{table(c['metrics'], tr('Metrics (one representative launch)'))._repr_html_()}"
                      f"{table(c['roofline'], tr('Roofline points'), empty=nopoint)._repr_html_()}{_why(c)}"
                      "</details>" for k, c in cards.items())
-    bundle = {"text/html": f"<div class='kb-explorer'>{static}</div>",
+    bundle = {"text/html": f"<style>.kb-explorer details:target>summary{{background:#fff3cd}}</style>"
+                           f"<div class='kb-explorer'>{static}</div>{CARD_OPEN_JS}",
               "text/plain": tr("{n} kernels (open in JupyterLab for the picker)", n=len(cards))}
     try:
         import ipywidgets as W

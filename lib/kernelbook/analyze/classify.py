@@ -603,11 +603,20 @@ def tile_prose(t: pd.DataFrame, rules: Rules) -> str:
                   n_short=len(short), n=len(t)) if len(short) else tr("All have at least S_min stages.")))
 
 
+def phase_first(c: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """Every classified kernel, those of `phase` first (the explorer's order: every profiled kernel has a card,
+    which kernel ids in any chapter's table link to)."""
+    return pd.concat([c[c.phase == phase], c[c.phase != phase]])
+
+
 def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame, why: dict[str, pd.DataFrame] | None = None) -> dict[str, dict]:
     """Per kernel: the tables the explorer shows (metrics, roofline points, name, class and reason) and,
-    given `why` (kernel_id → table, `why.kernel_why`), why it is slow: stalls, occupancy, clock, NVIDIA's rules."""
+    given `why` (kernel_id → table, `why.kernel_why`), why it is slow: stalls, occupancy, clock, NVIDIA's rules.
+    Phases in the order `cp` holds them (the chapter's phase first), each phase's kernels by time share."""
     cards = {}
-    for _, k in cp.sort_values("share", ascending=False).iterrows():
+    order = {p: i for i, p in enumerate(pd.unique(cp.phase))} if "phase" in cp else {}
+    ranked = cp.assign(_order=cp.phase.map(order)) if order else cp.assign(_order=0)
+    for _, k in ranked.sort_values(["_order", "share"], ascending=[True, False], kind="stable").iterrows():
         metrics = pd.DataFrame({"value": [k.duration_ns / 1e3, 100 * k.share, k.sm_pct, k.dram_pct, k.memory_pct,
                                           k.l1_hit_pct, k.l2_hit_pct, k.achieved_occupancy_pct, k.waves_per_sm,
                                           k.registers, k.flops, k.dram_bytes],
@@ -621,7 +630,8 @@ def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame, why: dict[str, pd.DataFram
         p = pts[pts.kernel_id == k.kernel_id][["level", "intensity", "flops_per_s", "roof_flops_per_s",
                                                 "pct_of_roof", "bound"]]
         cards[f"{k.kernel_id} {k.friendly_name}"] = {
-            "class": tr("{cls}: {reason}", cls=class_label(k["class"]), reason=k.reason), "name": k["name"], "metrics": metrics, "roofline": p,
+            "kernel_id": k.kernel_id, "class": tr("{cls}: {reason}", cls=class_label(k["class"]), reason=k.reason),
+            "name": k["name"], "metrics": metrics, "roofline": p,
             "why": (why or {}).get(k.kernel_id)}
     return cards
 

@@ -5,13 +5,65 @@ Pure functions of the manifest dict; tables in long format (`item`, `value`) whe
 """
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from ..i18n import N_, text, tr
 from ..escape import md
 
+WEIGHTS = {"random": N_("random"), "pretrained": N_("pretrained")}  # else a checkpoint's path, shown as written
 STEPS = {"measure_peaks": N_("measure peaks (bf16 GEMM, device copy)"), "timeline": N_("timeline capture"),
          "ncu": N_("Nsight Compute capture")}
+
+
+# Text the capture stores in the manifest in English (capture.run: the timeline backend's reason, the warmup and
+# the sampling method; capture.nsys: why nsys is or is not usable; capture.ncu_stage: how ncu picked its launches).
+# Each form the capture writes is a template here, shown through the catalog; any other text is shown as written.
+# The analysis does not import the capture code, so these repeat its wording (tests/test_i18n.py checks every
+# stored text of the bundled runs against them).
+_STORED = [
+    (re.compile(r"^asked for in params$"), N_("asked for in params")),
+    (re.compile(r"^auto: nsys unusable \((?P<why>.*)\)$", re.S), N_("auto: nsys unusable ({why})")),
+    (re.compile(r"^auto: (?P<why>nsys .*)$", re.S), N_("auto: {why}")),
+    (re.compile(r"^nsys is not on PATH$"), N_("nsys is not on PATH")),
+    (re.compile(r"^nsys --version failed: (?P<error>.*)$", re.S), N_("nsys --version failed: {error}")),
+    (re.compile(r"^nsys --version exited (?P<code>-?\d+)$"), N_("nsys --version exited {code}")),
+    (re.compile(r"^nsys (?P<version>.*) found at (?P<path>.*)$", re.S), N_("nsys {version} found at {path}")),
+    (re.compile(r"^(?P<n>\d+) generate\(s\)$"), N_("{n} generate(s)")),
+    (re.compile(r"^torch\.profiler schedule over the windows; every step of the plain generates timed "
+                r"\(steps\.parquet\)$"),
+     N_("torch.profiler schedule over the windows; every step of the plain generates timed (steps.parquet)")),
+    (re.compile(r"^by position: NVTX range around each selected kernel's op call, no name filter$"),
+     N_("by position: NVTX range around each selected kernel's op call, no name filter")),
+    (re.compile(r"^by name: --kernel-name filter per phase \(timeline without op numbering\)$"),
+     N_("by name: --kernel-name filter per phase (timeline without op numbering)")),
+    (re.compile(r"^by graph node: the NVTX target range around the profiled step's graph replay, --graph-profiling "
+                r"node, the first launch of every launch configuration in the step \(no name filter: ncu's filter "
+                r"sees graph nodes under stale names\), tied by the report's names and launch configurations$"),
+     N_("by graph node: the NVTX target range around the profiled step's graph replay, --graph-profiling node, the "
+        "first launch of every launch configuration in the step (no name filter: ncu's filter sees graph nodes under "
+        "stale names), tied by the report's names and launch configurations")),
+    (re.compile(r"^per rank: one ncu around one rank's worker under torchrun \((?P<n>\d+) ranks\)$"),
+     N_("per rank: one ncu around one rank's worker under torchrun ({n} ranks)")),
+]
+
+
+def stored(value):
+    """A text the capture stored in the manifest (English), in the narrative language: a known form through the
+    catalog (a reason nested in it too), parts joined by '; ' each on its own, anything else as written."""
+    if not isinstance(value, str):
+        return value
+    for pattern, template in _STORED:
+        m = pattern.match(value)
+        if m:
+            return tr(template, **{k: stored(v) for k, v in m.groupdict().items()})
+    parts = value.split("; ")
+    if len(parts) > 1:
+        shown = [stored(p) for p in parts]
+        if any(a != b for a, b in zip(shown, parts)):
+            return tr("; ").join(shown)
+    return value
 
 
 def steps(manifest: dict) -> pd.DataFrame:
@@ -45,11 +97,13 @@ def timeline_account(manifest: dict) -> pd.DataFrame:
     tb = manifest.get("timeline_backend") or {}
     plain = ti.get("plain_generate") or {}
     shapes = ti.get("shapes") or {}
+    sampling = ti.get("sampling") or {}
     items = [
-        (tr("backend"), f"{tb.get('backend')} ({tb.get('why')})" if tb else None),
+        (tr("backend"), tr("{backend} ({why})", backend=tb.get("backend"), why=stored(tb.get("why"))) if tb else None),
         (tr("model"), tr("{model_class}, {billions:.2f} B parameters, weights {weights}",
                          model_class=ti.get("model_class"), billions=ti.get("n_params", 0) / 1e9,
-                         weights=ti.get("weights")) if ti.get("model_class") else None),
+                         weights=text(WEIGHTS.get(ti.get("weights"), ti.get("weights"))))
+         if ti.get("model_class") else None),
         (tr("model build + inputs"), _s(ti.get("model_load_s"))),
         (tr("plain generate (median of trials)"), tr("{time} over {trials} trials, spread {spread:.0f} %",
                                                      time=_s(plain.get("median_s")), trials=plain.get("trials"),
@@ -60,7 +114,7 @@ def timeline_account(manifest: dict) -> pd.DataFrame:
         (tr("trace export + ingest"), f"{_s(ti.get('trace_export_s'))} + {_s(ti.get('ingest_s'))}"
          if ti.get("ingest_s") is not None else None),
         (tr("kernels in the timeline"), f"{ti['kernels']:,}" if ti.get("kernels") else None),
-        (tr("warmup"), text(ti["warmup"]) if ti.get("warmup") else None),
+        (tr("warmup"), text(stored(ti["warmup"])) if ti.get("warmup") else None),
         (tr("aten shapes"), text(shapes["method"]) if shapes.get("method") else None),
         (tr("kernels tied to a module"), f"{shapes['kernels_with_module']:,}" if shapes.get("kernels_with_module")
          else None),
@@ -71,6 +125,10 @@ def timeline_account(manifest: dict) -> pd.DataFrame:
                                  instances=shapes["instances"], time=_s(shapes.get("pass_generate_s")))
          if "kernels_matched" in shapes else None),
         (tr("vision forwards marked"), ti.get("vision_forwards_marked")),
+        (tr("decode steps profiled"), tr("{n} of {total} in {w} windows: {method}", n=sampling["profiled_decode_steps"],
+                                         total=sampling["decode_steps"], w=len(sampling["windows"]),
+                                         method=stored(sampling.get("method", "")))
+         if sampling.get("windows") else None),
     ]
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
 
@@ -82,7 +140,7 @@ def ncu_account(manifest: dict) -> pd.DataFrame:
         return pd.DataFrame(columns=["item", "value"])
     results = n.get("results")
     wall = n.get("wall_s") or sum(v.get("wall_s", 0) for v in n.get("phases", {}).values())
-    items = [(tr("selection"), n.get("mode")), (tr("clock control"), n.get("clock_control")),
+    items = [(tr("selection"), stored(n.get("mode"))), (tr("clock control"), n.get("clock_control")),
              (tr("cache control"), n.get("cache_control")), (tr("command"), n.get("command")),
              (tr("ncu processes"), n.get("processes", len(n.get("phases", {})))),
              (tr("profiled launches"), tr("{results} of {expected} expected", results=results,

@@ -27,7 +27,7 @@ def headline(run, dev: Device | None) -> str:
         parts.append(tr("measured {tflops:.0f} TFLOP/s bf16, {gbps:.0f} GB/s copy", tflops=peaks["bf16_gemm_tflops"],
                         gbps=peaks["d2d_copy_gbps"]))
     if tl.get("plain_generate"):
-        parts.append(tr("generate {seconds:.2f} s", seconds=tl["plain_generate"]["median_s"]))
+        parts.append(tr("plain generate {seconds:.2f} s (no profiler)", seconds=tl["plain_generate"]["median_s"]))
     return tr("; ").join(parts)
 
 

@@ -333,7 +333,7 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
     top = phases.sort_values("wall_ms", ascending=False).iloc[0]
     from ..display import phase_label
 
-    out = [tr("{phase} holds {share:.0f} % of the generate call's phase time", phase=phase_label(top.phase),
+    out = [tr("{phase} holds {share:.0f} % of the profiled generate call's phase time", phase=phase_label(top.phase),
               share=top.share_pct)]
     if limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
         out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "

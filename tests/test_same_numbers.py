@@ -1,6 +1,7 @@
 """Speed work leaves the book's numbers as they were: every numeric column of every table the chapters
 show for the bundled run, recomputed by the current code, against the numbers the code gave before the
-speed changes (tests/fixtures/bundled_numbers.json, written by bench/book_numbers.py on commit a384c68).
+speed changes (tests/fixtures/bundled_numbers.json, written by bench/book_numbers.py on commit 4686b81:
+the explorer with a card per profiled kernel, before any speed change).
 
 A change that means to change a figure rewrites the fixture (`python bench/book_numbers.py`) in the same
 commit, so the diff shows which numbers moved."""

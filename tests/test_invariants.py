@@ -73,7 +73,7 @@ def _clauses(text: str) -> list[str]:
 def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
     """Chapter 01 said '21.1 ms per token on the wall clock' (the profiled pass) beside a plain step of 12.4 ms: each
     clause of a headline or a prose paragraph that prints a step or phase time names its basis (plain generate,
-    under the profiler, GPU-busy), in chapters 00, 01 and 07 on the bundled run."""
+    under the profiler, GPU-busy), in chapters 00, 01, 06 and 07 on the bundled run."""
     from kernelbook.analyze import setup as SU
     from kernelbook.analyze import steps as St
     from kernelbook.analyze import summary as S
@@ -93,6 +93,8 @@ def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
         "01 modules": M.modules_prose(M.by_module_type(run.timeline)),
         "01 ledger": M.ledger_prose(M.bytes_ledger(run.timeline, run.ncu_kernels(), bw[0]),
                                     T.plain_ms_per_step(run.manifest).get("decode"), bw),
+        "06 headline": W.headline(W.validation(tr_), tr_),
+        "06 validation": W.validation_prose(W.validation(tr_), tr_),
         "07 headline": S.headline(S.phase_table(run), limit, S.variant_rows(tr_, gpu, run, [])),
         "07 limit": S.limit_prose(limit),
         "07 deployed": S.deployed_prose(S.deployed(run, limit, [])),

@@ -787,12 +787,13 @@ def headline(val: pd.DataFrame, tr: Trace) -> str:
     if "decode" in d.index and d.loc["decode", "predicted_device_share_pct"] >= 50:
         return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is "
                        "device-bound here (the device busy {share:.0f} % of the predicted step, {host_us:.1f} µs of "
-                       "host per launch), so the hardware knobs below move it",
+                       "plain wall per launch, no profiler), so the hardware knobs below move it",
                        errors=errs, share=d.loc["decode", "predicted_device_share_pct"],
                        host_us=host_time_per_launch_us(tr))
     return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is host-bound "
-                   "({host_us:.1f} µs of host per launch), so no hardware knob moves it until launches are batched: "
-                   "the hardware what-ifs below are taken with launches issued as a graph, their eager figures beside",
+                   "({host_us:.1f} µs of plain wall per launch, no profiler), so no hardware knob moves it until "
+                   "launches are batched: the hardware what-ifs below are taken with launches issued as a graph, "
+                   "their eager figures beside",
                    errors=errs, host_us=host_time_per_launch_us(tr))
 
 
@@ -818,12 +819,13 @@ def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
                       scaled=r.scaled_time_pct)
         out.append(i18n.tr(
             "- **{phase}** (fitted on {fitted_on}): device time {predicted:.2f} ms predicted vs GPU-busy {busy:.2f} ms "
-            "({error:+.0f} %, within the 25 % target); wall {wall_predicted:.2f} vs {wall:.2f} ms ({wall_error:+.1f} %), "
+            "({error:+.0f} %, within the 25 % target); wall under the profiler {wall_predicted:.2f} vs {wall:.2f} ms "
+            "({wall_error:+.1f} %), "
             "the device busy {share:.0f} % of it; {scaled:.1f} % of its kernel time is in kernels whose work is scaled "
             "from their category (no shapes, not profiled).", **values) if ok else i18n.tr(
             "- **{phase}** (fitted on {fitted_on}): device time {predicted:.2f} ms predicted vs GPU-busy {busy:.2f} ms "
-            "({error:+.0f} %, outside the 25 % target); wall {wall_predicted:.2f} vs {wall:.2f} ms ({wall_error:+.1f} "
-            "%), the device busy {share:.0f} % of it; {scaled:.1f} % of its kernel time is in kernels whose work is "
+            "({error:+.0f} %, outside the 25 % target); wall under the profiler {wall_predicted:.2f} vs {wall:.2f} ms "
+            "({wall_error:+.1f} %), the device busy {share:.0f} % of it; {scaled:.1f} % of its kernel time is in kernels whose work is "
             "scaled from their category (no shapes, not profiled).", **values))
     host_bound = v.index[v.predicted_device_share_pct < 50].tolist()
     out.append(i18n.tr("The replay keeps the run's own host gaps, so the wall column tests the device model only "

@@ -530,9 +530,10 @@ def demangle(name: str) -> str:
     any other name unchanged (ncu and CUPTI mostly give demangled names already)."""
     if not name.startswith("_Z") or not shutil.which("c++filt"):
         return name
-    try:
-        out = subprocess.run(["c++filt", name], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    try:  # a name from the run may hold anything, a NUL byte included, which no argument can: it goes in on stdin
+        out = subprocess.run(["c++filt"], input=name.replace("\0", " ").replace("\n", " "), capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError, ValueError):
         return name
     return out or name
 

@@ -8,4 +8,6 @@ source scripts/_venv.sh
 pip install -q -c requirements/lock.txt "torch==2.13.0"
 pip install -q -c requirements/lock.txt -e ".[test,capture]"
 python -c "import torch, transformers; print(f'testing with torch {torch.__version__}, transformers {transformers.__version__}')"
-python -m pytest -q tests "$@"
+# two workers (pytest-xdist), a test file each at a time: most of the suite waits on chapter kernels, a browser
+# or JupyterLab, so two files at once on the CI's 2 cores take 536 s where one after another took 783 s
+python -m pytest -q -n "${KB_TEST_WORKERS:-2}" --dist loadfile tests "$@"

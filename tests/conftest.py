@@ -1,6 +1,13 @@
+import fcntl
+import os
 from pathlib import Path
 
 import pytest
+
+# Under pytest-xdist (the README's test command runs two workers) each worker has its own profiling lock, so
+# one worker's lock tests never meet the other's captures; set before any test imports kernelbook.clocks.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("KERNELBOOK_LOCK", f"/tmp/kernelbook-profiling-{os.getpid()}.lock")
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "data" / "runs" / "h100-deepseek-ocr-2"
@@ -63,12 +70,25 @@ def rendered_book(tmp_path_factory):
     from kernelbook.runner import render_book
 
     done = {}
+    # one rendering per test session, also across pytest-xdist workers: they share the base temp folder's parent,
+    # and the first worker to ask renders there under a lock while the other waits and reads it
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else None
 
     def render(language: str = "en"):
-        if language not in done:
+        if language in done:
+            return done[language]
+        if shared is None:
             out = tmp_path_factory.mktemp(f"book-{language}") / "report"
             done[language] = render_book(P.validate({"language": language}, consumer="book"), out,
                                          log=lambda *_: None)
-        return done[language]
+            return done[language]
+        out = shared / f"book-{language}" / "report"
+        with open(shared / f"book-{language}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (out / "index.html").exists():
+                done[language] = render_book(P.validate({"language": language}, consumer="book"), out,
+                                             log=lambda *_: None)
+        done[language] = out
+        return out
 
     return render

@@ -257,11 +257,13 @@ def _helpers(g: pd.DataFrame) -> None:
     """A matrix op that launches several kernels (setup, split-K reduction) records its shapes on each;
     the work belongs to the one that takes the most time, the others are helpers (latency only)."""
     m = g.op.isin(MATRIX_OPS) & (g.op_shapes != "")
+    rest = []
     for _, grp in g[m].groupby(["phase", "op", "op_shapes"]):
         if len(grp) > 1:
-            rest = grp.index.drop(grp.total_ns.idxmax())
-            g.loc[rest, ["flops_tensor", "flops_cuda", "dram_bytes", "onchip_bytes", "weight_bytes"]] = 0.0
-            g.loc[rest, "source"] = N_("helper of a matrix op (its work is on the op's main kernel)")
+            rest.extend(grp.index.drop(grp.total_ns.idxmax()))
+    if rest:  # one assignment for all groups (one per group took 0.4 s of each what-if build)
+        g.loc[rest, ["flops_tensor", "flops_cuda", "dram_bytes", "onchip_bytes", "weight_bytes"]] = 0.0
+        g.loc[rest, "source"] = N_("helper of a matrix op (its work is on the op's main kernel)")
 
 
 def _scale_missing(g: pd.DataFrame) -> None:

@@ -87,7 +87,7 @@ def _table(p: Path, rel: str, columns: list[str]) -> pd.DataFrame:
         if c in NUMERIC and not pd.api.types.is_numeric_dtype(df[c]):
             raise RunDamaged(f"{f}: column {c} holds {df[c].dtype} values, expected numbers")
     if "phase" in df:
-        bad = sorted(set(df.phase.dropna().astype(str)) - set(PHASES))
+        bad = sorted(set(map(str, df.phase.dropna().unique())) - set(PHASES))
         if bad:
             raise RunDamaged(f"{f}: unknown phase(s) {', '.join(repr(b[:40]) for b in bad[:3])}; phases are "
                              f"{', '.join(PHASES)}")
@@ -133,7 +133,7 @@ def check_run(path: str | Path) -> dict:
         _schema(p, rel)
         k = _table(p, rel, ["phase", "kernel_id", "name", "status"])
         if has_tl:
-            ran = set(zip(tl.phase, tl.name))
+            ran = set(tl[["phase", "name"]].drop_duplicates().itertuples(index=False, name=None))
             lost = k[[(ph, n) not in ran for ph, n in zip(k.phase, k.name)]]
             if len(lost):
                 r = lost.iloc[0]

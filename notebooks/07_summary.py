@@ -25,6 +25,7 @@ language: str = "en"  # narrative language: en or zh (the book runner translates
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import modules as M
 from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
@@ -65,6 +66,16 @@ kb.table(S.limit_table(limit), kb.tr("One decode step: bytes, limit and measured
 
 # %%
 kb.md(S.limit_prose(limit))
+
+# %% [markdown]
+# ### Where the distance from the limit goes
+# Chapter 01's bytes ledger, by module type: the bytes one decode step's kernels moved against the bytes the
+# module must move, and how much of the plain step is not kernel time at all.
+
+# %%
+bw = M.dram_bandwidth(r)
+kb.md(M.ledger_prose(M.bytes_ledger(r.timeline, r.ncu_kernels(), bw[0]), T.plain_ms_per_step(r.manifest).get("decode"),
+                     bw))
 
 # %% [markdown]
 # ### Eager against deployed

@@ -11,6 +11,11 @@ kernel stops answering, it is ended and run once more, then reported failed with
 running; the previous report is kept. The capture chapters' progress lines are printed under the
 chapter's line as they happen.
 
+The capture chapters run one after another, under the profiling lock; the chapters that only read the run
+then run `render_jobs` at a time (one per CPU core by default, each in its own kernel, longest first), each
+reported on its own line as it finishes. A failed one stops the book as before: the index and the error name
+the first failed chapter in book order.
+
 The narrative language (`language`: en | zh) reaches every chapter as a parameter (its kernel's `tr`);
 the runner translates the chapters' markdown cells through the same catalog before executing them,
 marks the HTML with its `lang`, and writes the index and report.md in it (`i18n`).

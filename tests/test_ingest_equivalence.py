@@ -1,9 +1,16 @@
 """The trace ingest gives the committed tables of the bundled run, exactly: speed work on the ingest
 (load.trace) cannot change a number."""
+import gzip
+import json
+import re
+from pathlib import Path
+
 import pandas as pd
+import pytest
 
 from conftest import RUN
-from kernelbook.load.trace import ingest_torch_trace
+from kernelbook.load import trace
+from kernelbook.load.trace import _KinetoReader, ingest_events, ingest_torch_trace, read_trace_events
 
 # timeline.parquet's columns that come from the timed pass's trace; op_shapes, op_index and the modules are
 # joined from the shapes pass (load.trace.join_shapes), whose trace the run does not keep, and the identity
@@ -20,3 +27,126 @@ def test_bundled_trace_ingests_to_the_committed_tables():
     # the timed pass records neither shapes nor op calls (it runs without record_shapes and op numbering)
     assert timeline.op_shapes.dtype == object and timeline.op_shapes.isna().all()
     assert (timeline.op_index == -1).all()
+
+
+# The column-wise reader of Kineto's layout (load.trace._KinetoReader) against the JSON reader (one dict per
+# event, load.trace.ingest_events), on real events: decode steps 1-3 of the bundled trace, as Kineto wrote them,
+# edited in place to hold what the timed pass's trace lacks (a shapes pass's Input Dims and op / module ranges,
+# CUDA-graph launches) and what the reader must get right (escaped names, absent keys, an id twice).
+
+
+def _split_events(text: bytes) -> tuple[bytes, list[bytes], bytes]:
+    """Kineto's JSON as (header, events' text, footer): each event from its `  {` line to its closing `  }`."""
+    start = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    end = text.rindex(b"\n  }\n  ]") + len(b"\n  }")
+    return text[:start], text[start:end].split(b",\n  {\n"), text[end:]
+
+
+def _join_events(header: bytes, events: list[bytes], footer: bytes) -> bytes:
+    return header + b",\n  {\n".join(events) + footer
+
+
+def _ts(event: bytes) -> float:
+    return float(re.search(rb'"ts": (-?[\d.]+)', event).group(1))
+
+
+def _annotation(name: str, ts: float, dur: float) -> bytes:
+    """A user range as Kineto writes one (record_function)."""
+    return (f'    "ph": "X", "cat": "user_annotation", "name": "{name}", "pid": 3338, "tid": 3338,\n'
+            f'    "ts": {ts:.3f}, "dur": {dur:.3f},\n    "args": {{\n      "External id": 0,"Record function id": 0, '
+            f'"Ev Idx": 0\n    }}\n  }}').encode()
+
+
+@pytest.fixture(scope="module")
+def decode_window(tmp_path_factory) -> Path:
+    """Decode steps 1-3 of the bundled trace with a shapes pass's marks, in Kineto's layout (plain JSON)."""
+    text = gzip.decompress((RUN / "raw" / "trace.json.gz").read_bytes())
+    header, events, footer = _split_events(text)
+    phases = pd.read_parquet(RUN / "phases.parquet")
+    steps = phases[(phases.phase == "decode") & phases.step.between(1, 3)]
+    lo, hi = steps.start_ns.min() / 1e3, steps.end_ns.max() / 1e3
+    first = events[0]  # the header's opening `  {` stays with the first event
+    kept = [e for e in events[1:] if b'"ph": "M"' in e or lo <= _ts(e) <= hi]
+    out, n_op, launches = [], 0, 0
+    for e in kept:
+        if b'"cat": "cpu_op"' in e:
+            ext = int(re.search(rb'"External id": (\d+)', e).group(1))
+            if ext % 4:  # a shapes pass: Input Dims on most ops (absent on the rest)
+                e = e.replace(b'"Record function id"', f'"Input Dims": [[{ext % 7 + 1}, 1280], [], [[2, 3], [4]]], '
+                              '"Input type": ["c10::BFloat16", "", "TensorList"], "Record function id"'.encode(), 1)
+            if ext % 5 == 0:  # op calls numbered, each its own kbop range
+                ts, dur = (float(x) for x in re.search(rb'"ts": ([\d.]+), "dur": ([\d.]+)', e).groups())
+                out.append(_annotation(f"kbop#{n_op}", ts, dur))
+                n_op += 1
+        elif b'"cat": "cuda_runtime", "name": "cudaLaunchKernel"' in e:
+            launches += 1
+            if launches % 9 == 0:  # a launch of a whole CUDA graph: its kernels are graph nodes
+                e = e.replace(b'"cudaLaunchKernel"', b'"cudaGraphLaunch"')
+            elif launches % 97 == 0:  # a launch without a correlation id
+                e = re.sub(rb',? *"correlation": \d+', b"", e)
+        elif b'"cat": "kernel"' in e and launches % 50 == 1:
+            e = re.sub(rb'"name": "[^"]*"', rb'"name": "k<\\"\\u00e9\\\\>(float)"', e, count=1)  # escapes in a name
+            e = re.sub(rb'"registers per thread": \d+,\s*', b"", e)  # a key absent
+        out.append(e)
+    # the same op id twice: the later one counts (Kineto never does this; both readers must agree)
+    kernel = next(e for e in out if b'"cat": "kernel"' in e)
+    ext = re.search(rb'"External id": \d+,', kernel).group()
+    dup = next(e for e in out if b'"cat": "cpu_op"' in e and ext in e)
+    out.append(dup.replace(b'"name": "', b'"name": "again::', 1))
+    # module ranges, nested: each step's first and second half, and a quarter inside the first half
+    for _, s in steps.iterrows():
+        a, b = s.start_ns / 1e3, s.end_ns / 1e3
+        out.append(_annotation("kbmod#model.layers.0|DecoderLayer", a, (b - a) / 2))
+        out.append(_annotation("kbmod#model.layers.1|DecoderLayer", (a + b) / 2, (b - a) / 2))
+        out.append(_annotation("kbmod#model.layers.0.mlp|MLP", a + (b - a) / 8, (b - a) / 4))
+    path = tmp_path_factory.mktemp("trace") / "decode.json"
+    path.write_bytes(_join_events(header, [first] + out, footer))
+    return path
+
+
+def _same_tables(path: Path, events: list[dict] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both readers give equal tables (exactly: values, dtypes, order)."""
+    fast = ingest_torch_trace(path)
+    slow = ingest_events(events if events is not None else read_trace_events(path))
+    pd.testing.assert_frame_equal(fast[0], slow[0])
+    pd.testing.assert_frame_equal(fast[1], slow[1])
+    return fast
+
+
+def test_kineto_reader_equals_the_json_reader_on_the_bundled_trace():
+    path = RUN / "raw" / "trace.json.gz"
+    _KinetoReader().read(path)  # the layout is read column-wise (no fallback)
+    _same_tables(path)
+
+
+def test_kineto_reader_equals_the_json_reader_on_a_shapes_pass(decode_window, monkeypatch):
+    _KinetoReader().read(decode_window)  # no fallback
+    timeline, phases = _same_tables(decode_window)
+    # what the edits put there reached the tables
+    assert list(phases.step) == [1, 2, 3]
+    assert timeline.op_shapes.notna().any() and timeline.graph.any() and (timeline.op_index >= 0).any()
+    assert {"model.layers.0.mlp", "model.layers.1"} <= set(timeline.module.dropna())
+    assert (timeline.name == 'k<"\u00e9\\>(float)').any() and (timeline.registers == -1).any()
+    assert timeline.op.str.startswith("again::").any()
+    # blocks much smaller than the file: events meet block ends anywhere
+    monkeypatch.setattr(trace, "BLOCK_BYTES", 50_000)
+    assert len(list(trace._text_blocks(decode_window))) > 10
+    _same_tables(decode_window)
+
+
+def test_other_layouts_are_read_as_json(decode_window, tmp_path):
+    events = read_trace_events(decode_window)
+    # one line (json.dumps), gzipped
+    compact = tmp_path / "compact.json.gz"
+    compact.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    with pytest.raises(trace._OtherLayout):
+        _KinetoReader().read(compact)
+    _same_tables(compact, events)
+    # Kineto's layout but one kernel written otherwise (its name on a line of its own)
+    text = decode_window.read_bytes()
+    at = text.index(b'"cat": "kernel", "name": ')
+    odd = tmp_path / "odd.json"
+    odd.write_bytes(text[:at] + b'"cat": "kernel",\n    "name": ' + text[at + len(b'"cat": "kernel", "name": '):])
+    with pytest.raises(trace._OtherLayout):
+        _KinetoReader().read(odd)
+    _same_tables(odd)

@@ -170,9 +170,10 @@ _EXT_FIRST = b'      "External id": '  # a CPU op's args line begins with its Ex
 _LIST_VALUE = rb'(\[[^"\n]*\])(?=,[ \t]*"|\n|$)'  # a JSON list of numbers or lists (no string in it)
 
 
-# a category read, by the 16 bytes after `"cat": "` (its name, its closing quote, then `, "name": "` begins:
-# no other category gives the same 16 bytes)
-_CAT_WORDS = np.frombuffer(b"".join((c.encode() + _NAME_KEY)[:16] for c in _WANTED), np.uint64).reshape(-1, 2)
+# a category read, by the 16 bytes after `"cat": "`: its name and closing quote (as 8-byte words, and which of
+# their bytes count)
+_CAT_WORDS = [(np.frombuffer((c.encode() + b'"').ljust(16, b"\0"), np.uint64),
+               np.frombuffer((b"\xff" * (len(c) + 1)).ljust(16, b"\0"), np.uint64)) for c in _WANTED]
 HEAD_WIDTH = 56  # bytes read of each event's second line: `    "ph": "X", "cat": "<category>", "name": "` fits
 
 
@@ -212,6 +213,8 @@ class _KinetoReader:
                 if len(opens):
                     raise _OtherLayout("events before a traceEvents list")
                 return
+            if text[at + len(b'"traceEvents": ['):at + len(b'"traceEvents": [\n  {\n')] != b"\n  {\n":
+                raise _OtherLayout("the events are not one to a block of lines")
             opens, self.started = opens[nl[opens] > at], True
         if not len(opens):
             return
@@ -224,8 +227,8 @@ class _KinetoReader:
         is_x = _starts(head, _X_HEAD)
         sig = np.ascontiguousarray(head[:, len(_X_HEAD):len(_X_HEAD) + 16]).view(np.uint64)
         cat = np.full(len(opens), -1)
-        for i, (w0, w1) in enumerate(_CAT_WORDS):
-            sel = np.flatnonzero((sig[:, 0] == w0) & (sig[:, 1] == w1) & is_x)
+        for i, (want, mask) in enumerate(_CAT_WORDS):
+            sel = np.flatnonzero(((sig[:, 0] & mask[0]) == want[0]) & ((sig[:, 1] & mask[1]) == want[1]) & is_x)
             if len(sel) and not _starts(head[sel], _X_HEAD + _WANTED[i].encode() + _NAME_KEY).all():
                 raise _OtherLayout("an event of a category read is laid out otherwise")
             cat[sel] = i
@@ -385,11 +388,12 @@ class _KinetoReader:
         return self._names(text, line_start + len(_X_HEAD) + len("cpu_op") + len(_NAME_KEY), line_end)
 
 
-def _text_blocks(path: Path, size: int = BLOCK_BYTES):
+def _text_blocks(path: Path, size: int | None = None):
     """The file's text in blocks of about `size` bytes, as (text, end): text[:end] holds whole events (it ends
     with the newline before an event's `  {`, which the next block begins with), and at least READ_PAST bytes
     follow `end` in text, so fixed-width windows need no bounds. A gzipped file is decompressed in a thread while
     the block before is read (zlib lets go of the GIL)."""
+    size = size or BLOCK_BYTES
     chunks: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
 

@@ -127,6 +127,7 @@ def summary(runs: list[dict]) -> dict:
 
 
 def bench(path: Path, hta_python: str, runs: int, lib: Path, tools: list[str]) -> dict:
+    path = path.resolve()
     n_events = count_events(path)
     env_kb = {**os.environ, "PYTHONPATH": str(lib)}
     env_hta = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -140,7 +141,7 @@ def bench(path: Path, hta_python: str, runs: int, lib: Path, tools: list[str]) -
                 ours.append(run_child(sys.executable, KERNELBOOK, str(path), env_kb))
             if "hta" in tools:
                 theirs.append(run_child(hta_python, HTA, tmp, env_hta))
-    out = {"trace": str(path.relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path),
+    out = {"trace": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
            "gz_mib": path.stat().st_size / 2**20, "events": n_events, "kernelbook_lib": str(lib)}
     if ours:
         k = summary(ours)
@@ -194,7 +195,8 @@ def main() -> None:
                     "load_average_at_end": os.getloadavg()},
         "method": "each tool in its own process, alternating, median of the runs; time of the call alone",
         "results": results}, indent=1))
-    print(f"→ {args.out.relative_to(ROOT) if args.out.resolve().is_relative_to(ROOT) else args.out}")
+    out = args.out.resolve()
+    print(f"→ {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 
 if __name__ == "__main__":

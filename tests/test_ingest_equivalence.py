@@ -5,7 +5,9 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from conftest import RUN
@@ -150,3 +152,70 @@ def test_other_layouts_are_read_as_json(decode_window, tmp_path):
     with pytest.raises(trace._OtherLayout):
         _KinetoReader().read(odd)
     _same_tables(odd)
+
+
+def test_this_torch_writes_the_layout_the_reader_knows(tmp_path):
+    """The reader depends on Kineto's layout: a trace torch.profiler writes now (CPU, with the capture's range
+    names and record_shapes) is read column-wise, not as JSON, and its CPU ops' ids, names and shapes and its
+    ranges are read as the JSON reader reads them."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    x = torch.randn(32, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with record_function("kb::decode#1"):
+            for i in range(3):
+                with record_function(f"kbop#{i}"), record_function("kbmod#model.layers.0.mlp|MLP"):
+                    torch.cat([x @ x.T, x[:, :1].expand(32, 32)]).relu()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    reader = _KinetoReader()
+    _, annotations = reader.read(path)  # no fallback
+    events = read_trace_events(path)
+    assert annotations == [(e["name"], e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "user_annotation"]
+    ops = {e["args"]["External id"]: (e["name"], trace._shapes_str(e["args"].get("Input Dims")))
+           for e in events if e.get("cat") == "cpu_op"}
+    ext = np.concatenate([p["ext"] for p in reader.cpu])
+    names = np.concatenate([reader._line_names(p["heads"])[p["codes"]] for p in reader.cpu])
+    args = trace._take(pa.chunked_array([p["args"] for p in reader.cpu]).combine_chunks(), np.arange(len(ext)))
+    at, raw = trace._values(args, len(ext), b"Input Dims", trace._LIST_VALUE)
+    shapes = [None] * len(ext)
+    for i, s in zip(at, reader._list_strs("Input Dims", raw, trace._shapes_str)):
+        shapes[i] = s
+    assert dict(zip(ext.tolist(), zip(names, shapes))) == ops
+    assert any(s and ";" in s for s in shapes) and any(n == "aten::cat" for n, _ in ops.values())
+    _same_tables(path)
+
+
+def _second_layout(events: list[dict]) -> bytes:
+    """Events as Kineto writes them since torch 2.13 (libkineto output_json.cpp: writeCompleteEvent, the flow
+    and metadata writers): one key a line, a complete event's args after a line `    ,`."""
+    def event(keys: list[str], tail: str = "") -> str:
+        return "  {\n    " + ",\n    ".join(keys) + tail + "\n  }"
+
+    out = []
+    for e in events:
+        if e.get("ph") == "X":
+            keys = ['"ph": "X"', f'"cat": "{e["cat"]}"', f'"name": {json.dumps(e["name"])}', f'"pid": {json.dumps(e["pid"])}',
+                    f'"tid": {json.dumps(e["tid"])}', f'"ts": {e["ts"]!r}', f'"dur": {e["dur"]!r}']
+            args = ", ".join(f'"{k}": {json.dumps(v)}' for k, v in (e.get("args") or {}).items())
+            out.append(event(keys, f'\n    ,\n    "args": {{\n      {args}\n    }}' if args else "\n    "))
+        elif e.get("ph") in ("s", "f"):
+            keys = [f'"ph": "{e["ph"]}"', f'"id": {e["id"]}', f'"pid": {json.dumps(e["pid"])}',
+                    f'"tid": {json.dumps(e["tid"])}', f'"ts": {e["ts"]!r}', f'"cat": "{e["cat"]}"',
+                    f'"name": "{e["name"]}"']
+            out.append(event(keys, '\n    , "bp": "e"' if e.get("bp") else "\n    "))
+        else:
+            out.append(event([f'"{k}": {json.dumps(v)}' for k, v in e.items()]))
+    return (' {\n    "schemaVersion": 1,\n    "deviceProperties": [],\n    "displayTimeUnit": "ms",\n'
+            '    "traceEvents": [\n    \n' + ",\n".join(out) + '\n  ],\n  "traceName": "trace.json"\n}').encode()
+
+
+def test_kineto_reader_reads_the_layout_of_torch_2_13(decode_window, tmp_path):
+    """torch 2.13's Kineto writes one key a line: the same events in that layout are read column-wise too, and
+    give the JSON reader's tables."""
+    path = tmp_path / "second.json"
+    path.write_bytes(_second_layout(read_trace_events(decode_window)))
+    _KinetoReader().read(path)  # no fallback
+    timeline, _ = _same_tables(path)
+    pd.testing.assert_frame_equal(timeline, ingest_torch_trace(decode_window)[0])

@@ -170,9 +170,18 @@ _NAME_KEY = b'", "name": "'
 _PID_KEY = b'", "pid": '  # what follows a name
 _FLOW_HEADS = (b'    "ph": "s", ', b'    "ph": "f", ')
 _FLOW_CAT = b'    "cat": "ac2g", '  # a flow's second line (Kineto's flows are all ac2g)
+_FLOW_LINES = (b'    "ph": "s",\n', b'    "ph": "f",\n')  # the second layout: the category on line 6
+_FLOW_CAT_LINE = b'    "cat": "ac2g",\n'
 _ANY_WANTED_CAT = re.compile(rb'"cat": "(?:' + b"|".join(c.encode() for c in _WANTED) + rb')"')
 _ARGS_OPEN, _ARGS_CLOSE = b'    "args": {', b"    }"
-_TS_KEY, _DUR_KEY = b'    "ts": ', b', "dur": '
+_TS_KEY, _DUR_KEY, _DUR_LINE = b'    "ts": ', b', "dur": ', b'    "dur": '
+_CAT_KEY, _NAME_LINE = b'    "cat": "', b'    "name": "'  # lines of the second layout
+# Kineto's two layouts of a complete event (ph X): line numbers (its `  {` is line 0) in the first (torch up to
+# 2.11 at least: `"ph": "X", "cat": ..., "name": ..., "pid": ..., "tid": ...` on line 1, ts and dur on line 2)
+# and in the second (torch 2.13: one key a line, then `    ,` and the args)
+_LINES = {"name": (1, 3), "ts": (2, 6), "dur": (2, 7), "comma": (0, 8), "args_open": (3, 9), "args": (4, 10),
+          "args_close": (5, 11), "close": (6, 12)}
+_EVENTS_BEGIN = re.compile(rb"\s*?\n  \{\n")  # after `"traceEvents": [`: the first event's `  {` line
 _EXT_FIRST = b'      "External id": '  # a CPU op's args line begins with its External id
 _INT = rb"(-?\d{1,18})(?=[,\n])"  # an integer value (ids, sizes)
 _LIST_VALUE = rb'(\[[^"\n]*\])(?=,[ \t]*"|\n|$)'  # a JSON list of numbers or lists (no string in it)
@@ -225,14 +234,16 @@ class _KinetoReader:
             self.launch.append({"corr": corr, "ts": r["ts"][at], "graph": r["graph"][at]})
         if (c := lay.get("cpu")) is not None:
             at, ext = (np.arange(len(c["ext"])), c["ext"]) if c["ext"] is not None else \
-                _ints(_take(lines, c["first"] + 3), len(c["first"]), b"External id")
-            self.cpu.append({"ext": ext, "head": lines.take(c["first"][at]),
-                             "args": lines.take(c["first"][at] + 3) if c["shapes"] else None})
+                _ints(_take(lines, c["args_line"]), len(c["args_line"]), b"External id")
+            # second lines kept as their distinct lines and a code per op (ops repeat: 197 k ops, ~500 lines)
+            heads = pc.dictionary_encode(lines.take(c["name_line"][at]))
+            self.cpu.append({"ext": ext, "codes": heads.indices.to_numpy(zero_copy_only=False),
+                             "heads": heads.dictionary, "args": lines.take(c["args_line"][at]) if c["shapes"] else None})
         for s, e in lay.get("user", []):  # user ranges: few, parsed whole
             ev = _loads(text[s:e].rstrip(b","))
             self.annotations.append((ev.get("name", ""), ev["ts"], ev["ts"] + ev.get("dur", 0.0)))
 
-    def _gpu(self, lines, cat, ts, dur, args_line, ext) -> None:
+    def _gpu(self, lines, cat, ts, dur, name_line, args_line, ext) -> None:
         n = len(cat)
         col = {"corr": np.zeros(n, np.int64), "has_corr": np.zeros(n, bool), "ext": np.zeros(n, np.int64),
                "has_ext": np.zeros(n, bool), "stream": np.full(n, -1, np.int64), "registers": np.full(n, -1, np.int64),
@@ -256,24 +267,32 @@ class _KinetoReader:
                     col[name][sel[at]] = _int_array(raw) if value is _INT else self._list_strs(name, raw, _dims_str)
                     if name == "corr":
                         col["has_corr"][sel[at]] = True
-        col.update(name=self._names(lines.take(args_line - 3)), kind=np.array(list(GPU_CATS.values()))[cat], ts=ts,
+        col.update(name=self._names(lines.take(name_line)), kind=np.array(list(GPU_CATS.values()))[cat], ts=ts,
                    dur=dur)
         self.gpu.append(col)
 
     def _names(self, heads: pa.Array) -> list[str]:
-        """The names on events' second lines (`    "ph": "X", "cat": ..., "name": "<name>", "pid": ...`): each
-        distinct line (Arrow's dictionary encoding) is read once, its name up to the line's last `", "pid": `."""
+        """The names on events' name lines (`    "ph": "X", "cat": ..., "name": "<name>", "pid": ...` in the first
+        layout, `    "name": "<name>",` in the second), each distinct line (Arrow's dictionary encoding) read once."""
         encoded = pc.dictionary_encode(heads)
-        names = np.empty(len(encoded.dictionary), dtype=object)
-        for i, line in enumerate(encoded.dictionary.to_pylist()):
-            start, stop = line.find(_NAME_KEY) + len(_NAME_KEY), line.rfind(_PID_KEY)
+        return self._line_names(encoded.dictionary)[encoded.indices.to_numpy(zero_copy_only=False)].tolist()
+
+    def _line_names(self, lines: pa.Array) -> np.ndarray:
+        """The name on each name line, JSON-decoded: in the first layout up to the line's last `", "pid": `, in the
+        second the rest of the line."""
+        names = np.empty(len(lines), dtype=object)
+        for i, line in enumerate(lines.to_pylist()):
+            if line.startswith(_NAME_LINE):  # the second layout: `    "name": "<name>",`
+                start, stop = len(_NAME_LINE), len(line) - 3 if line.endswith(b'",\n') else -1
+            else:
+                start, stop = line.find(_NAME_KEY) + len(_NAME_KEY), line.rfind(_PID_KEY)
             if stop < start:
                 raise _OtherLayout("a name not followed by pid")
             raw = line[start:stop]
             if (name := self.names.get(raw)) is None:
                 name = self.names[raw] = _loads(b'"' + raw + b'"')
             names[i] = name
-        return names[encoded.indices.to_numpy(zero_copy_only=False)].tolist()
+        return names
 
     def _list_strs(self, key: str, raw: list[bytes], convert) -> list:
         """List values (grid, block, Input Dims: raw JSON) through `convert`, once per distinct value."""
@@ -288,7 +307,9 @@ class _KinetoReader:
     def result(self) -> dict:
         """The GPU activities' columns as `_parse_events` gives them: launch time and graph flag by correlation id,
         aten op and shapes by External id."""
-        g = {k: np.concatenate([p[k] for p in self.gpu]) if self.gpu else np.zeros(0, dtype=object)
+        if not self.gpu:  # no GPU activity (a CPU-only trace): the JSON reader's empty columns, dtypes included
+            return _parse_events([])[0]
+        g = {k: np.concatenate([p[k] for p in self.gpu])
              for k in ("corr", "has_corr", "ext", "has_ext", "stream", "registers", "shared_bytes", "grid", "block",
                        "kind", "ts", "dur")}
         names = [x for p in self.gpu for x in p["name"]]
@@ -303,10 +324,15 @@ class _KinetoReader:
         op, shapes = [None] * n, [None] * n
         if has_op.any():
             ops, inverse = np.unique(k[has_op], return_inverse=True)  # the CPU ops that launched GPU work
-            names_of = self._names(pa.chunked_array([p["head"] for p in self.cpu]).take(ops).combine_chunks())
+            block_of = np.concatenate([np.full(len(p["ext"]), b) for b, p in enumerate(self.cpu)])[ops]
+            codes = np.concatenate([p["codes"] for p in self.cpu])[ops]
+            names_of = np.empty(len(ops), dtype=object)
+            for b in np.unique(block_of).tolist():
+                sel = block_of == b
+                names_of[sel] = self._line_names(self.cpu[b]["heads"])[codes[sel]]
             shapes_of = [None] * len(ops)
             if any(p["args"] is not None for p in self.cpu):
-                args = pa.chunked_array([p["args"] if p["args"] is not None else pa.array([b"\n"] * len(p["head"]),
+                args = pa.chunked_array([p["args"] if p["args"] is not None else pa.array([b"\n"] * len(p["ext"]),
                                                                                          pa.binary())
                                          for p in self.cpu]).combine_chunks()
                 at, raw = _values(_take(args, ops), len(ops), b"Input Dims", _LIST_VALUE)
@@ -323,9 +349,10 @@ class _KinetoReader:
 
 
 def _layout(text: bytes, begin: int, end: int, started: list) -> dict | None:
-    """The numeric part of reading a block of whole events (text[begin:end]): where each event's lines are, which events are read, their layout checked, and the
-    numbers at fixed places (ts, dur, a CPU op's External id, whether a launch is a graph's). None: no event to
-    read. `started`: empty until the traceEvents list has begun (in an earlier block or this one)."""
+    """The numeric part of reading a block of whole events (text[begin:end]): where each event's lines are, which
+    events are read, their layout checked, and the numbers at fixed places (ts, dur, External id, whether a launch
+    is a graph's). None: no event to read. `started`: empty until the traceEvents list has begun (in an earlier
+    block or this one). Both of Kineto's layouts (`_LINES`) are read, event by event."""
     a = np.frombuffer(text, np.uint8)
     nl = np.flatnonzero(a[begin:end] == 10) + begin
     opens = np.flatnonzero(np.diff(nl) == 4)  # 3-byte lines: "  {" opens an event
@@ -336,57 +363,78 @@ def _layout(text: bytes, begin: int, end: int, started: list) -> dict | None:
             if len(opens):
                 raise _OtherLayout("events before a traceEvents list")
             return None
-        if text[at + len(b'"traceEvents": ['):at + len(b'"traceEvents": [\n  {\n')] != b"\n  {\n":
+        if not _EVENTS_BEGIN.match(text, at + len(b'"traceEvents": [')):
             raise _OtherLayout("the events are not one to a block of lines")
         opens = opens[nl[opens] > at]
         started.append(True)
     if not len(opens):
         return None
     offsets = (nl + 1).astype(np.int32)
-    nl = np.concatenate([nl, np.full(8, end - 1)])  # lines past the block's end read as empty
-    head = _window(a, nl[opens + 1] + 1, HEAD_WIDTH)  # each event's second line, its first bytes
-    is_x = _starts(head, _X_HEAD)
-    sig = np.ascontiguousarray(head[:, len(_X_HEAD):len(_X_HEAD) + 16]).view(np.uint64)
+    nl = np.concatenate([nl, np.full(16, end - 1)])  # lines past the block's end read as empty
+    head = _window(a, nl[opens + 1] + 1, HEAD_WIDTH)  # each event's line 1, its first bytes
+    x1 = _starts(head, _X_HEAD)  # `    "ph": "X", "cat": "<category>", "name": ...`
+    x2 = _starts(head, b'    "ph": "X",\n')  # one key a line: the category on line 2
+    sig = np.ascontiguousarray(head[:, len(_X_HEAD):len(_X_HEAD) + 16]).view(np.uint64)  # after `"cat": "`
+    v2 = np.flatnonzero(x2)
+    cat_line = _window(a, nl[opens[v2] + 2] + 1, 32)
+    has_cat = _starts(cat_line, _CAT_KEY)
+    if len(v2):
+        sig[v2] = 0
+        sig[v2[has_cat]] = np.ascontiguousarray(cat_line[has_cat, len(_CAT_KEY):len(_CAT_KEY) + 16]).view(np.uint64)
     cat = np.full(len(opens), -1)
     for i, (want, mask) in enumerate(_CAT_WORDS):
-        sel = np.flatnonzero(((sig[:, 0] & mask[0]) == want[0]) & ((sig[:, 1] & mask[1]) == want[1]) & is_x)
-        if len(sel) and not _starts(head[sel], _X_HEAD + _WANTED[i].encode() + _NAME_KEY).all():
+        sel = ((sig[:, 0] & mask[0]) == want[0]) & ((sig[:, 1] & mask[1]) == want[1])
+        c = _WANTED[i].encode()
+        if (sel1 := np.flatnonzero(sel & x1)).size and not _starts(head[sel1], _X_HEAD + c + _NAME_KEY).all():
             raise _OtherLayout("an event of a category read is laid out otherwise")
-        cat[sel] = i
-    _check_others(a, text, end, nl, opens, head, ~is_x)
-    wanted = np.flatnonzero(cat >= 0)
-    if not len(wanted):
+        in2 = sel[v2] & has_cat
+        if in2.any() and not _starts(cat_line[in2], _CAT_KEY + c + b'",\n').all():
+            raise _OtherLayout("an event of a category read is laid out otherwise")
+        cat[sel & (x1 | x2)] = i
+    other = ~x1 & ~x2
+    other[v2[~has_cat]] = True  # one key a line, without its category on line 2
+    _check_others(a, text, end, nl, opens, head, other)
+    if not len(wanted := np.flatnonzero(cat >= 0)):
         return None
-    cat, first = cat[wanted], opens[wanted] + 1  # an event's second line (ph, cat, name) is line `first`
-    start, stop = nl[first[:, None] + np.arange(6)] + 1, nl[first[:, None] + np.arange(1, 7)]  # lines 1..6
-    name_at = start[:, 0] + (len(_X_HEAD) + len(_NAME_KEY)) + np.array([len(c) for c in _WANTED])[cat]
-    # the lines of a complete event: ph cat name (checked above), ts and dur (checked where read), `"args": {`
-    # (checked where the args are read by their line: a CPU op's by its External id in place, a user range's by
-    # JSON), the args on one line, `    }`, `  }` or `  },`
-    length = stop - start
-    if not ((length[:, 2] == len(_ARGS_OPEN)) & (length[:, 4] == len(_ARGS_CLOSE)) & (length[:, 5] >= 3)
-            & (length[:, 5] <= 4)).all():
+    cat, layout, zero = cat[wanted], x2[wanted].astype(np.int64), opens[wanted]
+    # each event's line numbers (by its layout), where each line begins and its length
+    k = {key: np.array(ks)[layout] if len(v2) else ks[0] for key, ks in _LINES.items()}
+    begins = {key: nl[zero + k[key]] + 1 for key in _LINES}
+    at = begins.__getitem__
+    length = lambda key: nl[zero + k[key] + 1] - begins[key]  # noqa: E731
+    # the lines of a complete event, checked where not read below: `"args": {` (read for GPU activities and
+    # launches: the next line is their args), `    }`, `  }` or `  },`, and in the second layout the `    ,`
+    # before the args and the name line
+    ok = ((length("args_open") == len(_ARGS_OPEN)) & (length("args_close") == len(_ARGS_CLOSE))
+          & (length("close") >= 3) & (length("close") <= 4) & ((layout == 0) | (length("comma") == len(b"    ,"))))
+    by_line = np.flatnonzero(cat <= DRIVER)
+    ok[by_line] &= _startswith(a, at("args_open")[by_line], _ARGS_OPEN)
+    if (two := np.flatnonzero(layout == 1)).size:
+        ok[two] &= _startswith(a, at("name")[two], _NAME_LINE)
+    if not ok.all():
         raise _OtherLayout("an event of a category read is laid out otherwise")
-    by_line = np.flatnonzero(cat <= DRIVER)  # GPU activities and launches: args read as the line after `"args": {`
-    if not _startswith(a, start[by_line, 2], _ARGS_OPEN).all():
-        raise _OtherLayout("an event of a category read is laid out otherwise")
+    # where each name begins: after `"name": "` on line 1 (first layout) or line 3 (second)
+    name_at = np.where(layout == 0, at("name") + len(_X_HEAD) + np.array([len(c) for c in _WANTED])[cat]
+                       + len(_NAME_KEY), at("name") + len(_NAME_LINE))
+    name_line, args_line = zero + k["name"], zero + k["args"]
     out = {"offsets": offsets}
     if len(gpu := np.flatnonzero(cat <= MEMSET)):
-        ts, dur = _ts_dur(a, start[gpu, 1])
-        out["gpu"] = {"cat": cat[gpu], "ts": ts, "dur": dur, "args_line": first[gpu] + 3,
-                      "ext": _ext_in_place(a, start[gpu, 3])}
+        ts, dur = _ts_dur(a, at("ts")[gpu], at("dur")[gpu], layout[gpu])
+        out["gpu"] = {"cat": cat[gpu], "ts": ts, "dur": dur, "name_line": name_line[gpu],
+                      "args_line": args_line[gpu], "ext": _ext_in_place(a, at("args")[gpu])}
     if len(launch := np.flatnonzero((cat == RUNTIME) | (cat == DRIVER))):
         names = _window(a, name_at[launch], 32)  # the longest graph launch and its quote fit
         graph = np.zeros(len(launch), dtype=bool)
         for g in GRAPH_LAUNCH:
             graph |= _starts(names, g.encode() + b'"')
-        out["launch"] = {"ts": _ts_dur(a, start[launch, 1], dur=False)[0], "graph": graph,
-                         "args_line": first[launch] + 3}
+        out["launch"] = {"ts": _ts_dur(a, at("ts")[launch], None, layout[launch])[0], "graph": graph,
+                         "args_line": args_line[launch]}
     if len(cpu := np.flatnonzero(cat == CPU_OP)):
-        args_at = start[cpu, 3]
-        out["cpu"] = {"first": first[cpu], "ext": _ext_in_place(a, args_at),
-                      "shapes": text.find(b'"Input Dims": ', int(args_at[0]), int(stop[cpu[-1], 3])) >= 0}
-    out["user"] = [(start[i, 0] - 4, stop[i, 5]) for i in np.flatnonzero(cat == USER).tolist()]
+        args_at, args_end = at("args")[cpu], at("args")[cpu] + length("args")[cpu]
+        out["cpu"] = {"name_line": name_line[cpu], "args_line": args_line[cpu], "ext": _ext_in_place(a, args_at),
+                      "shapes": text.find(b'"Input Dims": ', int(args_at.min()), int(args_end.max())) >= 0}
+    user = np.flatnonzero(cat == USER)
+    out["user"] = list(zip((nl[zero[user]] + 1).tolist(), (at("close")[user] + length("close")[user]).tolist()))
     return out
 
 
@@ -402,12 +450,17 @@ def _check_others(a, text, end, nl, opens, head, other) -> None:
     """Events not laid out as a complete event (flows, metadata, instants) must carry no category read. `head`:
     the first bytes of each event's second line."""
     other = np.flatnonzero(other)
-    flow = np.zeros(len(other), dtype=bool)
-    for h in _FLOW_HEADS:
-        flow |= _starts(head[other], h)
-    # a flow is two lines, its category on the second, then `  }` or `  },`
+    head = head[other]
+    flow, flow2 = np.zeros(len(other), dtype=bool), np.zeros(len(other), dtype=bool)
+    for h, h2 in zip(_FLOW_HEADS, _FLOW_LINES):
+        flow |= _starts(head, h)
+        flow2 |= _starts(head, h2)
+    # a flow is two lines, its category on the second, then `  }` or `  },`; in the second layout one key a line,
+    # its category on line 6
     fourth = nl[opens[other] + 4] - nl[opens[other] + 3] - 1
     flow &= _startswith(a, nl[opens[other] + 2] + 1, _FLOW_CAT) & (fourth >= 3) & (fourth <= 4)
+    if flow2.any():
+        flow[flow2] = _startswith(a, nl[opens[other[flow2]] + 6] + 1, _FLOW_CAT_LINE)
     ends = np.append(nl[opens[1:]], end)  # an event's text: from its "  {" line to the next one's
     for i in other[~flow].tolist():
         if _ANY_WANTED_CAT.search(text, nl[opens[i]], ends[i]):
@@ -421,18 +474,18 @@ def _text_blocks(path: Path, size: int | None = None):
     bytes) is read where it lies; only the event cut by a piece's end is copied, with the next piece's start.
     (Decompressing in a thread while the piece before is read gained nothing: the reading holds the GIL in
     regular expressions, and on the 2-core machine the two ran one after the other.)"""
-    pending = b""  # the text from the last event opened in the piece before
+    pending, start = b"", True  # the text from the last event opened in the piece before; the file's start
     for chunk in _decompressed(path, size or BLOCK_BYTES):
-        first = chunk.find(_OPEN)
+        first = 0 if start else chunk.find(_OPEN)  # the file's first piece holds the header too
         last = chunk.rfind(_OPEN, 0, len(chunk) - READ_PAST)
-        if first < 0 or last < first:  # no event opens early enough in this piece to cut it
-            pending += chunk
+        if first < 0 or last <= first:  # no event opens early enough in this piece to cut it
+            pending, start = pending + chunk, False
             continue
         if pending:
             yield pending + chunk[:first + 1 + READ_PAST], 0, len(pending) + first + 1
         if last > first:
             yield chunk, first, last + 1
-        pending = chunk[last:]
+        pending, start = chunk[last:], False
     if pending:
         yield pending + b" " * READ_PAST, 0, len(pending)
 
@@ -528,18 +581,20 @@ def _decimals(a: np.ndarray, at: np.ndarray, ends: bytes, integer: bool = False,
     return val, ends_at
 
 
-def _ts_dur(a: np.ndarray, ts_line: np.ndarray, dur: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-    """ts and dur (µs) from each event's `    "ts": <ts>, "dur": <dur>,` line."""
+def _ts_dur(a: np.ndarray, ts_line: np.ndarray, dur_line: np.ndarray | None, layout: np.ndarray):
+    """ts and dur (µs) of events: ts from its line (`    "ts": <ts>,`), dur after it on the same line in the first
+    layout (`, "dur": <dur>,`), on a line of its own in the second (`    "dur": <dur>`); dur_line None: ts alone."""
     w = _window(a, ts_line, len(_TS_KEY) + 24)
     if not _starts(w, _TS_KEY).all():
         raise _OtherLayout("an event without ts")
     ts, after = _decimals(a, ts_line + len(_TS_KEY), b",", w=w[:, len(_TS_KEY):])
-    if not dur:
+    if dur_line is None:
         return ts, None
-    w = _window(a, after, len(_DUR_KEY) + 24)
-    if not _starts(w, _DUR_KEY).all():
-        raise _OtherLayout("ts without dur")
-    return ts, _decimals(a, after + len(_DUR_KEY), b",\n", w=w[:, len(_DUR_KEY):])[0]
+    dur_at = np.where(layout == 0, after, dur_line)
+    w = _window(a, dur_at, 16)
+    if not np.where(layout == 0, _starts(w, _DUR_KEY), _starts(w, _DUR_LINE)).all():
+        raise _OtherLayout("an event without dur")
+    return ts, _decimals(a, dur_at + np.where(layout == 0, len(_DUR_KEY), len(_DUR_LINE)), b",\n")[0]
 
 
 def _take(lines: pa.Array, idx: np.ndarray) -> bytes:

@@ -184,6 +184,7 @@ def main() -> None:
                     help="kernelbook's lib/ to time (another checkout's, for a before/after)")
     ap.add_argument("--tools", default="kernelbook,hta", help="which to run (comma-separated)")
     args = ap.parse_args()
+    load_at_start = os.getloadavg()
     results = []
     for path in args.traces:
         results.append(bench(path, shutil.which(args.hta_python) or args.hta_python, args.runs,
@@ -192,7 +193,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_at_end": os.getloadavg()},
+                    "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()},
         "method": "each tool in its own process, alternating, median of the runs; time of the call alone",
         "results": results}, indent=1))
     out = args.out.resolve()

@@ -219,3 +219,17 @@ def test_kineto_reader_reads_the_layout_of_torch_2_13(decode_window, tmp_path):
     _KinetoReader().read(path)  # no fallback
     timeline, _ = _same_tables(path)
     pd.testing.assert_frame_equal(timeline, ingest_torch_trace(decode_window)[0])
+
+
+def test_gzip_members_and_a_cut_file(decode_window, tmp_path):
+    """Gzip as the capture may leave it: several members (read as one text, like gzip), or cut short (the same
+    error as the JSON reader's)."""
+    text = decode_window.read_bytes()
+    members = tmp_path / "members.json.gz"
+    members.write_bytes(gzip.compress(text[:len(text) // 3]) + gzip.compress(text[len(text) // 3:]))
+    _KinetoReader().read(members)  # no fallback
+    _same_tables(members, read_trace_events(decode_window))
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(text)[:-1000])
+    with pytest.raises(EOFError):
+        ingest_torch_trace(cut)

@@ -6,11 +6,11 @@ kernel), its aten op and input shapes (via Kineto's External id), and its launch
 `phases.parquet`: the wall-clock interval of every phase step.
 
 Two readers give the same tables. torch.profiler's JSON is written by Kineto in a fixed layout, one event to a
-few lines (`  {`, a line with ph, cat and name, one with ts and dur, `"args": {`, the args on one line, `    }`,
-`  },`); `_KinetoReader` reads that layout column-wise, block by block as it is decompressed (ISA-L's inflate
-where installed): numpy over the bytes for where the events and their lines are and for the numbers at fixed
-places, one regular expression per args key over a category's lines (gathered by Arrow), names once per
-distinct line. It builds no Python object per event, and reads only the GPU activities, their launches, the
+few lines: `  {`, a line with ph, cat and name, one with ts and dur, `"args": {`, the args on one line, `    }`,
+`  },` (torch up to 2.11 at least), or one key a line (torch 2.13). `_KinetoReader` reads both column-wise, block
+by block as the file is decompressed (ISA-L's inflate where installed): numpy over the bytes for where the
+events and their lines are and for the numbers at fixed places, one regular expression per args key over a
+category's lines (gathered by Arrow), names once per distinct line. It builds no Python object per event, and reads only the GPU activities, their launches, the
 CPU ops that launched them and the user ranges (two thirds of a trace's events are other CPU ops, flows and
 metadata). Where the JSON parse of every event took 3.3 of the 4.4 s the ingest took (bundled trace, 424 k
 events), the column-wise read takes about 0.7 s on the 2-core CPU machine. A file in another layout (another
@@ -23,6 +23,7 @@ import gzip
 import re
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -41,8 +42,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib gives the s
     _zlib = zlib
 BLOCK_BYTES = 16 << 20  # decompressed bytes read at a time (the reader holds a few, not the file); 16 MiB: 0.59 s, 32: 0.76
 _OPEN = b"\n  {\n"  # where an event begins in Kineto's layout
-READ_PAST = 1024  # bytes readable past a block's end (the widest window read is a name's, NAME_WIDTH)
-NAME_WIDTH = 128  # names up to this long are read in numpy; longer ones, or escaped ones, one by one
+READ_PAST = 1024  # bytes readable past a block's end (the widest window read at a fixed place is 64)
 
 
 def _loads(raw: bytes):
@@ -198,7 +198,8 @@ class _KinetoReader:
     """The column-wise reader of Kineto's layout (module docstring). Per block of whole events, `_layout` finds
     each event's lines (numpy over the newlines), reads its category at a fixed place of its second line, checks
     the layout and parses the numbers at fixed places (ts, dur, External id); `block` gathers a category's lines
-    (Arrow's take over the block's lines) and reads each args key with one regular expression over them. A CPU
+    (Arrow's take over the block's lines) and reads each args key, or two written side by side, with one regular
+    expression over them. A CPU
     op's name and shapes are read at the end, only for the ops that launched GPU work, from its lines kept per
     block. Anything that does not fit the layout raises `_OtherLayout`. Semantics as `_parse_events`: the last
     CPU op or launch of an id counts."""
@@ -209,6 +210,7 @@ class _KinetoReader:
         self.cpu: list[dict] = []
         self.annotations: list[tuple] = []
         self.names: dict[bytes, str] = {}  # raw JSON text of a name -> the name (kernel and op names repeat)
+        self.gpu_codes: dict[str, int] = {}  # a GPU activity's name -> its code in the name column
         self.lists: dict[str, dict] = {}  # key (grid, block, Input Dims) -> its raw JSON values -> strings
 
     def read(self, path: Path) -> tuple[dict, list[tuple]]:
@@ -225,7 +227,6 @@ class _KinetoReader:
 
     def block(self, text: bytes, lay: dict) -> None:
         """What `_layout` leaves: the args keys, names, CPU ops' lines and user ranges of one block."""
-        a = np.frombuffer(text, np.uint8)
         # every line of the block as one Arrow array over the text (no copy): element i is the line after the
         # i-th newline, its own newline included; Arrow's take gathers a category's lines into one text
         lines = pa.Array.from_buffers(pa.binary(), len(lay["offsets"]) - 1,
@@ -270,15 +271,18 @@ class _KinetoReader:
                     col[name][sel[at]] = _int_array(raw) if value is _INT else self._list_strs(name, raw, _dims_str)
                     if name == "corr":
                         col["has_corr"][sel[at]] = True
-        col.update(name=self._names(lines.take(name_line)), kind=np.array(list(GPU_CATS.values()))[cat], ts=ts,
+        col.update(name=self._name_codes(lines.take(name_line)), kind=np.array(list(GPU_CATS.values()))[cat], ts=ts,
                    dur=dur)
         self.gpu.append(col)
 
-    def _names(self, heads: pa.Array) -> list[str]:
+    def _name_codes(self, heads: pa.Array) -> np.ndarray:
         """The names on events' name lines (`    "ph": "X", "cat": ..., "name": "<name>", "pid": ...` in the first
-        layout, `    "name": "<name>",` in the second), each distinct line (Arrow's dictionary encoding) read once."""
+        layout, `    "name": "<name>",` in the second) as codes into `gpu_names`, each distinct line (Arrow's
+        dictionary encoding) read once."""
         encoded = pc.dictionary_encode(heads)
-        return self._line_names(encoded.dictionary)[encoded.indices.to_numpy(zero_copy_only=False)].tolist()
+        code = np.array([self.gpu_codes.setdefault(n, len(self.gpu_codes)) for n in self._line_names(encoded.dictionary)],
+                        dtype=np.int64)
+        return code[encoded.indices.to_numpy(zero_copy_only=False)]
 
     def _line_names(self, lines: pa.Array) -> np.ndarray:
         """The name on each name line, JSON-decoded: in the first layout up to the line's last `", "pid": `, in the
@@ -315,8 +319,8 @@ class _KinetoReader:
         g = {k: np.concatenate([p[k] for p in self.gpu])
              for k in ("corr", "has_corr", "ext", "has_ext", "stream", "registers", "shared_bytes", "grid", "block",
                        "kind", "ts", "dur")}
-        names = [x for p in self.gpu for x in p["name"]]
-        n = len(names)
+        names = _Coded(np.concatenate([p["name"] for p in self.gpu]), list(self.gpu_codes))
+        n = len(names.codes)
         corr = np.concatenate([p["corr"] for p in self.launch] or [np.zeros(0, np.int64)])
         j, found = _last_of(corr, g["corr"], g["has_corr"])
         launch_ts = np.concatenate([p["ts"] for p in self.launch] or [np.zeros(0)])
@@ -666,30 +670,49 @@ def _last_of(ids: np.ndarray, wanted: np.ndarray, has: np.ndarray) -> tuple[np.n
 
 
 def _gpu_frame(g: dict, phases: pd.DataFrame) -> pd.DataFrame:
+    """The timeline, rows in start order (stable: the trace's order among equal starts). The columns are put in
+    that order before the frame is made: sorting the frame copied every column again, the 200 MB of kernel
+    names of the 10x trace among them."""
+    start = np.round(g["ts"] * US_TO_NS).astype("int64")
+    order = np.argsort(start, kind="stable")
+
+    def rows(v):
+        if isinstance(v, _Coded):
+            return _Coded(v.codes[order], v.values)
+        return (v if isinstance(v, np.ndarray) else np.asarray(v, dtype=object))[order]
+
     df = pd.DataFrame({
-        "name": _strings(g["name"]), "kind": _strings(g["kind"]),
-        "start_ns": np.round(g["ts"] * US_TO_NS).astype("int64"),
-        "duration_ns": np.round(g["dur"] * US_TO_NS).astype("int64"),
-        "launch_ns": g["launch"] * US_TO_NS,
-        "grid": _strings(g["grid"]), "block": _strings(g["block"]), "registers": g["registers"],
-        "shared_bytes": g["shared_bytes"], "stream": g["stream"], "op": _strings(g["op"]),
-        "op_shapes": _strings(g["op_shapes"]), "graph": g["graph"],
+        "name": _strings(rows(g["name"])), "kind": _strings(rows(g["kind"])), "start_ns": start[order],
+        "duration_ns": rows(np.round(g["dur"] * US_TO_NS).astype("int64")),
+        "launch_ns": rows(g["launch"] * US_TO_NS),
+        "grid": _strings(rows(g["grid"])), "block": _strings(rows(g["block"])), "registers": rows(g["registers"]),
+        "shared_bytes": rows(g["shared_bytes"]), "stream": rows(g["stream"]), "op": _strings(rows(g["op"])),
+        "op_shapes": _strings(rows(g["op_shapes"])), "graph": rows(g["graph"]),
     })
     df["end_ns"] = df["start_ns"] + df["duration_ns"]
     df["phase"], df["step"] = _assign_phase(df["launch_ns"].to_numpy(), df["start_ns"].to_numpy(), phases)
-    df = df.sort_values("start_ns", kind="stable").reset_index(drop=True)
     return df
+
+
+class _Coded(NamedTuple):
+    """A column as codes (-1: None) into its distinct values."""
+    codes: np.ndarray
+    values: list
 
 
 def _strings(values):
     """A column of str (None where missing) as pandas makes it from the list (its str dtype), built from the
-    distinct values (Arrow dictionary): names and launch shapes repeat, and pandas' own conversion, string by
-    string, took 0.27 s a column on the 10x trace. All None, or not all str: the values as they are."""
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
-    if not len(uniques) or not all(isinstance(u, str) for u in uniques):
-        return values
-    column = pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), pa.array(uniques, pa.large_string()))
-    return pd.array(column.cast(pa.large_string()), dtype=pd.StringDtype("pyarrow", na_value=np.nan))
+    distinct values (Arrow's take of them): names and launch shapes repeat, and pandas' own conversion, string by
+    string, took 0.27 s a column on the 10x trace (its kernel names: 534 k of 363 bytes on average). All None, or
+    not all str: the values as they are."""
+    if isinstance(values, _Coded):
+        codes, uniques = values
+    else:
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    if not len(uniques) or not all(isinstance(u, str) for u in uniques):  # as pandas makes it from a list
+        return (np.asarray(uniques, dtype=object)[codes] if isinstance(values, _Coded) else values).tolist()
+    column = pa.array(uniques, pa.large_string()).take(pa.array(codes, mask=codes < 0))
+    return pd.array(column, dtype=pd.StringDtype("pyarrow", na_value=np.nan))
 
 
 def _assign_module(timeline: pd.DataFrame, mod_ranges: list[tuple]) -> np.ndarray:

@@ -268,8 +268,11 @@ class _KinetoReader:
                                               (("registers per thread", "registers"), ("shared memory", "shared_bytes"),
                                                _INT),
                                               (("grid", "grid"), ("block", "block"), _LIST_VALUE)):
-                for name, (at, raw) in zip((c1, c2), _pair(args, len(sel), k1.encode(), k2.encode(), value)):
-                    col[name][sel[at]] = _int_array(raw) if value is _INT else self._list_strs(name, raw, _dims_str)
+                read = _int_pair(args, len(sel), k1.encode(), k2.encode()) if value is _INT else [
+                    (at, self._list_strs(c, raw, _dims_str))
+                    for c, (at, raw) in zip((c1, c2), _pair(args, len(sel), k1.encode(), k2.encode(), value))]
+                for name, (at, v) in zip((c1, c2), read):
+                    col[name][sel[at]] = v
                     if name == "corr":
                         col["has_corr"][sel[at]] = True
         col.update(name=self._name_codes(lines.take(name_line)), kind=np.array(list(GPU_CATS.values()))[cat], ts=ts,
@@ -652,6 +655,17 @@ def _pair(lines: bytes, n: int, key1: bytes, key2: bytes, value: bytes) -> list[
     if len(rows) == n and n:
         return [(np.arange(n), list(v)) for v in zip(*rows)]
     return [_values(lines, n, key1, value), _values(lines, n, key2, value)]
+
+
+def _int_pair(lines: bytes, n: int, key1: bytes, key2: bytes) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Two integer args keys written side by side on `n` lines, as `_ints` gives each: where every line has the
+    pair, one findall of the pair's text, whose numbers (the keys hold no digit) are read in one go."""
+    raw = re.findall(b'"' + re.escape(key1) + b'": (-?\\d{1,18},[ \t]*"' + re.escape(key2) + b'": -?\\d{1,18})(?=[,\n])',
+                     lines)
+    if len(raw) == n and n:
+        values = np.fromstring(re.sub(rb"[^\d-]+", b" ", b" ".join(raw)), dtype=np.int64, sep=" ").reshape(n, 2)
+        return [(np.arange(n), values[:, 0]), (np.arange(n), values[:, 1])]
+    return [_ints(lines, n, key1), _ints(lines, n, key2)]
 
 
 def _dims_str(v) -> str:

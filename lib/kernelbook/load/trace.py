@@ -13,7 +13,7 @@ events and their lines are and for the numbers at fixed places, one regular expr
 category's lines (gathered by Arrow), names once per distinct line. It builds no Python object per event, and reads only the GPU activities, their launches, the
 CPU ops that launched them and the user ranges (two thirds of a trace's events are other CPU ops, flows and
 metadata). The JSON parse of every event took 3.3 of the 4.4 s the ingest took on the bundled trace (424 k
-events); the column-wise read takes 0.8 s in a fresh process on the 2-core CPU machine, against 8.8 s for
+events); the column-wise read takes 0.75 s in a fresh process on the 2-core CPU machine, against 8.7 s for
 HolisticTraceAnalysis 0.5.0 (bench/ingest.py, bench/measured/ingest_cpu.json). A file in another layout (another
 writer, a Kineto that writes otherwise) is read as JSON (`read_trace_events` + `ingest_events`, one dict per
 event); the tests hold the two readers equal.

@@ -1,6 +1,6 @@
 """Wall time of the whole book render on the bundled run, per chapter (CPU machine).
 
-Usage: python bench/book_render.py  → prints per-chapter seconds and the total; target ≤ 60 s on 2 cores.
+Usage: python bench/book_render.py  → prints per-chapter seconds and the total; target ≤ 20 s on 2 cores (issue 30).
 """
 import json
 import tempfile
@@ -18,4 +18,4 @@ with tempfile.TemporaryDirectory() as tmp:
     rows = json.loads((out / "timings.json").read_text())
 for r in rows:
     print(f"{r['stem']:16s} {r['seconds']:6.1f} s")
-print(f"{'total':16s} {total:6.1f} s (target ≤ 60 s)")
+print(f"{'total':16s} {total:6.1f} s (target ≤ 20 s)")

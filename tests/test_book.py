@@ -113,6 +113,54 @@ def test_cli_book_prints_only_its_progress(tmp_path):
     assert lines[0].startswith("[1/1] 00_setup ... ok (") and lines[1].startswith("report: ") and len(lines) == 2
 
 
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (from /proc)."""
+    import os
+
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+def test_ctrl_c_ends_the_running_chapters_at_once_and_keeps_the_previous_report(tmp_path):
+    """Ctrl-C while reading chapters run side by side: the book stops within seconds (exit 130, one line), every
+    chapter kernel it started is gone, no staging folder is left, and the previous report is untouched."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "index.html").write_text("the previous report")
+    proc = subprocess.Popen([sys.executable, "-m", "kernelbook", "book", "--out", str(out), "--chapters",
+                             "06_npu,07_summary,01_timeline"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 60
+    kernels = []
+    while time.time() < deadline and len(kernels) < 2:  # both chapters' kernels started
+        time.sleep(0.5)
+        kernels = [c for c in _children(proc.pid) if "ipykernel" in open(f"/proc/{c}/cmdline").read()]
+    assert len(kernels) == 2, "two chapter kernels never ran side by side"
+    time.sleep(2)  # inside the chapters' cells
+    t = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends (the kernels run in sessions of their own)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert time.time() - t < 20, f"took {time.time() - t:.0f} s to stop"
+    assert proc.returncode == 130, stderr
+    assert "book stopped by the user" in stderr and "Traceback" not in stderr, stderr
+    time.sleep(1)
+    assert not [k for k in kernels if os.path.exists(f"/proc/{k}")], "chapter kernels left running"
+    assert (out / "index.html").read_text() == "the previous report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"], "a staging folder was left"
+
+
 def test_chapter_kernels_are_shut_down_without_an_interrupt(tmp_path):
     """jupyter_client sends SIGINT before every shutdown; a kernel caught mid-reply then logs
     "KeyboardInterrupt caught in kernel" into the runner's output (seen once in CI, timing-dependent).

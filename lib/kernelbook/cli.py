@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         except BookError as e:
             _err(str(e))
             return e.exit_code
+        except KeyboardInterrupt:
+            _err(f"book stopped by the user; nothing replaced: the previous report in {out_dir or 'reports/'} is kept")
+            return 130
         print(f"report: {out / 'index.html'}")
         return 0
     if args.cmd == "capture":

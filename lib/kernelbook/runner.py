@@ -43,7 +43,7 @@ from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN
 from .clocks import clock_lock
-from .watch import execute_chapter
+from .watch import execute_chapter, stop_all
 
 NOTEBOOKS = P.REPO / "notebooks"
 PLOTLY_JS = "plotly.min.js"
@@ -288,7 +288,8 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
     entries, failed = [], None
     t_all = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder, ExitStack() as locks:
+    with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder, ExitStack() as locks, \
+            _dropped_on_interrupt(stage):
         km_class = _kernel_manager(ipc_folder)
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
             state = locks.enter_context(clock_lock(params["lock_clocks"]))
@@ -376,11 +377,16 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                            else len(LONGEST_FIRST))
             futures = {pool.submit(run, nb, None): nb for nb in ahead}
             done = []
-            for f in as_completed(futures):
-                e = f.result()
-                done.append(e)
-                if log is print:
-                    print(f"[{order[e['stem']]}/{len(books)}] {e['stem']} ... {outcome(e)}", flush=True)
+            try:
+                for f in as_completed(futures):
+                    e = f.result()
+                    done.append(e)
+                    if log is print:
+                        print(f"[{order[e['stem']]}/{len(books)}] {e['stem']} ... {outcome(e)}", flush=True)
+            except KeyboardInterrupt:  # Ctrl-C: no chapter starts, the running ones' kernels end now
+                pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
         for e in sorted(done, key=lambda e: order[e["stem"]]):
             if not settle(e):
                 break
@@ -468,6 +474,16 @@ def _capturing_chapters(params: dict, run_dir: Path, books: list[Path]) -> list[
         if do or (out and params.get("capture") != "never"):  # later parts of a capture that began here
             out.append(stem)
     return out
+
+
+@contextmanager
+def _dropped_on_interrupt(stage: Path):
+    """The staging folder goes when the user stops the book (Ctrl-C): nothing was replaced, nothing is left."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
 
 
 @contextmanager

@@ -45,6 +45,7 @@ class _Watch:
     ended: str | None = None  # why the watchdog ended the kernel
     doing: str = ""  # code of the cell the kernel last said it started (its execute_input)
     started: str = ""  # code of the cell papermill last started (sent to the kernel)
+    interrupted: bool = False  # the user stopped the book (stop_all): no retry
     stop: threading.Event = field(default_factory=threading.Event)
 
 
@@ -100,6 +101,16 @@ def _engine() -> str:
 
 
 _WATCHES: dict = {}  # thread id -> the _Watch of the chapter that thread executes
+
+
+def stop_all() -> None:
+    """The user stopped the book (Ctrl-C) while chapters ran in other threads: end every running chapter's
+    kernel now, without the retry a hung chapter gets (each one's papermill then returns at once)."""
+    for watch in list(_WATCHES.values()):
+        watch.interrupted = True
+        watch.stop.set()
+        for km in list(watch.kernels):
+            _kill(km)
 
 
 def _manager_class(base, watch: _Watch):
@@ -254,6 +265,8 @@ def execute_chapter(src: Path, executed: Path, parameters: dict, km_class, limit
             _WATCHES.pop(threading.get_ident(), None)
             watch.stop.set()
             dog.join(timeout=5)
+        if watch.interrupted:
+            return KeyboardInterrupt("stopped by the user")
         if watch.ended is None or error is None:  # finished, or failed on its own: no retry
             return error
         code = watch.started or _last_started(executed) or watch.doing

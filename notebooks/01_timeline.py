@@ -135,13 +135,12 @@ layers = M.by_layer(r.timeline)
 F.layer_bars(layers) if len(layers) else None
 
 # %%
-bw = M.dram_bandwidth(r)
-ledger = M.bytes_ledger(r.timeline, r.ncu_kernels(), bw[0])
+ledger, ledger_says = M.run_ledger(r)
 kb.table(ledger, kb.tr("Bytes ledger of one decode step, by module type"),
          empty=kb.tr("This run was captured before kernels were tied to modules."))
 
 # %%
-kb.md(M.ledger_prose(ledger, T.plain_ms_per_step(r.manifest).get("decode"), bw) + "\n\n" + kb.tr(M.LEDGER_NOTE))
+kb.md(ledger_says + "\n\n" + kb.tr(M.LEDGER_NOTE))
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report

@@ -73,9 +73,7 @@ kb.md(S.limit_prose(limit))
 # module must move, and how much of the plain step is not kernel time at all.
 
 # %%
-bw = M.dram_bandwidth(r)
-kb.md(M.ledger_prose(M.bytes_ledger(r.timeline, r.ncu_kernels(), bw[0]), T.plain_ms_per_step(r.manifest).get("decode"),
-                     bw))
+kb.md(M.run_ledger(r)[1])
 
 # %% [markdown]
 # ### Eager against deployed

@@ -525,10 +525,10 @@ def _keep_other_chapters(out: Path, stage: Path, entries: list[dict]) -> list[di
     return sorted(entries + kept, key=lambda e: order.index(e["stem"]) if e["stem"] in order else len(order))
 
 
-# the reading chapters by their render time on the bundled run, longest first (bench/book_render.py: 07 12.4 s,
-# 06 10.3 s, 01 9.5 s, 02 6.2 s, 05 6.0 s, 04 5.8 s, 00 5.3 s, 03 4.5 s, two at a time on 2 cores)
-LONGEST_FIRST = ["07_summary", "06_npu", "01_timeline", "02_ncu", "05_classification", "04_roofline", "00_setup",
-                 "03_histograms"]
+# the reading chapters by their render time on the bundled run, longest first (bench/book_render.py, two at a time
+# on 2 cores: 07 7.9 s, 06 6.9 s, 01 5.5 s, 05 4.4 s, 04 4.1 s, 02 4.0 s, 03 2.6 s, 00 2.4 s)
+LONGEST_FIRST = ["07_summary", "06_npu", "01_timeline", "05_classification", "04_roofline", "02_ncu",
+                 "03_histograms", "00_setup"]
 
 
 def _jobs(params: dict) -> int:

@@ -139,19 +139,6 @@ def _kill(km) -> None:
             pass
 
 
-def _last_started(executed: Path) -> str:
-    """The code of the last cell papermill started in `executed` (the one running when the kernel was
-    ended); the kernel's own execute_input may never have left a frozen kernel."""
-    import nbformat
-
-    try:
-        nb = nbformat.read(executed, as_version=4)
-    except Exception:  # noqa: BLE001 - no notebook written yet
-        return ""
-    started = [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
-    return started[-1].source if started else ""
-
-
 def _first_line(code: str) -> str:
     lines = [ln for ln in code.strip().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     line = lines[0].strip() if lines else code.strip()
@@ -269,7 +256,7 @@ def execute_chapter(src: Path, executed: Path, parameters: dict, km_class, limit
             return KeyboardInterrupt("stopped by the user")
         if watch.ended is None or error is None:  # finished, or failed on its own: no retry
             return error
-        code = watch.started or _last_started(executed) or watch.doing
+        code = watch.started or watch.doing  # papermill started it; else what the kernel said it started
         doing = f" while running `{_first_line(code)}`" if code else " before its first cell"
         if attempt == 1:
             if on_retry:

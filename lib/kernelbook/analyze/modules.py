@@ -220,6 +220,16 @@ def dram_bandwidth(run) -> tuple[float, str]:
         return float("nan"), N_("unknown")
 
 
+def run_ledger(run) -> tuple[pd.DataFrame, str]:
+    """A run's bytes ledger of one decode step and what it says (chapters 01 and 07): the floors at the run's DRAM
+    bandwidth (`dram_bandwidth`), the step against the plain generate's."""
+    from .timeline import plain_ms_per_step
+
+    bw = dram_bandwidth(run)
+    ledger = bytes_ledger(run.timeline, run.ncu_kernels(), bw[0])
+    return ledger, ledger_prose(ledger, plain_ms_per_step(run.manifest).get("decode"), bw)
+
+
 def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[float, str]) -> str:
     """What the ledger says about the distance between the step and its limit, module by module."""
     if ledger.empty:

@@ -403,18 +403,32 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
     return np.where(scaled, np.nan_to_num(carried), t), fused
 
 
-_INPUTS: dict = {}  # (id(work), id(calib)) -> (work, calib, arrays): a sweep prices one trace ~100 times
+_MEMO: dict = {}  # (what, ids of the frames) -> (the frames, the result): a sweep prices one trace ~100 times
+
+
+def _memo(what: str, frames: tuple, compute):
+    """`compute()` once per `what` and frames. The cache holds the frames, so their ids cannot be reused while
+    cached, and a hit must be the same objects; the model never changes a frame in place, and the result's
+    arrays are read-only so that no caller changes them for the next."""
+    key = (what, *map(id, frames))
+    hit = _MEMO.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], frames)):
+        if len(_MEMO) > 128:
+            _MEMO.clear()
+        result = compute()
+        for a in result:
+            a.flags.writeable = False
+        hit = _MEMO[key] = (frames, result)
+    return hit[1]
 
 
 def _launch_inputs(work: pd.DataFrame, calib: pd.DataFrame) -> tuple:
     """Per work row: fitted latency (s), slowdown and DRAM-scaling share of its class, and the matrix,
-    fusible and scaled-row masks and median launch time (s). Computed once per (work, calibration) pair;
-    the cache holds both frames, so their ids cannot be reused while cached (the model never changes a
-    frame in place)."""
-    key = (id(work), id(calib))
-    hit = _INPUTS.get(key)
-    if hit is not None and hit[0] is work and hit[1] is calib:
-        return tuple(a.copy() for a in hit[2])
+    fusible and scaled-row masks and median launch time (s); once per (work, calibration) pair."""
+    return _memo("launch inputs", (work, calib), lambda: _compute_launch_inputs(work, calib))
+
+
+def _compute_launch_inputs(work: pd.DataFrame, calib: pd.DataFrame) -> tuple:
     c = calib.set_index("class")
     pooled = c.loc["pooled"]
     cls = kernel_class(work)
@@ -422,12 +436,8 @@ def _launch_inputs(work: pd.DataFrame, calib: pd.DataFrame) -> tuple:
     b = cls.map(c.slowdown).fillna(pooled.slowdown).to_numpy(dtype=float)
     phi = (cls.map(c.dram_scaling).fillna(pooled.dram_scaling).to_numpy(dtype=float) if "dram_scaling" in c
            else np.ones(len(work)))
-    arrays = (L, b, phi, work.category.isin(MATRIX).to_numpy(), work.category.isin(FUSIBLE).to_numpy(),
-              (work.source == SCALED).to_numpy(), work.median_ns.to_numpy(dtype=float) * 1e-9)
-    if len(_INPUTS) > 64:
-        _INPUTS.clear()
-    _INPUTS[key] = (work, calib, arrays)
-    return tuple(a.copy() for a in arrays)
+    return (L, b, phi, work.category.isin(MATRIX).to_numpy(), work.category.isin(FUSIBLE).to_numpy(),
+            (work.source == SCALED).to_numpy(), work.median_ns.to_numpy(dtype=float) * 1e-9)
 
 
 # --- the run's launch sequence and its replay ---------------------------------------------------------
@@ -524,19 +534,13 @@ def _segment_spans(seq: pd.DataFrame, dur: np.ndarray, gap: np.ndarray) -> dict:
     return {str(n): float(v) for n, v, p in zip(names, sums, present) if p}
 
 
-_PHASES: dict = {}  # id(seq) -> (seq, codes, names)
-
-
 def _phase_codes(seq: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The launch sequence's phase as integer codes and their names, once per sequence."""
-    hit = _PHASES.get(id(seq))
-    if hit is not None and hit[0] is seq:
-        return hit[1], hit[2]
-    codes, names = pd.factorize(seq.phase)
-    if len(_PHASES) > 64:
-        _PHASES.clear()
-    _PHASES[id(seq)] = (seq, codes, np.asarray(names, dtype=object))
-    return codes, _PHASES[id(seq)][2]
+    def compute():
+        codes, names = pd.factorize(seq.phase)
+        return codes, np.asarray(names, dtype=object)
+
+    return _memo("phase codes", (seq,), compute)
 
 
 def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = None,

@@ -58,6 +58,10 @@ _STATUS_TEXT = [
                 r"(?P<own>\S+) launch had no op call in the shapes pass$"),
      N_("same kernel profiled in {phase} (grid {grid}, block {block}): its {own} launch had no op call in the shapes "
         "pass")),
+    (re.compile(r"^the CUDA driver's kernel for a graph's copy node: ncu profiles a graph's kernel nodes, not its copy "
+                r"nodes, so it is left out of the selection and the next kernel taken$"),
+     N_("the CUDA driver's kernel for a graph's copy node: ncu profiles a graph's kernel nodes, not its copy nodes, so "
+        "it is left out of the selection and the next kernel taken")),
     (re.compile(r"^ncu: (?P<error>.*)$", re.S), N_("ncu: {error}")),
 ]
 
@@ -159,13 +163,17 @@ def headline(cov: pd.DataFrame, fid: pd.DataFrame, manifest: dict) -> str:
 def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> str:
     info = manifest.get("ncu", {})
     lines = []
-    if info.get("processes") == 1 and "expected_launches" in info:
+    phases = info.get("phases", {})
+    eager = {p: v for p, v in phases.items() if not v.get("graph_replay")}
+    by_position = "expected_launches" in info and bool(eager)
+    if by_position:  # one ncu process for every eager phase; a graph phase has a process of its own (below)
+        results, selected = sum(v["results"] for v in eager.values()), sum(v["selected"] for v in eager.values())
         lines.append(tr("- One ncu process for {phases}: {results} profiled launches for {selected} selected kernels "
                         "({per_kernel:.2f} per kernel) in {seconds:.0f} s; each kernel is identified by its position "
                         "(the op call that launched it in the timeline), so no name filter can miss one (clock "
                         "control `{clock}`, cache control `{cache}`).",
-                        phases=tr(", ").join(phase_label(p) for p in info["phases"]), results=info["results"],
-                        selected=info["selected"], per_kernel=info["results_per_selected"], seconds=info["wall_s"],
+                        phases=tr(", ").join(phase_label(p) for p in eager), results=results,
+                        selected=selected, per_kernel=results / max(1, selected), seconds=info["wall_s"],
                         clock=md_code(info.get("clock_control")), cache=md_code(info.get("cache_control"))))
         check = info.get("op_check") or {}
         if check.get("checked"):
@@ -175,17 +183,23 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
                         pairs=tr(", ").join(pairs)) if pairs else ""
             lines.append(tr("- The worker marked {checked} op calls; {agree} run the aten op the timeline names for "
                             "that kernel{others}.", checked=check["checked"], agree=check["agree"], others=others))
-    else:
-        for ph, v in info.get("phases", {}).items():
-            lines.append(tr("- **{phase}**: one ncu process profiled step {step} of the phase, {results} launch "
-                            "configurations in {seconds:.0f} s (clock control `{clock}`, cache control `{cache}`).",
-                            phase=phase_label(ph), step=v["step"], results=v["results"], seconds=v["wall_s"],
-                            clock=md_code(info.get("clock_control")), cache=md_code(info.get("cache_control"))))
+    for ph, v in phases.items():
+        if by_position and ph in eager:
+            continue
+        lines.append(tr("- **{phase}**: one ncu process profiled step {step} of the phase, {results} launch "
+                        "configurations in {seconds:.0f} s (clock control `{clock}`, cache control `{cache}`).",
+                        phase=phase_label(ph), step=v["step"], results=v["results"], seconds=v["wall_s"],
+                        clock=md_code(info.get("clock_control")), cache=md_code(info.get("cache_control"))))
     if "identity" in kernels:
         other = kernels[kernels.identity.fillna("").str.len() > 0]
         other = other[~other.identity.eq("position; names agree")]
-        for r in other.itertuples():
-            lines.append(f"- {md(r.kernel_id)}: {md(say(r.identity))}.")
+        for identity, ids in other.groupby("identity", sort=False)["kernel_id"]:
+            lines.append(f"- {md(tr(', ').join(ids))}: {md(say(identity))}.")
+    for ph, v in info.get("phases", {}).items():
+        for d in v.get("left_out") or []:
+            lines.append(tr("- Left out of the {phase} selection: `{name}`, {share:.1f} % of the phase's GPU time: "
+                            "{reason}.", phase=phase_label(ph), name=md_code(d["name"]), share=100 * d["share"],
+                            reason=say(d["reason"])))
     bad = kernels[kernels.status != "profiled"]
     for r in bad.itertuples():
         lines.append(tr("- {kernel} not profiled: {status}", kernel=md(r.kernel_id), status=md(say(r.status))))

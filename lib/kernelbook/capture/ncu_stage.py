@@ -178,7 +178,7 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
         info["phases"][s.phase] = {
             "step": s.step, "selected": len(k), "profiled": int((k.status == "profiled").sum()),
             "results": int((launches.phase == s.phase).mul(launches.result_id >= 0).sum()),
-            "wall_s": wall, "error": error}
+            "wall_s": wall, "error": error, "left_out": s.left_out}
     write_manifest(run_dir, manifest)
     if stop is not None:
         raise stop
@@ -205,7 +205,7 @@ GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's g
 def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
     """One ncu process per phase, by name. `graph`: the phase's steps are CUDA-graph replays (see
     `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step)."""
-    from ..analyze.ncu_metrics import kernel_table, same_launch_elsewhere
+    from ..analyze.ncu_metrics import same_launch_elsewhere
 
     ncu_dir, info = run_dir / "ncu", manifest["ncu"]
     mode = GRAPH_MODE if graph else "by name: --kernel-name filter per phase (timeline without op numbering)"
@@ -225,24 +225,19 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
             metrics = metrics.assign(result_id=metrics.result_id + next_id)
             results = results.assign(result_id=results.result_id + next_id)
             next_id = int(results.result_id.max()) + 1 if len(results) else next_id
-        kernels = kernel_table(sel, metrics, results, timeline, error, graph=graph)
-        kernels.insert(0, "phase", phase)
-        if graph:
-            at = graph_launches(timeline, sel).set_index("kernel_id")
-            kernels["profiled_step"] = sel.step
-            kernels["launch_index"] = kernels.kernel_id.map(at["launch_index"]).fillna(-1).astype("int64")
-            kernels.loc[kernels.status == "profiled", "identity"] = (
-                "graph node: the report's name and launch configuration, at (step, launch index) of its first launch")
+        kernels = _phase_table(sel, metrics, results, timeline, error, graph)
         if metrics is not None:
             metrics = metrics.merge(results[["result_id"]], on="result_id")
             metrics.insert(0, "phase", phase)
             all_metrics.append(metrics)
             all_results.append(results.assign(phase=phase))
         all_kernels.append(kernels)
+        if graph:  # a process of its own beside the eager phases' one
+            info["processes"] = info.get("processes", 0) + 1
         info["phases"][phase] = {
             "step": sel.step, "selected": len(sel.kernels), "wall_s": wall, "error": error,
             "profiled": int((kernels.status == "profiled").sum()), "results": 0 if results is None else len(results),
-            "graph_replay": graph,
+            "graph_replay": graph, "left_out": sel.left_out,
             "command": (" ".join(cmd[:cmd.index("-o")]) if graph else
                         " ".join(cmd[:cmd.index("--kernel-name")]) + " --kernel-name <regex of selected names> ..."),
         }
@@ -264,6 +259,58 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
     write_manifest(run_dir, manifest)
     if stop is not None:
         raise stop
+
+
+def _phase_table(sel, metrics, results, timeline, error, graph: bool) -> pd.DataFrame:
+    """One phase's rows of the kernel table from what its ncu process wrote (see `_by_name`)."""
+    from ..analyze.ncu_metrics import kernel_table
+
+    kernels = kernel_table(sel, metrics, results, timeline, error, graph=graph)
+    kernels.insert(0, "phase", sel.phase)
+    if graph:
+        at = graph_launches(timeline, sel).set_index("kernel_id")
+        kernels["profiled_step"] = sel.step
+        kernels["launch_index"] = kernels.kernel_id.map(at["launch_index"]).fillna(-1).astype("int64")
+        kernels.loc[kernels.status == "profiled", "identity"] = (
+            "graph node: the report's name and launch configuration, at (step, launch index) of its first launch")
+    return kernels
+
+
+def rederive_graph_phases(run_dir: Path) -> dict:
+    """Rebuild a run's graph-replay phases of the kernel table from the counters its ncu processes stored
+    (ncu/metrics.parquet, ncu/results.parquet), with this code's selection, and the manifest's counts with
+    them; eager phases keep their rows. For a committed run whose selection rule changed after capture
+    (bench/rederive_ncu.py). Returns the manifest's new ncu section."""
+    import copy
+
+    from ..analyze.ncu_metrics import same_launch_elsewhere
+
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    info = manifest["ncu"]
+    timeline = pd.read_parquet(run_dir / "timeline.parquet")
+    ncu_dir = run_dir / "ncu"
+    metrics, results = pd.read_parquet(ncu_dir / "metrics.parquet"), pd.read_parquet(ncu_dir / "results.parquet")
+    kernels = pd.read_parquet(ncu_dir / "kernels.parquet")
+    top_n = manifest["params"]["ncu_top_n"]
+    for ph, v in info["phases"].items():
+        if not v.get("graph_replay"):
+            continue
+        sel = select_kernels(timeline, ph, top_n)
+        sel.step = v["step"]  # the step ncu profiled
+        m = metrics[metrics.phase == ph].drop(columns="phase")
+        res = results[results.phase == ph].drop(columns="phase")
+        rows = _phase_table(sel, m, res, timeline, v["error"], graph=True)
+        kernels = pd.concat([kernels[kernels.phase != ph], rows], ignore_index=True)
+        v.update(selected=len(rows), left_out=sel.left_out)
+    same_launch_elsewhere(kernels, timeline)
+    for ph, v in info["phases"].items():
+        v["profiled"] = int(((kernels.phase == ph) & (kernels.status == "profiled")).sum())
+    kernels.to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
+    info.update(selected=len(kernels), results_per_selected=info["results"] / max(1, len(kernels)),
+                processes=int("expected_launches" in info) + sum(bool(v.get("graph_replay")) for v in info["phases"].values()))
+    write_manifest(run_dir, manifest)
+    return copy.deepcopy(info)
 
 
 def _tables(ncu_dir: Path) -> tuple[list, list, list]:

@@ -11,9 +11,11 @@ kernel stops answering, it is ended and run once more, then reported failed with
 running; the previous report is kept. The capture chapters' progress lines are printed under the
 chapter's line as they happen.
 
-The capture chapters run one after another, under the profiling lock; the chapters that only read the run
-then run `render_jobs` at a time (one per CPU core by default, each in its own kernel, longest first), each
-reported on its own line as it finishes. A failed one stops the book as before: the index and the error name
+The capture chapters run under the profiling lock. When more than one captures, they start side by side
+and each part waits for the part before it (capture.chapters `PIPELINE`), so a chapter's kernel start and
+its rendering overlap the next part's capture, while the timeline's timed passes wait until chapter 00 has
+ended. The chapters that only read the run start once the last part is in, `render_jobs` at a time (one per
+CPU core by default, each in its own kernel, longest first), each reported on its own line as it finishes. A failed one stops the book as before: the index and the error name
 the first failed chapter in book order.
 
 The narrative language (`language`: en | zh) reaches every chapter as a parameter (its kernel's `tr`);
@@ -33,6 +35,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
@@ -41,7 +44,7 @@ from pathlib import Path
 from . import escape
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
-from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN
+from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN, PIPELINE
 from .clocks import clock_lock
 from .watch import execute_chapter, stop_all
 
@@ -291,10 +294,17 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder, ExitStack() as locks, \
             _dropped_on_interrupt(stage):
         km_class = _kernel_manager(ipc_folder)
+        pipelined = len(capture_stems) > 1
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
             state = locks.enter_context(clock_lock(params["lock_clocks"]))
+            # more than one capture chapter: side by side, each part waiting for the one before (PIPELINE)
+            if pipelined:
+                for stem in CAPTURE_PARTS:  # a chapter that does not capture here is no part to wait for
+                    if stem not in capture_stems:
+                        (Path(ipc_folder) / f"{stem}.ended").touch()
             locks.enter_context(_env({LOCKS_HELD: "1", BOOK_COMMAND: _command(), "KERNELBOOK_CLOCK_STATE":
-                                      json.dumps(state), PARAMS_AS_GIVEN: params_as_given or ""}))
+                                      json.dumps(state), PARAMS_AS_GIVEN: params_as_given or "",
+                                      **({PIPELINE: ipc_folder} if pipelined else {})}))
             if log is print:
                 print(f"capture: {', '.join(capture_stems)} will capture into {run_dir} (locks held until the "
                       "last of them ends)", flush=True)
@@ -308,8 +318,11 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             executed = stage / f"{nb.stem}.ipynb"
             declared = notebook_parameters(nb)
             nb_params = {k: _to_nb(v) for k, v in params.items() if k in declared}
-            # a capture chapter that captures may run as long as its ncu stage on top of the chapter's limit
+            # a capture chapter that captures may run as long as its ncu stage on top of the chapter's limit, and
+            # side by side, as long as the capture chapters before it too (it waits for their parts)
             limit = params["chapter_timeout_s"] + (params["ncu_timeout_s"] if nb.stem in capture_stems else 0)
+            if pipelined and nb.stem in capture_stems:
+                limit += params["chapter_timeout_s"] * capture_stems.index(nb.stem)
             error = execute_chapter(src, executed, nb_params, km_class, limit_s=limit, cwd=str(P.REPO),
                                     on_progress=lines.progress if lines else None,
                                     on_retry=lines.retry if lines else (
@@ -355,22 +368,43 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                 failed = (e["stem"], BookError(f"stopped: {escape.terminal(note.strip().splitlines()[0])}", 2))
             return failed is None
 
-        # the capture chapters one after another (each needs the parts before it), under the locks
         serial = [nb for nb in books if nb.stem in capture_stems]
-        for nb in serial:
-            lines = _ChapterLines(f"[{order[nb.stem]}/{len(books)}] {nb.stem}") if log is print else None
+
+        def run_capture(nb: Path) -> dict:
+            lines = _ChapterLines(f"[{order[nb.stem]}/{len(books)}] {nb.stem}", lazy=pipelined) if log is print else None
             if lines:
                 lines.start()
-            e = run(nb, lines)
+            try:
+                e = run(nb, lines)
+            finally:
+                (Path(ipc_folder) / f"{nb.stem}.ended").touch()  # a part waiting on this chapter's stops waiting
             if lines:
                 lines.end(outcome(e))
-            if not settle(e):
-                break
-        if serial:
-            locks.close()  # the analysis chapters need no lock
+            return e
+
+        captures = []
+        if pipelined:  # side by side; the reading chapters start once the last part is in
+            from .capture.chapters import part_done
+
+            cap_pool = ThreadPoolExecutor(max_workers=len(serial), thread_name_prefix="capture")
+            captures = [cap_pool.submit(run_capture, nb) for nb in serial]
+            try:
+                while not (all(f.done() for f in captures) or part_done(run_dir, CAPTURE_PARTS[serial[-1].stem])):
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                cap_pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
+            last_in = part_done(run_dir, CAPTURE_PARTS[serial[-1].stem])
+        else:  # one capture chapter, or none
+            for nb in serial:
+                if not settle(run_capture(nb)):
+                    break
+            if serial:
+                locks.close()  # the analysis chapters need no lock
         # the chapters that read the run: each in its own kernel, `jobs` at a time, reported as they finish
-        rest = [nb for nb in books if nb.stem not in capture_stems] if failed is None else []
-        jobs = max(1, min(_jobs(params), len(rest)))
+        rest = [nb for nb in books if nb.stem not in capture_stems] if (last_in if pipelined else failed is None) else []
+        jobs = max(1, min(_jobs(params), max(1, len(rest))))
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chapter") as pool:
             # the longest first, so that no long chapter starts last while the other workers sit idle
             ahead = sorted(rest, key=lambda nb: LONGEST_FIRST.index(nb.stem) if nb.stem in LONGEST_FIRST
@@ -382,12 +416,21 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                     e = f.result()
                     done.append(e)
                     if log is print:
-                        print(f"[{order[e['stem']]}/{len(books)}] {e['stem']} ... {outcome(e)}", flush=True)
+                        _ChapterLines.say(f"[{order[e['stem']]}/{len(books)}] {e['stem']} ... {outcome(e)}")
+                for f in captures:  # the capture chapters side by side: each ends (renders) on its own
+                    e = f.result()
+                    if not settle(e):
+                        break
             except KeyboardInterrupt:  # Ctrl-C: no chapter starts, the running ones' kernels end now
                 pool.shutdown(wait=False, cancel_futures=True)
+                if captures:
+                    cap_pool.shutdown(wait=False, cancel_futures=True)
                 stop_all()
                 raise
-        for e in sorted(done, key=lambda e: order[e["stem"]]):
+        if captures:
+            cap_pool.shutdown()
+            locks.close()
+        for e in sorted(done, key=lambda e: order[e["stem"]]) if failed is None else []:
             if not settle(e):
                 break
     if only and not failed:
@@ -432,17 +475,50 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
 class _ChapterLines:
     """The CLI's line for one chapter: `[2/8] 01_timeline ... ok (63.3 s)`, with the chapter's capture
     progress lines (and a retry) printed under it as they happen; the outcome then repeats the chapter's
-    name on a line of its own."""
+    name on a line of its own. Chapters side by side share the terminal: a chapter whose lines follow another
+    chapter's names itself again first, and `lazy` leaves its name out until it has something to say (a
+    capture chapter waiting for the part before it says nothing)."""
 
-    def __init__(self, head: str):
-        self.head, self.broken = head, False
+    _lock = threading.Lock()
+    _last: "_ChapterLines | None" = None  # the chapter that printed last
+    _open = False  # its first line awaits its outcome or a progress line (no newline yet)
+
+    def __init__(self, head: str, lazy: bool = False):
+        self.head, self.broken, self.lazy = head, False, lazy
+
+    @classmethod
+    def _close(cls) -> None:
+        if cls._open:
+            print(flush=True)
+            cls._last.broken = True
+        cls._open = False
+
+    @classmethod
+    def say(cls, line: str) -> None:
+        """A line of its own (a reading chapter's outcome)."""
+        with cls._lock:
+            cls._close()
+            print(line, flush=True)
+            cls._last = None
 
     def start(self) -> None:
-        print(f"{self.head} ...", end="", flush=True)
+        if self.lazy:
+            return
+        with self._lock:
+            self._close()
+            print(f"{self.head} ...", end="", flush=True)
+            _ChapterLines._last, _ChapterLines._open = self, True
 
     def _line(self, text: str) -> None:
-        print(("" if self.broken else "\n") + f"    {text}", flush=True)
-        self.broken = True
+        with self._lock:
+            if _ChapterLines._last is not self:  # another chapter printed in between (or none yet, lazy)
+                self._close()
+                print(f"{self.head} ...", flush=True)
+            elif _ChapterLines._open:
+                print(flush=True)
+            _ChapterLines._last, _ChapterLines._open = self, False
+            print(f"    {text}", flush=True)
+            self.broken = True
 
     def progress(self, line: str) -> None:
         self._line(line)
@@ -451,7 +527,13 @@ class _ChapterLines:
         self._line(tr("ended: {why}; trying once more", why=why))
 
     def end(self, outcome: str) -> None:
-        print(f"{self.head} {outcome}" if self.broken else f" {outcome}", flush=True)
+        with self._lock:
+            if _ChapterLines._last is self and _ChapterLines._open:
+                print(f" {outcome}", flush=True)
+            else:
+                self._close()
+                print(f"{self.head} {outcome}", flush=True)
+            _ChapterLines._last, _ChapterLines._open = self, False
 
 
 CAPTURE_PARTS = {"00_setup": "setup", "01_timeline": "timeline", "02_ncu": "ncu"}

@@ -34,6 +34,11 @@ CHAPTER = {"setup": "00_setup", "timeline": "01_timeline", "ncu": "02_ncu"}
 LOCKS_HELD = "KERNELBOOK_LOCKS_HELD"   # set by the book runner while it holds the locks for 00-02
 BOOK_COMMAND = "KERNELBOOK_COMMAND"    # the command line that rendered the book, for the manifest
 PARAMS_AS_GIVEN = "KERNELBOOK_PARAMS_AS_GIVEN"  # --params as the caller wrote it (chapters get it absolute)
+# Set by the book runner when it starts the capture chapters side by side: a folder where it marks each capture
+# chapter's end (`<stem>.ended`). A part then waits for the part before it to be in the run (its time in the
+# manifest, written last), so each chapter's kernel start, imports and rendering overlap the other chapters'
+# captures; the timeline's timed passes also wait for chapter 00 to end, so no rendering runs beside them.
+PIPELINE = "KERNELBOOK_PIPELINE"
 
 
 def present(run_dir: Path, part: str) -> bool:
@@ -120,6 +125,12 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     do, why = decide(run_dir, which, capture)
     if not do:
         return {"captured": False, "why": why, "wall_s": 0.0}
+    gate = os.environ.get(PIPELINE)
+    if gate and which != PARTS[0]:
+        prior = PARTS[PARTS.index(which) - 1]
+        wait_for(lambda: part_done(run_dir, prior), Path(gate) / f"{CHAPTER[prior]}.ended",
+                 f"the {prior} part was not captured (chapter {CHAPTER[prior]} ended without it), so the {which} "
+                 "part has nothing to build on", lambda: present(run_dir, prior))
     try:
         params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
     except P.ParamError as e:
@@ -141,7 +152,8 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
             if clock_state is not None:
                 manifest.setdefault("clock_state", clock_state)
             progress(f"{which}: start ({why})")
-            _run(which, params, run_dir, manifest, progress)
+            quiet = (lambda: wait_for(lambda: False, Path(gate) / f"{CHAPTER[PARTS[0]]}.ended", None)) if gate else None
+            _run(which, params, run_dir, manifest, progress, quiet)
     except BaseException as e:
         manifest["status"] = "partial"
         manifest["reason"] = f"{which}: {type(e).__name__}: {e}"
@@ -165,6 +177,26 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     write_manifest(run_dir, manifest)
     progress(f"{which}: done in {wall:.1f} s")
     return {"captured": True, "why": why, "wall_s": wall}
+
+
+def part_done(run_dir: Path, which: str) -> bool:
+    """Whether `which` was captured into the run and its manifest entry written (the part's last step)."""
+    try:
+        return _timing_key(which) in json.loads((Path(run_dir) / "manifest.json").read_text()).get("timings_s", {})
+    except (OSError, ValueError):
+        return False
+
+
+def wait_for(ready, ended: Path, failed: str | None, there=None, poll_s: float = 0.2) -> None:
+    """Block until `ready()` or the chapter whose end `ended` marks has ended (the runner marks a chapter that is
+    not capturing in this rendering ended from the start); then, unless `(there or ready)()`, raise
+    CaptureError(`failed`) (`failed=None`: waiting for the chapter's end was the point)."""
+    while not ready():
+        if ended.exists():
+            if failed is None or (there or ready)():
+                return
+            raise CaptureError(failed)
+        time.sleep(poll_s)
 
 
 def _timing_key(which: str) -> str:
@@ -196,7 +228,7 @@ def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
     return manifest
 
 
-def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress) -> None:
+def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quiet=None) -> None:
     if which == "setup":
         from .. import env as envmod
         from ..devices import UnknownDeviceError, lookup
@@ -219,7 +251,7 @@ def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress) -> N
             shutil.rmtree(stage)
         (stage / "raw").mkdir(parents=True)
         try:
-            timeline_stage(params, stage, manifest, progress)
+            timeline_stage(params, stage, manifest, progress, quiet)
         except BaseException:  # stopped mid-way: what the stage holds (e.g. a long generation's windows) lands
             if not (stage / "timeline.parquet").exists():
                 raise

@@ -271,19 +271,24 @@ def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict, pd.DataF
     return totals, phases, pd.concat(steps, ignore_index=True)
 
 
-def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None) -> None:
+def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None, quiet=None) -> None:
+    """`quiet()`: called before the first timed pass, returns once nothing else of the book runs beside the
+    capture on this host (see capture.chapters `PIPELINE`)."""
+    quiet = quiet or (lambda: None)
     backend, why = pick_backend(params["timeline_backend"])
     manifest["timeline_backend"] = {"backend": backend, "why": why}
     if backend == "nsys":
         from .nsys import nsys_timeline
 
+        quiet()
         timeline, phases, info = nsys_timeline(params, run_dir)
         manifest["timeline_info"] = info
     elif params.get("tensor_parallel", 1) > 1:
+        quiet()
         timeline, phases, info = tp_timeline(params, run_dir, progress or (lambda msg: None))
         manifest["timeline_info"] = info
     else:
-        timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None))
+        timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None), quiet)
         manifest["timeline_info"] = info
     _write_timeline(run_dir, timeline, phases)
 
@@ -295,7 +300,7 @@ def _write_timeline(run_dir: Path, timeline: pd.DataFrame, phases: pd.DataFrame)
     phases.to_parquet(run_dir / "phases.parquet", **PARQUET)
 
 
-def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
+def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet=lambda: None):
     import torch
 
     from ..load.trace import join_shapes
@@ -324,6 +329,7 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
 
     if shapes_first:
         shaped, _, shapes_s, _, _ = shapes_pass()
+    quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
     progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
     plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params["timing_trials"])
     plain_steps.to_parquet(run_dir / "steps.parquet", **PARQUET)

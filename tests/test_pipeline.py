@@ -1,0 +1,105 @@
+"""The capture chapters side by side (runner: more than one capture chapter; capture.chapters PIPELINE): each
+part waits until the part before it is in the run, and the CLI's lines stay readable when two chapters print.
+The capture itself needs a GPU (measured on the H100: bench/gpu_book_pair.sh); here the waiting and the lines."""
+import json
+import threading
+import time
+
+import pytest
+
+from kernelbook.capture.chapters import part_done, wait_for
+from kernelbook.capture.run import CaptureError
+from kernelbook.runner import _ChapterLines
+
+
+def _manifest(run, timings):
+    (run / "manifest.json").write_text(json.dumps({"timings_s": timings}))
+
+
+def test_a_part_waits_until_the_part_before_it_is_written(tmp_path):
+    run, ipc = tmp_path / "run", tmp_path / "ipc"
+    run.mkdir(), ipc.mkdir()
+    _manifest(run, {})
+    order = []
+
+    def chapter_00():
+        time.sleep(0.3)
+        order.append("setup written")
+        _manifest(run, {"measure_peaks": 0.3})
+
+    t = threading.Thread(target=chapter_00)
+    t.start()
+    wait_for(lambda: part_done(run, "setup"), ipc / "00_setup.ended", "no setup part")
+    order.append("timeline starts")
+    t.join()
+    assert order == ["setup written", "timeline starts"]
+
+
+def test_a_part_whose_chapter_ended_without_it_stops_the_next_one(tmp_path):
+    run, ipc = tmp_path / "run", tmp_path / "ipc"
+    run.mkdir(), ipc.mkdir()
+    _manifest(run, {"measure_peaks": 0.3})
+    (ipc / "01_timeline.ended").touch()  # chapter 01 failed: no timeline time in the manifest
+    with pytest.raises(CaptureError, match="the timeline part was not captured"):
+        wait_for(lambda: part_done(run, "timeline"), ipc / "01_timeline.ended",
+                 "the timeline part was not captured (chapter 01_timeline ended without it)")
+    # a part the run already held before this rendering (the chapter did not capture it) is there
+    (run / "timeline.parquet").touch()
+    wait_for(lambda: part_done(run, "timeline"), ipc / "01_timeline.ended", "unused",
+             lambda: (run / "timeline.parquet").exists())
+
+
+def test_the_timed_passes_wait_for_chapter_00_to_end(tmp_path):
+    """quiet(): the timeline's plain generates start only once chapter 00 (rendering beside it) has ended."""
+    ended = tmp_path / "00_setup.ended"
+    order = []
+
+    def chapter_00_renders():
+        time.sleep(0.3)
+        order.append("00 ended")
+        ended.touch()
+
+    t = threading.Thread(target=chapter_00_renders)
+    t.start()
+    wait_for(lambda: False, ended, None)
+    order.append("plain generates")
+    t.join()
+    assert order == ["00 ended", "plain generates"]
+
+
+@pytest.fixture
+def lines_state():
+    _ChapterLines._last, _ChapterLines._open = None, False
+    yield
+    _ChapterLines._last, _ChapterLines._open = None, False
+
+
+def test_one_chapter_prints_as_before(capsys, lines_state):
+    a = _ChapterLines("[1/8] 00_setup")
+    a.start()
+    a.end("ok (1.0 s)")
+    b = _ChapterLines("[2/8] 01_timeline")
+    b.start()
+    b.progress("[   3.9 s] timeline: start")
+    b.end("ok (70.6 s)")
+    assert capsys.readouterr().out == ("[1/8] 00_setup ... ok (1.0 s)\n[2/8] 01_timeline ...\n"
+                                       "    [   3.9 s] timeline: start\n[2/8] 01_timeline ok (70.6 s)\n")
+
+
+def test_chapters_side_by_side_name_themselves_when_their_lines_interleave(capsys, lines_state):
+    a, b = _ChapterLines("[1/8] 00_setup", lazy=True), _ChapterLines("[2/8] 01_timeline", lazy=True)
+    a.start(), b.start()  # lazy: nothing yet (01 waits for the setup part)
+    a.progress("[   9.2 s] setup: start")
+    a.progress("[   9.5 s] setup: done in 0.3 s")
+    b.progress("[   3.9 s] timeline: start")
+    a.end("ok (21.8 s)")
+    b.progress("[  59.3 s] timeline: done in 55.4 s")
+    _ChapterLines.say("[5/8] 04_roofline ... ok (7.0 s)")
+    b.end("ok (70.6 s)")
+    assert capsys.readouterr().out == (
+        "[1/8] 00_setup ...\n    [   9.2 s] setup: start\n    [   9.5 s] setup: done in 0.3 s\n"
+        "[2/8] 01_timeline ...\n    [   3.9 s] timeline: start\n"
+        "[1/8] 00_setup ok (21.8 s)\n"
+        "[2/8] 01_timeline ...\n    [  59.3 s] timeline: done in 55.4 s\n"
+        "[5/8] 04_roofline ... ok (7.0 s)\n"
+        "[2/8] 01_timeline ok (70.6 s)\n")

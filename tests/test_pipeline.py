@@ -103,3 +103,30 @@ def test_chapters_side_by_side_name_themselves_when_their_lines_interleave(capsy
         "[2/8] 01_timeline ...\n    [  59.3 s] timeline: done in 55.4 s\n"
         "[5/8] 04_roofline ... ok (7.0 s)\n"
         "[2/8] 01_timeline ok (70.6 s)\n")
+
+
+def test_an_ncu_started_before_its_targets_reports_its_launches_once_waited_for(tmp_path):
+    """The ncu stage may start ncu early (its worker builds the model beside the timeline's shapes pass) and
+    wait for it later: the launches it profiles after that are counted against the expected number."""
+    import sys
+
+    from kernelbook.capture.ncu import finish_ncu, start_ncu
+
+    cmd = [sys.executable, "-c", "import time; time.sleep(0.5); print('==PROF== Profiling \"a\" - 0: 0%'); "
+           "print('==PROF== Profiling \"b\" - 1: 0%')"]
+    run = start_ncu(cmd)
+    seen = []
+    finish_ncu(run, tmp_path / "ncu.log", 60, expected=2, progress=lambda done, expected, s: seen.append((done, expected)))
+    assert seen == [(1, 2), (2, 2)]
+    assert (tmp_path / "ncu.log").read_text().count("==PROF== Profiling") == 2
+
+
+def test_an_early_ncu_is_only_for_one_worker_by_op_call(tmp_path):
+    """Graph steps (static cache), tensor parallelism and a capture without ncu profile otherwise: nothing starts."""
+    from kernelbook import params as P
+    from kernelbook.capture.ncu_stage import early_ncu
+
+    base = P.load(None, {}, consumer="capture")
+    for change in ({"cache_implementation": "static"}, {"ncu_top_n": 0}, {"tensor_parallel": 2}):
+        assert early_ncu({**base, **change}, tmp_path, tmp_path / "gate") is None
+    assert not (tmp_path / "ncu").exists()

@@ -117,6 +117,7 @@ def _worker(argv: list[str]) -> int:
     w.add_argument("--mode", choices=("ncu", "nsys", "tp-timeline", "tp-exec"), required=True)
     w.add_argument("--target")
     w.add_argument("--targets")
+    w.add_argument("--early", help="ncu by op call, started before the targets exist: <gate file>:<owner pid>")
     w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into")
     args = w.parse_args(argv)
     from .capture.run import tp_rank_worker, worker
@@ -133,5 +134,5 @@ def _worker(argv: list[str]) -> int:
     if args.mode == "tp-timeline":
         tp_rank_worker(json.loads(Path(args.params).read_text()), args.out)
         return 0
-    worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets)
+    worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets, args.early)
     return 0

@@ -126,11 +126,19 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     if not do:
         return {"captured": False, "why": why, "wall_s": 0.0}
     gate = os.environ.get(PIPELINE)
+    early = None
     if gate and which != PARTS[0]:
         prior = PARTS[PARTS.index(which) - 1]
-        wait_for(lambda: part_done(run_dir, prior), Path(gate) / f"{CHAPTER[prior]}.ended",
-                 f"the {prior} part was not captured (chapter {CHAPTER[prior]} ended without it), so the {which} "
-                 "part has nothing to build on", lambda: present(run_dir, prior))
+        if which == "ncu" and not present(run_dir, "timeline"):  # its worker's model build overlaps the shapes pass
+            early = _start_early_ncu(run_dir, params_file, Path(gate))
+        try:
+            wait_for(lambda: part_done(run_dir, prior), Path(gate) / f"{CHAPTER[prior]}.ended",
+                     f"the {prior} part was not captured (chapter {CHAPTER[prior]} ended without it), so the "
+                     f"{which} part has nothing to build on", lambda: present(run_dir, prior))
+        except BaseException:
+            if early is not None:
+                early.kill()
+            raise
     try:
         params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
     except P.ParamError as e:
@@ -141,7 +149,12 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
         check_inputs(params)  # a model whose inputs cannot be built stops before any GPU work (exit 2)
     progress = progress or Progress()
     t = time.perf_counter()
-    manifest = _begin(run_dir, params, params_file)
+    try:
+        manifest = _begin(run_dir, params, params_file)
+    except BaseException:
+        if early is not None:
+            early.kill()
+        raise
     held = os.environ.get(LOCKS_HELD) == "1"
     from ..clocks import clock_lock
 
@@ -153,8 +166,11 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
                 manifest.setdefault("clock_state", clock_state)
             progress(f"{which}: start ({why})")
             quiet = (lambda: wait_for(lambda: False, Path(gate) / f"{CHAPTER[PARTS[0]]}.ended", None)) if gate else None
-            _run(which, params, run_dir, manifest, progress, quiet)
+            timed = (lambda: (Path(gate) / TIMED).touch()) if gate else None
+            _run(which, params, run_dir, manifest, progress, quiet, timed, early)
     except BaseException as e:
+        if early is not None:
+            early.kill()
         manifest["status"] = "partial"
         manifest["reason"] = f"{which}: {type(e).__name__}: {e}"
         write_manifest(run_dir, manifest)
@@ -177,6 +193,26 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     write_manifest(run_dir, manifest)
     progress(f"{which}: done in {wall:.1f} s")
     return {"captured": True, "why": why, "wall_s": wall}
+
+
+TIMED = "timeline.timed"  # in the PIPELINE folder: the timeline's timed passes are over
+
+
+def _start_early_ncu(run_dir: Path, params_file: str | None, gate: Path):
+    """The ncu stage's ncu and worker, started before the timeline part is in (capture.ncu_stage `early_ncu`),
+    in the staging folder the ncu part lands from; None where that does not apply."""
+    from .. import params as P
+    from .ncu_stage import early_ncu
+
+    try:
+        params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
+    except P.ParamError:
+        return None  # said by the part itself once it loads them
+    stage = run_dir / ".ncu-staging"
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir(parents=True)
+    return early_ncu(params, stage, gate / TIMED)
 
 
 def part_done(run_dir: Path, which: str) -> bool:
@@ -228,7 +264,8 @@ def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
     return manifest
 
 
-def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quiet=None) -> None:
+def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quiet=None, timed=None,
+         early=None) -> None:
     if which == "setup":
         from .. import env as envmod
         from ..devices import UnknownDeviceError, lookup
@@ -251,7 +288,7 @@ def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quie
             shutil.rmtree(stage)
         (stage / "raw").mkdir(parents=True)
         try:
-            timeline_stage(params, stage, manifest, progress, quiet)
+            timeline_stage(params, stage, manifest, progress, quiet, timed)
         except BaseException:  # stopped mid-way: what the stage holds (e.g. a long generation's windows) lands
             if not (stage / "timeline.parquet").exists():
                 raise
@@ -259,7 +296,7 @@ def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quie
             raise
         _land_timeline(stage, run_dir)
         return
-    _run_ncu(params, run_dir, manifest, progress)
+    _run_ncu(params, run_dir, manifest, progress, early)
 
 
 def _land_timeline(stage: Path, run_dir: Path) -> None:
@@ -275,16 +312,18 @@ def _land_timeline(stage: Path, run_dir: Path) -> None:
     shutil.rmtree(stage)
 
 
-def _run_ncu(params: dict, run_dir: Path, manifest: dict, progress) -> None:
+def _run_ncu(params: dict, run_dir: Path, manifest: dict, progress, early=None) -> None:
+    """`early`: the ncu `_start_early_ncu` started in the staging folder."""
     from .ncu_stage import ncu_stage
 
     stage = run_dir / ".ncu-staging"
-    if stage.exists():
-        shutil.rmtree(stage)
-    stage.mkdir()
+    if early is None:
+        if stage.exists():
+            shutil.rmtree(stage)
+        stage.mkdir()
     shutil.copy(run_dir / "timeline.parquet", stage / "timeline.parquet")
     try:
-        ncu_stage(params, stage, manifest, say=progress)
+        ncu_stage(params, stage, manifest, say=progress, early=early)
     finally:  # what ncu wrote lands even when it failed half-way (the manifest says partial)
         if (stage / "ncu").exists():
             if (run_dir / "ncu").exists():

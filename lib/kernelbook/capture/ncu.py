@@ -297,41 +297,76 @@ class NcuStopped(NcuError):
 PROF_LINE = re.compile(r"==PROF== Profiling \"")
 
 
+class NcuProcess:
+    """A running ncu (see `start_ncu`): its process, the lines it printed, and the profiled launches so far."""
+
+    def __init__(self, cmd: list[str]):
+        import threading
+        import time
+
+        # SIGINT at its default in ncu: a capture started in the background (nohup ... &) has SIGINT ignored,
+        # which ncu would inherit, and then neither close its report on a stop nor end before the grace
+        # period's SIGKILL
+        self.cmd, self.t0, self.lines, self.done = cmd, time.monotonic(), [], 0
+        self.progress, self.expected = None, None
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                     start_new_session=True, preexec_fn=_default_sigint)
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
+
+    def _pump(self) -> None:
+        import time
+
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if PROF_LINE.search(line):
+                self.done += 1
+                if self.progress:
+                    self.progress(self.done, self.expected, time.monotonic() - self.t0)
+
+    def kill(self) -> None:
+        """End ncu and its worker at once (a started ncu whose targets never came)."""
+        import os
+        import signal
+
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+def start_ncu(cmd: list[str]) -> NcuProcess:
+    """Start ncu in its own process group; `finish_ncu` waits for it."""
+    return NcuProcess(cmd)
+
+
 def run_ncu(cmd: list[str], log_path: Path, timeout_s: int, expected: int | None = None,
             progress=None) -> subprocess.CompletedProcess:
-    """Run ncu; raise NcuError with the fix for the known failure modes, keep the log either way.
+    """Run ncu; raise NcuError with the fix for the known failure modes, keep the log either way (see
+    `finish_ncu`)."""
+    return finish_ncu(start_ncu(cmd), log_path, timeout_s, expected, progress)
 
-    ncu runs in its own process group. Past `timeout_s`, or when the capture is stopped (SIGINT,
+
+def finish_ncu(run: NcuProcess, log_path: Path, timeout_s: int, expected: int | None = None,
+               progress=None) -> subprocess.CompletedProcess:
+    """Wait for a started ncu; raise NcuError with the fix for the known failure modes, keep the log either way.
+
+    ncu runs in its own process group. Past `timeout_s` from its start, or when the capture is stopped (SIGINT,
     SIGTERM), the group gets SIGINT first (ncu then closes the report with the results it has, so a
     cut-off capture keeps what was profiled), SIGKILL after a grace period. `progress(done, expected,
     elapsed_s)` is called at each profiled launch, parsed from ncu's `==PROF== Profiling` lines.
     """
     import os
     import signal
-    import threading
     import time
 
-    # SIGINT at its default in ncu: a capture started in the background (nohup ... &) has SIGINT ignored, which
-    # ncu would inherit, and then neither close its report on a stop nor end before the grace period's SIGKILL
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            start_new_session=True, preexec_fn=_default_sigint)
-    lines: list[str] = []
-    t0 = time.monotonic()
-
-    def pump():
-        done = 0
-        for line in proc.stdout:
-            lines.append(line)
-            if PROF_LINE.search(line):
-                done += 1
-                if progress:
-                    progress(done, expected, time.monotonic() - t0)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
+    proc = run.proc
+    run.expected, run.progress = expected, progress
     timed_out = stopped = False
     try:
-        proc.wait(timeout=timeout_s)
+        proc.wait(timeout=max(0.0, timeout_s - (time.monotonic() - run.t0)))
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:  # KeyboardInterrupt, or the capture's SIGTERM handler
@@ -343,8 +378,8 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: int, expected: int | None
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    reader.join(timeout=10)
-    text = "".join(lines)
+    run.reader.join(timeout=10)
+    text = "".join(run.lines)
     log_path.write_text(text)
     if stopped:
         raise NcuStopped("the capture was stopped while ncu ran; the kernels it profiled before that are kept")
@@ -356,11 +391,13 @@ def run_ncu(cmd: list[str], log_path: Path, timeout_s: int, expected: int | None
     if proc.returncode != 0 and "==PROF==" not in text:
         last = text.strip().splitlines()[-1] if text.strip() else "no output"
         raise NcuError(f"ncu failed (exit {proc.returncode}): {last}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, text, "")
+    return subprocess.CompletedProcess(run.cmd, proc.returncode, text, "")
 
 
 def worker_command(params_file: Path, phase: str | None = None, step: int | None = None,
-                   targets_file: Path | None = None) -> list[str]:
-    """The workload under ncu: by step (`phase:step`) or by op call (`--targets` JSON, see targets_json)."""
+                   targets_file: Path | None = None, early: str | None = None) -> list[str]:
+    """The workload under ncu: by step (`phase:step`) or by op call (`--targets` JSON, see targets_json);
+    `early`: started before the targets are written (capture.run `worker`)."""
     cmd = [sys.executable, "-m", "kernelbook", "_worker", "--params", str(params_file), "--mode", "ncu"]
-    return cmd + (["--targets", str(targets_file)] if targets_file else ["--target", f"{phase}:{step}"])
+    cmd += ["--targets", str(targets_file)] if targets_file else ["--target", f"{phase}:{step}"]
+    return cmd + (["--early", early] if early else [])

@@ -6,14 +6,15 @@ capture.ncu); by name otherwise (one ncu process per phase, the fallback for nsy
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from .ncu import (NcuError, NcuStopped, expected_launches, graph_launches, graph_phase, ncu_command,
-                  representative_launches, run_ncu, select_kernels, targets_json, worker_command)
+from .ncu import (NcuError, NcuProcess, NcuStopped, expected_launches, finish_ncu, graph_launches, graph_phase,
+                  ncu_command, representative_launches, select_kernels, start_ncu, targets_json, worker_command)
 from .run import PARQUET, torchrun_worker, write_manifest
 
 
@@ -29,9 +30,30 @@ def ncu_progress(label: str, say=_say):
     return report
 
 
-def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None) -> None:
+def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
+    """Start ncu by op call (see `_by_position`) before the timeline part exists: its worker builds and warms up
+    the model once the timeline's timed passes are over (`gate`), then waits for the targets this stage writes,
+    so the model build overlaps the timeline's shapes pass. None where the stage will not profile by op call
+    with one worker (no ncu, tensor parallelism, a static cache's graph step, the nsys timeline)."""
+    import os
+
+    from .run import pick_backend
+
+    if (params["ncu_top_n"] == 0 or params.get("tensor_parallel", 1) > 1
+            or params.get("cache_implementation", "dynamic") == "static" or pick_backend(params["timeline_backend"])[0] != "torch"):
+        return None
+    ncu_dir = run_dir / "ncu"
+    ncu_dir.mkdir(parents=True, exist_ok=True)
+    params_file = ncu_dir / "params.json"
+    params_file.write_text(json.dumps(params))
+    worker = worker_command(params_file, targets_file=ncu_dir / "targets.json", early=f"{gate}:{os.getpid()}")
+    return start_ncu(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"]))
+
+
+def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
     """`say(line)` gets the progress lines (stderr by default; a chapter passes its progress bar). `wrap(cmd,
-    worker)`: the command that actually runs (tensor parallelism: torchrun around it)."""
+    worker)`: the command that actually runs (tensor parallelism: torchrun around it). `early`: the ncu that
+    `early_ncu` started for this stage (ended here when the stage does not profile by op call after all)."""
     timeline = pd.read_parquet(run_dir / "timeline.parquet")
     ncu_dir = run_dir / "ncu"
     ncu_dir.mkdir(exist_ok=True)
@@ -45,8 +67,12 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None) 
     sels = [select_kernels(timeline, ph, params["ncu_top_n"], step) for ph in params["ncu_phases"]]
     graphs = [s for s in sels if graph_phase(timeline, s)]
     eager = [s for s in sels if s not in graphs]
-    if eager and "op_index" in timeline and (timeline.op_index >= 0).any():
-        _by_position(params, run_dir, manifest, timeline, eager, params_file, say, wrap)
+    by_position = eager and "op_index" in timeline and (timeline.op_index >= 0).any()
+    if early is not None and not (by_position and wrap is None):
+        early.kill()
+        early = None
+    if by_position:
+        _by_position(params, run_dir, manifest, timeline, eager, params_file, say, wrap, early)
     elif eager:
         _by_name(params, run_dir, manifest, timeline, eager, params_file, say)
     if graphs:
@@ -56,13 +82,13 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None) 
         raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
 
 
-def _profile(cmd, log: Path, report: Path, timeout_s: int, progress, expected: int | None = None):
-    """Run ncu and read what it wrote: (metrics, results, error, stop, wall s). `stop` is the
-    NcuStopped to re-raise once the tables are written (a capture stopped by a signal)."""
+def _profile(cmd, log: Path, report: Path, timeout_s: int, progress, expected: int | None = None, early=None):
+    """Run ncu (or wait for the one `early` started) and read what it wrote: (metrics, results, error, stop,
+    wall s). `stop` is the NcuStopped to re-raise once the tables are written (a capture stopped by a signal)."""
     t = time.perf_counter()
     error = stop = None
     try:
-        run_ncu(cmd, log, timeout_s, expected=expected, progress=progress)
+        finish_ncu(early or start_ncu(cmd), log, timeout_s, expected=expected, progress=progress)
     except NcuStopped as e:
         error, stop = str(e), e
     except NcuError as e:
@@ -129,24 +155,27 @@ def _tp_command(ncu_cmd: list[str], worker: list[str], rank: int, n: int, where:
     return torchrun_worker(n, "--mode", "tp-exec", "--params", str(f))
 
 
-def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None) -> None:
+def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None, early=None) -> None:
     from ..analyze.ncu_metrics import kernel_table_by_position
 
     ncu_dir, info = run_dir / "ncu", manifest["ncu"]
     reps = pd.concat([representative_launches(timeline, s) for s in sels], ignore_index=True)
     exp = expected_launches(timeline, reps)
     targets = ncu_dir / "targets.json"
-    targets.write_text(json.dumps(targets_json(reps)))
+    tmp = targets.with_suffix(".json.tmp")  # whole or not at all: a worker started early reads it when it appears
+    tmp.write_text(json.dumps(targets_json(reps)))
+    os.replace(tmp, targets)
     report = ncu_dir / "ncu"
     worker = worker_command(params_file, targets_file=targets)
-    cmd = ncu_command(report, None, worker, params["clock_control"], params["cache_control"])
+    cmd = early.cmd if early is not None else ncu_command(report, None, worker, params["clock_control"],
+                                                          params["cache_control"])
     if wrap is not None:
         cmd = wrap(cmd, worker)
     label = "+".join(s.phase for s in sels)
     say(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
         f"op calls for {len(reps)} kernels")
     metrics, results, error, stop, wall = _profile(cmd, ncu_dir / "ncu.log", report, params["ncu_timeout_s"],
-                                                    ncu_progress(label, say), len(exp))
+                                                    ncu_progress(label, say), len(exp), early)
     selected = pd.concat([s.kernels.assign(phase=s.phase) for s in sels], ignore_index=True)
     selected = selected[["phase"] + [c for c in selected.columns if c != "phase"]]
     kernels, launches = kernel_table_by_position(selected, exp, metrics, results, error, timeline=timeline)
@@ -169,7 +198,7 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
         "processes": 1, "wall_s": wall, "expected_launches": len(exp), "results": n_results,
         "selected": len(selected), "results_per_selected": n_results / max(1, len(selected)),
         "op_calls_marked_by_worker": len(seen), "op_check": _op_check(reps, seen),
-        "command": (" ".join("<report>" if c == str(report) else c for c in cmd[:len(cmd) - len(worker)])
+        "command": (" ".join("<report>" if c == str(report) else c for c in cmd[:cmd.index(worker[0])])
                     if wrap is None else "torchrun: ncu (as below) around one rank's worker, the others plain")
         + " python -m kernelbook _worker --mode ncu --targets ncu/targets.json",
     })

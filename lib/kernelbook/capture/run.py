@@ -271,10 +271,10 @@ def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict, pd.DataF
     return totals, phases, pd.concat(steps, ignore_index=True)
 
 
-def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None, quiet=None) -> None:
+def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None, quiet=None, timed=None) -> None:
     """`quiet()`: called before the first timed pass, returns once nothing else of the book runs beside the
-    capture on this host (see capture.chapters `PIPELINE`)."""
-    quiet = quiet or (lambda: None)
+    capture on this host; `timed()`: called once the timed passes are over (see capture.chapters `PIPELINE`)."""
+    quiet, timed = quiet or (lambda: None), timed or (lambda: None)
     backend, why = pick_backend(params["timeline_backend"])
     manifest["timeline_backend"] = {"backend": backend, "why": why}
     if backend == "nsys":
@@ -288,7 +288,7 @@ def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None, q
         timeline, phases, info = tp_timeline(params, run_dir, progress or (lambda msg: None))
         manifest["timeline_info"] = info
     else:
-        timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None), quiet)
+        timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None), quiet, timed)
         manifest["timeline_info"] = info
     _write_timeline(run_dir, timeline, phases)
 
@@ -300,7 +300,7 @@ def _write_timeline(run_dir: Path, timeline: pd.DataFrame, phases: pd.DataFrame)
     phases.to_parquet(run_dir / "phases.parquet", **PARQUET)
 
 
-def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet=lambda: None):
+def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None):
     import torch
 
     from ..load.trace import join_shapes
@@ -340,6 +340,7 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet
     timeline, phases, profiled_s, export_s, ingest_s = _profiled_pass(
         wl, tracker, not two_pass, run_dir / "raw" / "trace", sampling, progress)
     require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
+    timed()  # the timed passes are over: an ncu worker started early may build its model beside the shapes pass
     if two_pass:  # aten shapes, op numbering and modules from a second generate, joined launch by launch
         if shaped is None:
             try:
@@ -517,12 +518,49 @@ def _export_ingest(prof, trace: Path, keep: bool = True) -> tuple[pd.DataFrame, 
     return timeline, phases, export_s, ingest_s
 
 
-def worker(params: dict, mode: str, target: str | None, targets_file: str | None = None) -> None:
+def _wait_until(ready, owner: int) -> None:
+    """Poll `ready()`; end the process when `owner` (the capture that started ncu) is gone."""
+    import os
+
+    while not ready():
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            raise SystemExit("kernelbook worker: the capture that started it is gone") from None
+        time.sleep(0.2)
+
+
+def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
+    """An ncu worker started early (capture.ncu_stage `start_early`): wait until the timeline's timed passes are
+    over (`gate`), so that nothing of it runs beside them; when the GPU's free memory is less than twice what
+    the timeline stage holds (its model would not fit beside it), also until the targets are written (the
+    timeline stage has ended)."""
+    import torch
+
+    _wait_until(lambda: gate.exists() or targets_file.exists(), owner)
+    free, total = torch.cuda.mem_get_info()
+    if free < 2 * (total - free):
+        _wait_until(targets_file.exists, owner)
+
+
+def worker(params: dict, mode: str, target: str | None, targets_file: str | None = None,
+           early: str | None = None) -> None:
     """The workload alone, run under an external profiler (ncu or nsys). `targets_file`: ncu by op call
-    ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it."""
+    ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it. `early`
+    ("<gate file>:<owner pid>"): started before the targets exist, the worker builds and warms up its model
+    once the gate file is there, then waits for the targets (see `_await_gate`)."""
     import torch
 
     ncu_target = op_targets = warmup_tokens = stop_after = None
+    if early:
+        gate, owner = early.rsplit(":", 1)
+        _await_gate(Path(targets_file), Path(gate), int(owner))
+        # built and warmed up before the targets are known: as for any prefill target (below), one one-token
+        # warmup generate and the lead-up decode steps without cuDNN attention; the targets come after
+        t = time.perf_counter()
+        wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
+        ready_early = time.perf_counter() - t
+        _wait_until(Path(targets_file).exists, int(owner))
     if targets_file:
         raw = json.loads(Path(targets_file).read_text())
         op_targets = {(k.split(":")[0], int(k.split(":")[1])): set(v) for k, v in raw.items()}
@@ -547,15 +585,21 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
             # also compile and record the step). Measured on an H100 (bench/kernel_choice.py), the step
             # launches the timeline's kernels in the timeline's order.
             params = {**params, "max_new_tokens": _worker_tokens(params, int(step) + 1), "warmup": 0}
-    t = time.perf_counter()
-    # not under CUDA graphs (static cache): a changed SDPA flag would make torch.compile build the step anew
-    lead_up = op_targets is not None and params.get("cache_implementation", "dynamic") != "static"
-    wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
-                                  warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
+    if early:  # the model is ready: the targets set what this generate does
+        tracker.op_targets = op_targets
+        wl = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": params["max_new_tokens"],
+                                     "min_new_tokens": params["max_new_tokens"]})
+        ready = ready_early
+    else:
+        t = time.perf_counter()
+        # not under CUDA graphs (static cache): a changed SDPA flag would make torch.compile build the step anew
+        lead_up = op_targets is not None and params.get("cache_implementation", "dynamic") != "static"
+        wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
+                                      warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
     tracker.stop_after = stop_after
     mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
            torch.cuda.memory_stats().get("segment.all.current", 0))
-    ready = time.perf_counter() - t
+    ready = ready if early else time.perf_counter() - t
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStart()
     try:
@@ -570,7 +614,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
         Path(targets_file).with_suffix(".worker.json").write_text(json.dumps({
-            "warmup_generates": params["warmup"], "warmup_tokens": warmup_tokens,
+            "started_early": bool(early), "warmup_generates": params["warmup"], "warmup_tokens": warmup_tokens,
             "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps}))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "

@@ -129,8 +129,11 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     early = None
     if gate and which != PARTS[0]:
         prior = PARTS[PARTS.index(which) - 1]
-        if which == "ncu" and not present(run_dir, "timeline"):  # its worker's model build overlaps the shapes pass
-            early = _start_early_ncu(run_dir, params_file, Path(gate))
+        if which == "ncu":  # once the timeline's timed passes are over, ncu's worker may start beside its shapes pass
+            wait_for(lambda: (Path(gate) / TIMED).exists() or part_done(run_dir, "timeline"),
+                     Path(gate) / f"{CHAPTER['timeline']}.ended", None)
+            if not part_done(run_dir, "timeline") and (Path(gate) / TIMED).exists():
+                early = _start_early_ncu(run_dir, params_file, Path(gate))
         try:
             wait_for(lambda: part_done(run_dir, prior), Path(gate) / f"{CHAPTER[prior]}.ended",
                      f"the {prior} part was not captured (chapter {CHAPTER[prior]} ended without it), so the "

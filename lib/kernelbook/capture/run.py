@@ -559,6 +559,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         # warmup generate and the lead-up decode steps without cuDNN attention; the targets come after
         t = time.perf_counter()
         wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
+        warmups = params["warmup"]
         ready_early = time.perf_counter() - t
         _wait_until(Path(targets_file).exists, int(owner))
     if targets_file:
@@ -614,7 +615,8 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
         Path(targets_file).with_suffix(".worker.json").write_text(json.dumps({
-            "started_early": bool(early), "warmup_generates": params["warmup"], "warmup_tokens": warmup_tokens,
+            "started_early": bool(early), "warmup_generates": warmups if early else params["warmup"],
+            "warmup_tokens": warmup_tokens,
             "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps}))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "

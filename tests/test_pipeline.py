@@ -130,3 +130,16 @@ def test_an_early_ncu_is_only_for_one_worker_by_op_call(tmp_path):
     for change in ({"cache_implementation": "static"}, {"ncu_top_n": 0}, {"tensor_parallel": 2}):
         assert early_ncu({**base, **change}, tmp_path, tmp_path / "gate") is None
     assert not (tmp_path / "ncu").exists()
+
+
+def test_chapter_02_says_when_the_ncu_worker_started_early():
+    from kernelbook.analyze.provenance import _worker
+    from kernelbook.i18n import in_language
+
+    w = {"started_early": True, "warmup_generates": 1, "warmup_tokens": 1, "max_new_tokens": 33,
+         "cudnn_free_decode_steps": 31}
+    assert _worker(w).endswith("started once the timeline's timed passes were over, its model built beside the "
+                               "shapes pass")
+    assert "started once" not in _worker({**w, "started_early": False})
+    with in_language("zh"):
+        assert "形状采集轮" in _worker(w) and "started" not in _worker(w)

@@ -163,8 +163,10 @@ def _worker(w: dict) -> str:
     warm = (tr("{n} warmup generate of {tokens} token", n=w["warmup_generates"], tokens=w["warmup_tokens"])
             if w.get("warmup_generates") and w.get("warmup_tokens") else
             tr("{n} warmup generate", n=w.get("warmup_generates") or 0))
+    early = tr("; started once the timeline's timed passes were over, its model built beside the shapes pass") \
+        if w.get("started_early") else ""
     return warm + tr("; {new} new tokens; {steps} decode steps that lead up to a profiled one ran attention "
-                     "without cuDNN", new=w.get("max_new_tokens"), steps=w.get("cudnn_free_decode_steps", 0))
+                     "without cuDNN", new=w.get("max_new_tokens"), steps=w.get("cudnn_free_decode_steps", 0)) + early
 
 
 def _s(v) -> str | None:

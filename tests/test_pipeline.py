@@ -36,17 +36,21 @@ def test_a_part_waits_until_the_part_before_it_is_written(tmp_path):
 
 
 def test_a_part_whose_chapter_ended_without_it_stops_the_next_one(tmp_path):
+    from kernelbook.capture.chapters import SKIPPED, await_prior
+
     run, ipc = tmp_path / "run", tmp_path / "ipc"
     run.mkdir(), ipc.mkdir()
     _manifest(run, {"measure_peaks": 0.3})
-    (ipc / "01_timeline.ended").touch()  # chapter 01 failed: no timeline time in the manifest
+    (run / "timeline.parquet").touch()  # a timeline stage stopped in its shapes pass lands what it holds
+    (ipc / "01_timeline.ended").touch()  # and its chapter failed: no timeline time in the manifest
     with pytest.raises(CaptureError, match="the timeline part was not captured"):
-        wait_for(lambda: part_done(run, "timeline"), ipc / "01_timeline.ended",
-                 "the timeline part was not captured (chapter 01_timeline ended without it)")
-    # a part the run already held before this rendering (the chapter did not capture it) is there
-    (run / "timeline.parquet").touch()
-    wait_for(lambda: part_done(run, "timeline"), ipc / "01_timeline.ended", "unused",
-             lambda: (run / "timeline.parquet").exists())
+        await_prior(run, "ncu", ipc)
+    # a chapter that does not capture in this rendering: the run held its part before
+    (ipc / "01_timeline.ended").write_text(SKIPPED)
+    await_prior(run, "ncu", ipc)
+    (run / "timeline.parquet").unlink()
+    with pytest.raises(CaptureError):
+        await_prior(run, "ncu", ipc)
 
 
 def test_the_timed_passes_wait_for_chapter_00_to_end(tmp_path):

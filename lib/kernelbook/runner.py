@@ -44,7 +44,7 @@ from pathlib import Path
 from . import escape
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
-from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN, PIPELINE
+from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN, PIPELINE, SKIPPED
 from .clocks import clock_lock
 from .watch import execute_chapter, stop_all
 
@@ -301,7 +301,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             if pipelined:
                 for stem in CAPTURE_PARTS:  # a chapter that does not capture here is no part to wait for
                     if stem not in capture_stems:
-                        (Path(ipc_folder) / f"{stem}.ended").touch()
+                        (Path(ipc_folder) / f"{stem}.ended").write_text(SKIPPED)
             locks.enter_context(_env({LOCKS_HELD: "1", BOOK_COMMAND: _command(), "KERNELBOOK_CLOCK_STATE":
                                       json.dumps(state), PARAMS_AS_GIVEN: params_as_given or "",
                                       **({PIPELINE: ipc_folder} if pipelined else {})}))

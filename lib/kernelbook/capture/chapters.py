@@ -39,6 +39,7 @@ PARAMS_AS_GIVEN = "KERNELBOOK_PARAMS_AS_GIVEN"  # --params as the caller wrote i
 # manifest, written last), so each chapter's kernel start, imports and rendering overlap the other chapters'
 # captures; the timeline's timed passes also wait for chapter 00 to end, so no rendering runs beside them.
 PIPELINE = "KERNELBOOK_PIPELINE"
+SKIPPED = "not capturing in this rendering"  # the end marker of a capture chapter that reads its part
 
 
 def present(run_dir: Path, part: str) -> bool:
@@ -135,9 +136,7 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
             if not part_done(run_dir, "timeline") and (Path(gate) / TIMED).exists():
                 early = _start_early_ncu(run_dir, params_file, Path(gate))
         try:
-            wait_for(lambda: part_done(run_dir, prior), Path(gate) / f"{CHAPTER[prior]}.ended",
-                     f"the {prior} part was not captured (chapter {CHAPTER[prior]} ended without it), so the "
-                     f"{which} part has nothing to build on", lambda: present(run_dir, prior))
+            await_prior(run_dir, which, Path(gate))
         except BaseException:
             if early is not None:
                 early.kill()
@@ -216,6 +215,17 @@ def _start_early_ncu(run_dir: Path, params_file: str | None, gate: Path):
         shutil.rmtree(stage)
     stage.mkdir(parents=True)
     return early_ncu(params, stage, gate / TIMED)
+
+
+def await_prior(run_dir: Path, which: str, gate: Path) -> None:
+    """Side by side (`PIPELINE`): wait until the part before `which` is in the run. A chapter that captured here
+    and ended without its part failed (CaptureError); one that does not capture here ended from the start
+    (`SKIPPED`), and the run holds its part from before."""
+    prior = PARTS[PARTS.index(which) - 1]
+    marker = gate / f"{CHAPTER[prior]}.ended"
+    wait_for(lambda: part_done(run_dir, prior), marker,
+             f"the {prior} part was not captured (chapter {CHAPTER[prior]} ended without it), so the {which} part "
+             "has nothing to build on", lambda: marker.read_text() == SKIPPED and present(run_dir, prior))
 
 
 def part_done(run_dir: Path, which: str) -> bool:

@@ -160,6 +160,23 @@ def headline(cov: pd.DataFrame, fid: pd.DataFrame, manifest: dict) -> str:
     return tr("; ").join(parts)
 
 
+def id_ranges(ids: list[str]) -> str:
+    """Kernel ids with runs of consecutive ones as ranges: ['d000', 'd001', 'd002', 'd005'] → 'd000–d002, d005'."""
+    out, run = [], []
+    for k in ids:
+        if run and k[0] == run[-1][0] and k[1:].isdigit() and run[-1][1:].isdigit() and int(k[1:]) == int(run[-1][1:]) + 1:
+            run.append(k)
+            continue
+        if run:
+            out.append(run[0] if len(run) < 3 else f"{run[0]}–{run[-1]}")
+            out.extend(run[1:] if len(run) == 2 else [])
+        run = [k]
+    if run:
+        out.append(run[0] if len(run) < 3 else f"{run[0]}–{run[-1]}")
+        out.extend(run[1:] if len(run) == 2 else [])
+    return tr(", ").join(out)
+
+
 def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> str:
     info = manifest.get("ncu", {})
     lines = []
@@ -194,7 +211,7 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
         other = kernels[kernels.identity.fillna("").str.len() > 0]
         other = other[~other.identity.eq("position; names agree")]
         for identity, ids in other.groupby("identity", sort=False)["kernel_id"]:
-            lines.append(f"- {md(tr(', ').join(ids))}: {md(say(identity))}.")
+            lines.append(f"- {md(id_ranges(list(ids)))}: {md(say(identity))}.")
     for ph, v in info.get("phases", {}).items():
         for d in v.get("left_out") or []:
             lines.append(tr("- Left out of the {phase} selection: `{name}`, {share:.1f} % of the phase's GPU time: "

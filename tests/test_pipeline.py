@@ -120,7 +120,8 @@ def test_an_ncu_started_before_its_targets_reports_its_launches_once_waited_for(
            "print('==PROF== Profiling \"b\" - 1: 0%')"]
     run = start_ncu(cmd)
     seen = []
-    finish_ncu(run, tmp_path / "ncu.log", 60, expected=2, progress=lambda done, expected, s: seen.append((done, expected)))
+    finish_ncu(run, tmp_path / "ncu.log", 60, expected=2,
+               progress=lambda done, expected, s: seen.append((done, expected)))
     assert seen == [(1, 2), (2, 2)]
     assert (tmp_path / "ncu.log").read_text().count("==PROF== Profiling") == 2
 

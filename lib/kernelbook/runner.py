@@ -15,8 +15,8 @@ The capture chapters run under the profiling lock. When more than one captures, 
 and each part waits for the part before it (capture.chapters `PIPELINE`), so a chapter's kernel start and
 its rendering overlap the next part's capture, while the timeline's timed passes wait until chapter 00 has
 ended. The chapters that only read the run start once the last part is in, `render_jobs` at a time (one per
-CPU core by default, each in its own kernel, longest first), each reported on its own line as it finishes. A failed one stops the book as before: the index and the error name
-the first failed chapter in book order.
+CPU core by default, each in its own kernel, longest first), each reported on its own line as it finishes.
+A failed one stops the book as before: the index and the error name the first failed chapter in book order.
 
 The narrative language (`language`: en | zh) reaches every chapter as a parameter (its kernel's `tr`);
 the runner translates the chapters' markdown cells through the same catalog before executing them,
@@ -371,7 +371,8 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         serial = [nb for nb in books if nb.stem in capture_stems]
 
         def run_capture(nb: Path) -> dict:
-            lines = _ChapterLines(f"[{order[nb.stem]}/{len(books)}] {nb.stem}", lazy=pipelined) if log is print else None
+            head = f"[{order[nb.stem]}/{len(books)}] {nb.stem}"
+            lines = _ChapterLines(head, lazy=pipelined) if log is print else None
             if lines:
                 lines.start()
             try:
@@ -382,7 +383,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
                 lines.end(outcome(e))
             return e
 
-        captures = []
+        captures, last_in = [], False
         if pipelined:  # side by side; the reading chapters start once the last part is in
             from .capture.chapters import part_done
 
@@ -403,7 +404,8 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
             if serial:
                 locks.close()  # the analysis chapters need no lock
         # the chapters that read the run: each in its own kernel, `jobs` at a time, reported as they finish
-        rest = [nb for nb in books if nb.stem not in capture_stems] if (last_in if pipelined else failed is None) else []
+        go_on = last_in if pipelined else failed is None
+        rest = [nb for nb in books if nb.stem not in capture_stems] if go_on else []
         jobs = max(1, min(_jobs(params), max(1, len(rest))))
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chapter") as pool:
             # the longest first, so that no long chapter starts last while the other workers sit idle

@@ -164,7 +164,8 @@ def id_ranges(ids: list[str]) -> str:
     """Kernel ids with runs of consecutive ones as ranges: ['d000', 'd001', 'd002', 'd005'] → 'd000–d002, d005'."""
     out, run = [], []
     for k in ids:
-        if run and k[0] == run[-1][0] and k[1:].isdigit() and run[-1][1:].isdigit() and int(k[1:]) == int(run[-1][1:]) + 1:
+        last = run[-1] if run else ""
+        if run and k[0] == last[0] and k[1:].isdigit() and last[1:].isdigit() and int(k[1:]) == int(last[1:]) + 1:
             run.append(k)
             continue
         if run:

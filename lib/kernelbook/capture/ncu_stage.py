@@ -40,7 +40,8 @@ def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
     from .run import pick_backend
 
     if (params["ncu_top_n"] == 0 or params.get("tensor_parallel", 1) > 1
-            or params.get("cache_implementation", "dynamic") == "static" or pick_backend(params["timeline_backend"])[0] != "torch"):
+            or params.get("cache_implementation", "dynamic") == "static"
+            or pick_backend(params["timeline_backend"])[0] != "torch"):
         return None
     ncu_dir = run_dir / "ncu"
     ncu_dir.mkdir(parents=True, exist_ok=True)
@@ -337,7 +338,8 @@ def rederive_graph_phases(run_dir: Path) -> dict:
         v["profiled"] = int(((kernels.phase == ph) & (kernels.status == "profiled")).sum())
     kernels.to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
     info.update(selected=len(kernels), results_per_selected=info["results"] / max(1, len(kernels)),
-                processes=int("expected_launches" in info) + sum(bool(v.get("graph_replay")) for v in info["phases"].values()))
+                processes=int("expected_launches" in info)
+                + sum(bool(v.get("graph_replay")) for v in info["phases"].values()))
     write_manifest(run_dir, manifest)
     return copy.deepcopy(info)
 

@@ -45,12 +45,9 @@ def test_a_part_whose_chapter_ended_without_it_stops_the_next_one(tmp_path):
     (ipc / "01_timeline.ended").touch()  # and its chapter failed: no timeline time in the manifest
     with pytest.raises(CaptureError, match="the timeline part was not captured"):
         await_prior(run, "ncu", ipc)
-    # a chapter that does not capture in this rendering: the run held its part before
+    # a chapter that does not capture in this rendering: nothing to wait for (the part goes on as it would alone)
     (ipc / "01_timeline.ended").write_text(SKIPPED)
     await_prior(run, "ncu", ipc)
-    (run / "timeline.parquet").unlink()
-    with pytest.raises(CaptureError):
-        await_prior(run, "ncu", ipc)
 
 
 def test_the_timed_passes_wait_for_chapter_00_to_end(tmp_path):

@@ -219,13 +219,13 @@ def _start_early_ncu(run_dir: Path, params_file: str | None, gate: Path):
 
 def await_prior(run_dir: Path, which: str, gate: Path) -> None:
     """Side by side (`PIPELINE`): wait until the part before `which` is in the run. A chapter that captured here
-    and ended without its part failed (CaptureError); one that does not capture here ended from the start
-    (`SKIPPED`), and the run holds its part from before."""
+    and ended without its part failed (CaptureError); one that does not capture in this rendering ended from the
+    start (`SKIPPED`): nothing to wait for, the part goes on as it would alone."""
     prior = PARTS[PARTS.index(which) - 1]
     marker = gate / f"{CHAPTER[prior]}.ended"
     wait_for(lambda: part_done(run_dir, prior), marker,
              f"the {prior} part was not captured (chapter {CHAPTER[prior]} ended without it), so the {which} part "
-             "has nothing to build on", lambda: marker.read_text() == SKIPPED and present(run_dir, prior))
+             "has nothing to build on", lambda: marker.read_text() == SKIPPED)
 
 
 def part_done(run_dir: Path, which: str) -> bool:

@@ -111,11 +111,11 @@ def test_an_ncu_started_before_its_targets_reports_its_launches_once_waited_for(
     wait for it later: the launches it profiles after that are counted against the expected number."""
     import sys
 
-    from kernelbook.capture.ncu import finish_ncu, start_ncu
+    from kernelbook.capture.ncu import NcuProcess, finish_ncu
 
     cmd = [sys.executable, "-c", "import time; time.sleep(0.5); print('==PROF== Profiling \"a\" - 0: 0%'); "
            "print('==PROF== Profiling \"b\" - 1: 0%')"]
-    run = start_ncu(cmd)
+    run = NcuProcess(cmd)
     seen = []
     finish_ncu(run, tmp_path / "ncu.log", 60, expected=2,
                progress=lambda done, expected, s: seen.append((done, expected)))

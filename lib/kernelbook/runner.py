@@ -389,14 +389,15 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
 
             cap_pool = ThreadPoolExecutor(max_workers=len(serial), thread_name_prefix="capture")
             captures = [cap_pool.submit(run_capture, nb) for nb in serial]
+            last_part = CAPTURE_PARTS[serial[-1].stem]
             try:
-                while not (all(f.done() for f in captures) or part_done(run_dir, CAPTURE_PARTS[serial[-1].stem])):
+                while not (all(f.done() for f in captures) or part_done(run_dir, last_part)):
                     time.sleep(0.2)
             except KeyboardInterrupt:
                 cap_pool.shutdown(wait=False, cancel_futures=True)
                 stop_all()
                 raise
-            last_in = part_done(run_dir, CAPTURE_PARTS[serial[-1].stem])
+            last_in = part_done(run_dir, last_part)
         else:  # one capture chapter, or none
             for nb in serial:
                 if not settle(run_capture(nb)):

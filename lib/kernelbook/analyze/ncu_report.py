@@ -161,21 +161,18 @@ def headline(cov: pd.DataFrame, fid: pd.DataFrame, manifest: dict) -> str:
 
 
 def id_ranges(ids: list[str]) -> str:
-    """Kernel ids with runs of consecutive ones as ranges: ['d000', 'd001', 'd002', 'd005'] → 'd000–d002, d005'."""
-    out, run = [], []
+    """Kernel ids with runs of three or more consecutive ones as ranges: ['d000', 'd001', 'd002', 'd005'] →
+    'd000–d002, d005'."""
+    runs: list[list[str]] = []
     for k in ids:
-        last = run[-1] if run else ""
-        if run and k[0] == last[0] and k[1:].isdigit() and last[1:].isdigit() and int(k[1:]) == int(last[1:]) + 1:
-            run.append(k)
-            continue
-        if run:
-            out.append(run[0] if len(run) < 3 else f"{run[0]}–{run[-1]}")
-            out.extend(run[1:] if len(run) == 2 else [])
-        run = [k]
-    if run:
-        out.append(run[0] if len(run) < 3 else f"{run[0]}–{run[-1]}")
-        out.extend(run[1:] if len(run) == 2 else [])
-    return tr(", ").join(out)
+        last = runs[-1][-1] if runs else ""
+        follows = (last and k[0] == last[0] and k[1:].isdigit() and last[1:].isdigit()
+                   and int(k[1:]) == int(last[1:]) + 1)
+        if follows:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return tr(", ").join(f"{r[0]}–{r[-1]}" if len(r) > 2 else tr(", ").join(r) for r in runs)
 
 
 def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> str:
@@ -213,7 +210,7 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
         other = other[~other.identity.eq("position; names agree")]
         for identity, ids in other.groupby("identity", sort=False)["kernel_id"]:
             lines.append(f"- {md(id_ranges(list(ids)))}: {md(say(identity))}.")
-    for ph, v in info.get("phases", {}).items():
+    for ph, v in phases.items():
         for d in v.get("left_out") or []:
             lines.append(tr("- Left out of the {phase} selection: `{name}`, {share:.1f} % of the phase's GPU time: "
                             "{reason}.", phase=phase_label(ph), name=md_code(d["name"]), share=100 * d["share"],

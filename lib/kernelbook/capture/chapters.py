@@ -40,6 +40,7 @@ PARAMS_AS_GIVEN = "KERNELBOOK_PARAMS_AS_GIVEN"  # --params as the caller wrote i
 # captures; the timeline's timed passes also wait for chapter 00 to end, so no rendering runs beside them.
 PIPELINE = "KERNELBOOK_PIPELINE"
 SKIPPED = "not capturing in this rendering"  # the end marker of a capture chapter that reads its part
+TIMED = "timeline.timed"  # in the PIPELINE folder: the timeline's timed passes are over
 
 
 def present(run_dir: Path, part: str) -> bool:
@@ -126,37 +127,30 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     do, why = decide(run_dir, which, capture)
     if not do:
         return {"captured": False, "why": why, "wall_s": 0.0}
-    gate = os.environ.get(PIPELINE)
-    early = None
-    if gate and which != PARTS[0]:
-        prior = PARTS[PARTS.index(which) - 1]
-        if which == "ncu":  # once the timeline's timed passes are over, ncu's worker may start beside its shapes pass
-            wait_for(lambda: (Path(gate) / TIMED).exists() or part_done(run_dir, "timeline"),
-                     Path(gate) / f"{CHAPTER['timeline']}.ended", None)
-            if not part_done(run_dir, "timeline") and (Path(gate) / TIMED).exists():
-                early = _start_early_ncu(run_dir, params_file, Path(gate))
-        try:
-            await_prior(run_dir, which, Path(gate))
-        except BaseException:
-            if early is not None:
-                early.kill()
-            raise
     try:
         params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
     except P.ParamError as e:
         raise CaptureError(str(e)) from e
+    gate = os.environ.get(PIPELINE)
+    early = _after_prior(run_dir, which, params, Path(gate)) if gate and which != PARTS[0] else None
+    try:
+        return _capture(run_dir, which, why, params, params_file, progress, gate, early)
+    except BaseException:
+        if early is not None:  # an ncu started early whose targets never came (an ended one is left as it is)
+            early.kill()
+        raise
+
+
+def _capture(run_dir: Path, which: str, why: str, params: dict, params_file: str | None, progress, gate: str | None,
+             early) -> dict:
+    """`part` once it captures: the part itself, its manifest entry and the run's status."""
     if which == "setup" or not present(run_dir, "setup"):
         from .workload import check_inputs
 
         check_inputs(params)  # a model whose inputs cannot be built stops before any GPU work (exit 2)
     progress = progress or Progress()
     t = time.perf_counter()
-    try:
-        manifest = _begin(run_dir, params, params_file)
-    except BaseException:
-        if early is not None:
-            early.kill()
-        raise
+    manifest = _begin(run_dir, params, params_file)
     held = os.environ.get(LOCKS_HELD) == "1"
     from ..clocks import clock_lock
 
@@ -171,8 +165,6 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
             timed = (lambda: (Path(gate) / TIMED).touch()) if gate else None
             _run(which, params, run_dir, manifest, progress, quiet, timed, early)
     except BaseException as e:
-        if early is not None:
-            early.kill()
         manifest["status"] = "partial"
         manifest["reason"] = f"{which}: {type(e).__name__}: {e}"
         write_manifest(run_dir, manifest)
@@ -197,24 +189,26 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     return {"captured": True, "why": why, "wall_s": wall}
 
 
-TIMED = "timeline.timed"  # in the PIPELINE folder: the timeline's timed passes are over
-
-
-def _start_early_ncu(run_dir: Path, params_file: str | None, gate: Path):
-    """The ncu stage's ncu and worker, started before the timeline part is in (capture.ncu_stage `early_ncu`),
-    in the staging folder the ncu part lands from; None where that does not apply."""
-    from .. import params as P
+def _after_prior(run_dir: Path, which: str, params: dict, gate: Path):
+    """Side by side (`PIPELINE`): wait until the part before `which` is in the run (`await_prior`). The ncu part
+    first waits until the timeline's timed passes are over and then starts ncu early (capture.ncu_stage
+    `early_ncu`) in the staging folder the part lands from, so its worker's model build overlaps the shapes
+    pass; returns that ncu, or None."""
     from .ncu_stage import early_ncu
 
+    early = None
+    if which == "ncu":
+        wait_for(lambda: (gate / TIMED).exists() or part_done(run_dir, "timeline"),
+                 gate / f"{CHAPTER['timeline']}.ended", None)
+        if not part_done(run_dir, "timeline") and (gate / TIMED).exists():
+            early = early_ncu(params, _fresh_ncu_stage(run_dir), gate / TIMED)
     try:
-        params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
-    except P.ParamError:
-        return None  # said by the part itself once it loads them
-    stage = run_dir / ".ncu-staging"
-    if stage.exists():
-        shutil.rmtree(stage)
-    stage.mkdir(parents=True)
-    return early_ncu(params, stage, gate / TIMED)
+        await_prior(run_dir, which, gate)
+    except BaseException:
+        if early is not None:
+            early.kill()
+        raise
+    return early
 
 
 def await_prior(run_dir: Path, which: str, gate: Path) -> None:
@@ -325,15 +319,20 @@ def _land_timeline(stage: Path, run_dir: Path) -> None:
     shutil.rmtree(stage)
 
 
+def _fresh_ncu_stage(run_dir: Path) -> Path:
+    """An empty staging folder for the ncu part (it lands in the run from there)."""
+    stage = run_dir / ".ncu-staging"
+    if stage.exists():
+        shutil.rmtree(stage)
+    stage.mkdir()
+    return stage
+
+
 def _run_ncu(params: dict, run_dir: Path, manifest: dict, progress, early=None) -> None:
     """`early`: the ncu `_start_early_ncu` started in the staging folder."""
     from .ncu_stage import ncu_stage
 
-    stage = run_dir / ".ncu-staging"
-    if early is None:
-        if stage.exists():
-            shutil.rmtree(stage)
-        stage.mkdir()
+    stage = run_dir / ".ncu-staging" if early is not None else _fresh_ncu_stage(run_dir)
     shutil.copy(run_dir / "timeline.parquet", stage / "timeline.parquet")
     try:
         ncu_stage(params, stage, manifest, say=progress, early=early)

@@ -298,7 +298,8 @@ PROF_LINE = re.compile(r"==PROF== Profiling \"")
 
 
 class NcuProcess:
-    """A running ncu (see `start_ncu`): its process, the lines it printed, and the profiled launches so far."""
+    """ncu started in its own process group (`finish_ncu` waits for it): its process, the lines it printed, and
+    the profiled launches so far."""
 
     def __init__(self, cmd: list[str]):
         import threading
@@ -337,16 +338,11 @@ class NcuProcess:
         self.proc.wait()
 
 
-def start_ncu(cmd: list[str]) -> NcuProcess:
-    """Start ncu in its own process group; `finish_ncu` waits for it."""
-    return NcuProcess(cmd)
-
-
 def run_ncu(cmd: list[str], log_path: Path, timeout_s: int, expected: int | None = None,
             progress=None) -> subprocess.CompletedProcess:
     """Run ncu; raise NcuError with the fix for the known failure modes, keep the log either way (see
     `finish_ncu`)."""
-    return finish_ncu(start_ncu(cmd), log_path, timeout_s, expected, progress)
+    return finish_ncu(NcuProcess(cmd), log_path, timeout_s, expected, progress)
 
 
 def finish_ncu(run: NcuProcess, log_path: Path, timeout_s: int, expected: int | None = None,

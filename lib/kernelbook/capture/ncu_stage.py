@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from .ncu import (NcuError, NcuProcess, NcuStopped, expected_launches, finish_ncu, graph_launches, graph_phase,
-                  ncu_command, representative_launches, select_kernels, start_ncu, targets_json, worker_command)
+                  ncu_command, representative_launches, select_kernels, targets_json, worker_command)
 from .run import PARQUET, torchrun_worker, write_manifest
 
 
@@ -48,7 +48,7 @@ def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
     params_file = ncu_dir / "params.json"
     params_file.write_text(json.dumps(params))
     worker = worker_command(params_file, targets_file=ncu_dir / "targets.json", early=f"{gate}:{os.getpid()}")
-    return start_ncu(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"]))
+    return NcuProcess(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"]))
 
 
 def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
@@ -89,7 +89,7 @@ def _profile(cmd, log: Path, report: Path, timeout_s: int, progress, expected: i
     t = time.perf_counter()
     error = stop = None
     try:
-        finish_ncu(early or start_ncu(cmd), log, timeout_s, expected=expected, progress=progress)
+        finish_ncu(early or NcuProcess(cmd), log, timeout_s, expected=expected, progress=progress)
     except NcuStopped as e:
         error, stop = str(e), e
     except NcuError as e:
@@ -311,8 +311,6 @@ def rederive_graph_phases(run_dir: Path) -> dict:
     (ncu/metrics.parquet, ncu/results.parquet), with this code's selection, and the manifest's counts with
     them; eager phases keep their rows. For a committed run whose selection rule changed after capture
     (bench/rederive_ncu.py). Returns the manifest's new ncu section."""
-    import copy
-
     from ..analyze.ncu_metrics import same_launch_elsewhere
 
     run_dir = Path(run_dir)
@@ -341,7 +339,7 @@ def rederive_graph_phases(run_dir: Path) -> dict:
                 processes=int("expected_launches" in info)
                 + sum(bool(v.get("graph_replay")) for v in info["phases"].values()))
     write_manifest(run_dir, manifest)
-    return copy.deepcopy(info)
+    return info
 
 
 def _tables(ncu_dir: Path) -> tuple[list, list, list]:

@@ -531,7 +531,7 @@ def _wait_until(ready, owner: int) -> None:
 
 
 def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
-    """An ncu worker started early (capture.ncu_stage `start_early`): wait until the timeline's timed passes are
+    """An ncu worker started early (capture.ncu_stage `early_ncu`): wait until the timeline's timed passes are
     over (`gate`), so that nothing of it runs beside them; when the GPU's free memory is less than twice what
     the timeline stage holds (its model would not fit beside it), also until the targets are written (the
     timeline stage has ended)."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from _common import save_json
 
 FULL = {"sections": "full", "extra": None, "gib": 0, "pieces": 1, "size": 1024, "n": 10, "cache": "all",
-        "libs": False, "env": {}, "model": "none"}
+        "libs": False, "env": {}, "model": "none", "args": ()}
 # each variant changes one thing against `full`
 VARIANTS = {
     "none": {"n": 0},  # ncu start + worker, nothing profiled
@@ -47,6 +47,13 @@ VARIANTS = {
     "gen-no-cudnn": {"model": "generate-no-cudnn", "n": 4},  # attention without cuDNN (its compiled kernels)
     "gen-2-tokens": {"model": "generate-2-tokens", "n": 4},  # 2 tokens: does the cost grow with launches made?
     "eager-modules": {"env": {"CUDA_MODULE_LOADING": "EAGER"}},  # every module of every library loaded at start
+    # after a 2-token generate (about the ncu worker's state when it profiles): is the extra cost per pass,
+    # per launch, or NVIDIA's rules? (6 launches each)
+    "gen2-full": {"model": "generate-2-tokens", "n": 6},
+    "gen2-one-pass": {"model": "generate-2-tokens", "n": 6, "sections": (), "extra": ("gpu__time_duration.sum",)},
+    "gen2-sol": {"model": "generate-2-tokens", "n": 6, "sections": ("SpeedOfLight",), "extra": ()},
+    "gen2-no-rules": {"model": "generate-2-tokens", "n": 6, "args": ("--apply-rules", "no")},
+    "gen2-cache-none": {"model": "generate-2-tokens", "n": 6, "cache": "none"},
 }
 RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "h100-deepseek-ocr-2"
 
@@ -98,6 +105,32 @@ def worker(gib: str, pieces: str, size: str, n: str, libs: str, model: str) -> N
           flush=True)
 
 
+def _rules(rep: Path) -> dict:
+    """Rule results per profiled launch in `rep`, and (when it holds none) whether `ncu --import ...
+    --apply-rules yes --export` adds them afterwards, and in how many seconds."""
+    import shutil
+    import subprocess
+
+    from kernelbook.load.ncu import read_ncu_report
+
+    def count(p):
+        try:
+            _, r = read_ncu_report(p)
+        except Exception as e:  # noqa: BLE001 - a probe reports what it saw
+            return str(e)[:200]
+        return [len(json.loads(x)) for x in r.rules]
+
+    out = {"per_launch": count(rep)}
+    if isinstance(out["per_launch"], list) and not any(out["per_launch"]):
+        again = rep.with_name(rep.stem + "-rules.ncu-rep")
+        t = time.perf_counter()
+        p = subprocess.run([shutil.which("ncu"), "--import", str(rep), "--apply-rules", "yes", "--export", str(again),
+                            "--force-overwrite"], capture_output=True, text=True)
+        out["reapplied"] = {"rc": p.returncode, "s": time.perf_counter() - t, "tail": (p.stdout + p.stderr)[-300:],
+                            "per_launch": count(again) if again.exists() else None}
+    return out
+
+
 def main(*names: str) -> None:
     from kernelbook.capture.ncu import EXTRA_METRICS, SECTIONS, ncu_command, run_ncu
 
@@ -110,6 +143,7 @@ def main(*names: str) -> None:
             args = [str(v[x]) for x in ("gib", "pieces", "size", "n")] + ["1" if v["libs"] else "0", str(v["model"])]
             cmd = ncu_command(Path(tmp) / name, None, [sys.executable, __file__, "--worker", *args],
                               cache_control=v["cache"], **kw)
+            cmd[1:1] = list(v["args"])
             stamps: list[float] = []
             saved = {k: os.environ.get(k) for k in v["env"]}
             os.environ.update(v["env"])
@@ -122,12 +156,13 @@ def main(*names: str) -> None:
                     os.environ.pop(k) if old is None else os.environ.__setitem__(k, old)
             gaps = [b - a for a, b in zip(stamps, stamps[1:])]
             row = {"variant": name,
-                   **{k: v[k] for k in ("gib", "pieces", "size", "n", "cache", "libs", "env", "model")},
+                   **{k: v[k] for k in ("gib", "pieces", "size", "n", "cache", "libs", "env", "model", "args")},
                    "sections": list(kw["sections"]), "wall_s": wall, "results": len(stamps),
                    "passes": [int(x) for x in re.findall(r"- (\d+) pass", proc.stdout)][:1],
                    "first_result_s": stamps[0] if stamps else None,
                    "s_per_launch_median": statistics.median(gaps) if gaps else None,
-                   "worker": [ln for ln in proc.stdout.splitlines() if "floor worker" in ln]}
+                   "worker": [ln for ln in proc.stdout.splitlines() if "floor worker" in ln],
+                   "rules": _rules(Path(tmp) / f"{name}.ncu-rep")}
             rows.append(row)
             print(row, flush=True)
             save_json("ncu_floor", rows)

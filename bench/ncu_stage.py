@@ -1,10 +1,11 @@
 """ncu stage cost and coverage, one configuration after another on one machine (GPU machine).
 
 Re-runs only the ncu stage of an existing run (its timeline, its params) into throwaway copies, for
-each configuration `<selection>:<cache control>[:<top-n>]`: selection `position` (NVTX range around
+each configuration `<selection>:<cache control>[:<top-n>][:ungated]`: selection `position` (NVTX range around
 each selected kernel's op call, one ncu process for all phases) or `name` (the earlier --kernel-name
 filter, one process per phase; forced by dropping the timeline's op numbering), cache control `all`
-or `none`.
+or `none`; `ungated`: ncu profiles from the worker's start (no cudaProfilerStart/Stop around the targets,
+as before `capture.ncu.PROFILE_GATE`).
 Each row also holds the seconds before each profiled launch's `==PROF==` line (`launch_s`; the first
 includes ncu's start, the model build and the warmup).
 Usage: python bench/ncu_stage.py data/runs/<run-id> position:all name:all position:none
@@ -25,13 +26,23 @@ from _common import save_json
 def main(run: str, *configs: str) -> None:
     import pandas as pd
 
+    from kernelbook.capture import ncu as N
     from kernelbook.capture.ncu import NcuError
     from kernelbook.capture.ncu_stage import ncu_stage
 
+    procs: list = []  # every ncu this bench starts: when its lines came
+    init = N.NcuProcess.__init__
+
+    def keep(self, cmd):
+        init(self, cmd)
+        procs.append(self)
+    N.NcuProcess.__init__ = keep
     base = json.loads((Path(run) / "manifest.json").read_text())
     rows = []
     for cfg in configs or ("position:all", "name:all"):
-        how, cache, *top = cfg.split(":")
+        how, cache, *rest = cfg.split(":")
+        top = [x for x in rest if x.isdigit()]
+        N.PROFILE_GATE = "ungated" not in rest
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp) / "run"
             d.mkdir()
@@ -43,7 +54,7 @@ def main(run: str, *configs: str) -> None:
             if top:
                 params["ncu_top_n"] = int(top[0])
             manifest = {"params": params}
-            t = time.perf_counter()
+            t, t0_mono = time.perf_counter(), time.monotonic()
             stamps: list[float] = []  # when each profiled launch's ==PROF== line came (seconds into the stage)
 
             def say(line: str) -> None:
@@ -73,8 +84,16 @@ def main(run: str, *configs: str) -> None:
                 gaps = [b - a for a, b in zip([0.0, *stamps], stamps)]
                 row["launch_s"] = [{"phase": r.phase, "op": r.op, "name": r.name[:80], "grid": r.grid,
                                     "s": round(g, 2)} for r, g in zip(la.itertuples(), gaps)]
+            row["after_last_launch_s"] = wall - stamps[-1] if stamps else None
+            if procs:  # the tail: the worker's last line, ncu's last lines and the end of its output, in stage s
+                p = procs[-1]
+                at = lambda s: round(s - t0_mono, 2)  # noqa: E731
+                row["tail_lines"] = [(at(s), ln.strip()[:90]) for s, ln in zip(p.line_s, p.lines)
+                                     if not ln.startswith("==PROF== Profiling")][-6:]
+                row["output_ended_s"] = None if p.ended_s is None else at(p.ended_s)
             if res is not None and "dram_bytes" in k:
-                row["dram_bytes"] = k[["phase", "kernel_id", "dram_bytes"]].to_dict("records")
+                cols = [c for c in ("dram_bytes", "flops", "duration_ns", "sm_pct", "memory_pct") if c in k]
+                row["dram_bytes"] = k[["phase", "kernel_id", *cols]].to_dict("records")
             rows.append(row)
             print({x: row[x] for x in ("config", "stage_wall_s", "selected", "profiled", "results", "worker")}, flush=True)
             save_json("ncu_stage", rows)

@@ -118,6 +118,8 @@ def _worker(argv: list[str]) -> int:
     w.add_argument("--target")
     w.add_argument("--targets")
     w.add_argument("--early", help="ncu by op call, started before the targets exist: <gate file>:<owner pid>")
+    w.add_argument("--profile-gate", action="store_true",
+                   help="ncu by op call under --profile-from-start off: cudaProfilerStart/Stop around each target")
     w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into")
     args = w.parse_args(argv)
     from .capture.run import tp_rank_worker, worker
@@ -134,5 +136,12 @@ def _worker(argv: list[str]) -> int:
     if args.mode == "tp-timeline":
         tp_rank_worker(json.loads(Path(args.params).read_text()), args.out)
         return 0
-    worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets, args.early)
+    worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets, args.early,
+           args.profile_gate)
+    if args.mode == "ncu":  # what it wrote is on disk; its output flushed: end without tearing the model down
+        import os  # (freeing a model's tensors one by one under ncu's interception only delays the report)
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

@@ -43,6 +43,10 @@ EXTRA_METRICS = (
     *(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
       for op in ("ffma", "fadd", "fmul", "dfma", "dadd", "dmul", "hfma", "hadd", "hmul")),
 )
+# By position, ncu profiles only between the worker's cudaProfilerStart/Stop around each target op call
+# (`--profile-from-start off`), so the launches in between run without ncu's per-launch interception; see
+# `ncu_command`.
+PROFILE_GATE = True
 _REGEX_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
 
 
@@ -250,7 +254,7 @@ def targets_json(reps: pd.DataFrame) -> dict:
 
 def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], clock_control: str = "none",
                 cache_control: str = "all", sections=SECTIONS, extra_metrics=EXTRA_METRICS,
-                graph: bool = False) -> list[str]:
+                graph: bool = False, gated: bool = False) -> list[str]:
     """The ncu command line. `names=None`: by position (every launch inside the NVTX target ranges);
     a list: by name (`name_regex`, once per launch configuration). `graph`: the target range holds a
     CUDA-graph replay, profiled node by node (`--graph-profiling node`: each kernel node is a result,
@@ -264,6 +268,8 @@ def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], c
                        "toolkit, e.g. /usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<ver>/ncu) and "
                        "add its folder to PATH, or set ncu_top_n: 0 to capture the timeline only.")
     cmd = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/"]
+    if gated:  # the worker (`worker_command(gated=True)`) starts and stops the profiler around its targets
+        cmd += ["--profile-from-start", "off"]
     if names is not None and not graph:
         cmd += ["--kernel-name-base", "demangled", "--kernel-name", name_regex(names),
                 "--filter-mode", "per-launch-config", "--launch-count", "1"]
@@ -309,6 +315,8 @@ class NcuProcess:
         # which ncu would inherit, and then neither close its report on a stop nor end before the grace
         # period's SIGKILL
         self.cmd, self.t0, self.lines, self.done = cmd, time.monotonic(), [], 0
+        self.line_s: list[float] = []  # when each line came (time.monotonic()), and when the output ended
+        self.ended_s: float | None = None
         self.progress, self.expected = None, None
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                      start_new_session=True, preexec_fn=_default_sigint)
@@ -320,10 +328,12 @@ class NcuProcess:
 
         for line in self.proc.stdout:
             self.lines.append(line)
+            self.line_s.append(time.monotonic())
             if PROF_LINE.search(line):
                 self.done += 1
                 if self.progress:
                     self.progress(self.done, self.expected, time.monotonic() - self.t0)
+        self.ended_s = time.monotonic()
 
     def kill(self) -> None:
         """End ncu and its worker at once (a started ncu whose targets never came)."""
@@ -391,9 +401,9 @@ def finish_ncu(run: NcuProcess, log_path: Path, timeout_s: int, expected: int | 
 
 
 def worker_command(params_file: Path, phase: str | None = None, step: int | None = None,
-                   targets_file: Path | None = None, early: str | None = None) -> list[str]:
+                   targets_file: Path | None = None, early: str | None = None, gated: bool = False) -> list[str]:
     """The workload under ncu: by step (`phase:step`) or by op call (`--targets` JSON, see targets_json);
     `early`: started before the targets are written (capture.run `worker`)."""
     cmd = [sys.executable, "-m", "kernelbook", "_worker", "--params", str(params_file), "--mode", "ncu"]
     cmd += ["--targets", str(targets_file)] if targets_file else ["--target", f"{phase}:{step}"]
-    return cmd + (["--early", early] if early else [])
+    return cmd + (["--early", early] if early else []) + (["--profile-gate"] if gated else [])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import ncu as _ncu  # read `_ncu.PROFILE_GATE` at call time (bench/ncu_stage.py compares both)
 from .ncu import (NcuError, NcuProcess, NcuStopped, expected_launches, finish_ncu, graph_launches, graph_phase,
                   ncu_command, representative_launches, select_kernels, targets_json, worker_command)
 from .run import PARQUET, torchrun_worker, write_manifest
@@ -47,8 +48,10 @@ def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
     ncu_dir.mkdir(parents=True, exist_ok=True)
     params_file = ncu_dir / "params.json"
     params_file.write_text(json.dumps(params))
-    worker = worker_command(params_file, targets_file=ncu_dir / "targets.json", early=f"{gate}:{os.getpid()}")
-    return NcuProcess(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"]))
+    worker = worker_command(params_file, targets_file=ncu_dir / "targets.json", early=f"{gate}:{os.getpid()}",
+                            gated=_ncu.PROFILE_GATE)
+    return NcuProcess(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"],
+                                  gated=_ncu.PROFILE_GATE))
 
 
 def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
@@ -167,9 +170,9 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     tmp.write_text(json.dumps(targets_json(reps)))
     os.replace(tmp, targets)
     report = ncu_dir / "ncu"
-    worker = worker_command(params_file, targets_file=targets)
+    worker = worker_command(params_file, targets_file=targets, gated=_ncu.PROFILE_GATE)
     cmd = early.cmd if early is not None else ncu_command(report, None, worker, params["clock_control"],
-                                                          params["cache_control"])
+                                                          params["cache_control"], gated=_ncu.PROFILE_GATE)
     if wrap is not None:
         cmd = wrap(cmd, worker)
     label = "+".join(s.phase for s in sels)
@@ -201,7 +204,8 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
         "op_calls_marked_by_worker": len(seen), "op_check": _op_check(reps, seen),
         "command": (" ".join("<report>" if c == str(report) else c for c in cmd[:cmd.index(worker[0])])
                     if wrap is None else "torchrun: ncu (as below) around one rank's worker, the others plain")
-        + " python -m kernelbook _worker --mode ncu --targets ncu/targets.json",
+        + " python -m kernelbook _worker --mode ncu --targets ncu/targets.json"
+        + (" --profile-gate" if "--profile-gate" in worker else ""),
     })
     for s in sels:
         k = kernels[kernels.phase == s.phase]

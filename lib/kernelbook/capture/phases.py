@@ -95,6 +95,9 @@ class PhaseTracker:
     # the ncu worker: the last step it needs; the next top-level forward raises `EnoughSteps` (a static cache
     # keeps the timeline's length, so generate itself would run every step of it)
     stop_after: int | None = None
+    # the ncu worker by op call under `--profile-from-start off`: cudaProfilerStart/Stop around each target op
+    # call, so ncu intercepts the launches between targets only lightly (capture.ncu PROFILE_GATE)
+    profile_gate: bool = False
     _cudnn_sdp: bool | None = None  # the flag as it was before `start`, restored at `stop`
     _lead_up_until: int = -1  # the last profiled decode step (steps before it may lead up to it)
     _stack: list = field(default_factory=list)
@@ -215,11 +218,15 @@ class PhaseTracker:
             self.op_seen.append((top.phase, top.step, i, str(func)))
             if not torch.cuda.is_available():  # no ncu without a GPU: the call is only noted
                 return func(*args, **kwargs)
+            if self.profile_gate:
+                torch.cuda.profiler.start()
             torch.cuda.nvtx.range_push(NCU_TARGET)
             try:  # ncu reads the NVTX stack at each launch (host side): the op's launches are inside
                 return func(*args, **kwargs)
             finally:
                 torch.cuda.nvtx.range_pop()
+                if self.profile_gate:
+                    torch.cuda.profiler.stop()
         return func(*args, **kwargs)
 
     # hooks -----------------------------------------------------------------

@@ -544,11 +544,12 @@ def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
 
 
 def worker(params: dict, mode: str, target: str | None, targets_file: str | None = None,
-           early: str | None = None) -> None:
+           early: str | None = None, profile_gate: bool = False) -> None:
     """The workload alone, run under an external profiler (ncu or nsys). `targets_file`: ncu by op call
     ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it. `early`
     ("<gate file>:<owner pid>"): started before the targets exist, the worker builds and warms up its model
-    once the gate file is there, then waits for the targets (see `_await_gate`)."""
+    once the gate file is there, then waits for the targets (see `_await_gate`). `profile_gate`: ncu runs with
+    `--profile-from-start off`, and the worker starts and stops the profiler around each target op call."""
     import torch
 
     ncu_target = op_targets = warmup_tokens = stop_after = None
@@ -598,6 +599,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
                                       warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
     tracker.stop_after = stop_after
+    tracker.profile_gate = profile_gate
     mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
            torch.cuda.memory_stats().get("segment.all.current", 0))
     ready = ready if early else time.perf_counter() - t

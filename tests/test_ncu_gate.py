@@ -1,0 +1,51 @@
+"""ncu by op call profiles inside the worker's cudaProfilerStart/Stop only (capture.ncu PROFILE_GATE): ncu runs
+with `--profile-from-start off`, the worker brackets each target op call with the profiler's start and stop,
+so the launches between targets (a decode lead-up of 31 steps) run without ncu's profiling. Measured on an H100
+(bench/ncu_stage.py, bench/gpu_book_pair.sh); here the command lines and the worker's order of calls."""
+import torch
+
+from kernelbook.capture import ncu as N
+from kernelbook.capture.phases import NCU_TARGET, PhaseTracker, _Open
+
+
+def test_the_gated_ncu_starts_with_profiling_off_and_its_worker_opens_the_gate(monkeypatch):
+    monkeypatch.setattr(N.shutil, "which", lambda exe: "/opt/ncu/ncu")
+    worker = N.worker_command("params.json", targets_file="targets.json", gated=True)
+    cmd = N.ncu_command("report", None, worker, gated=True)
+    at = cmd.index("--profile-from-start")
+    assert cmd[at + 1] == "off" and at < cmd.index("-o") and cmd[-len(worker):] == worker
+    assert worker[-1] == "--profile-gate"
+    plain = N.ncu_command("report", None, N.worker_command("params.json", targets_file="targets.json"))
+    assert "--profile-from-start" not in plain and "--profile-gate" not in plain
+
+
+class _Op:
+    namespace = "aten"
+
+    def __init__(self, calls, name):
+        self.calls, self.name = calls, name
+
+    def __call__(self):
+        self.calls.append(self.name)
+
+    def __str__(self):
+        return f"aten.{self.name}.default"
+
+
+def test_the_worker_profiles_inside_its_target_op_calls_only(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
+    for gate, inside in ((True, ["start", f"push {NCU_TARGET}", "mm", "pop", "stop"]),
+                         (False, [f"push {NCU_TARGET}", "mm", "pop"])):
+        calls.clear()
+        t = PhaseTracker(torch.nn.Linear(1, 1), nvtx=False, record=False, op_targets={("decode", 3): {1}},
+                         profile_gate=gate)
+        t._stack.append(_Open("decode", 3, None, False, None))
+        for name in ("add", "mm", "mul"):  # op calls 0, 1, 2 of decode step 3: only call 1 is a target
+            t.op_call(_Op(calls, name), (), {})
+        assert calls == ["add", *inside, "mul"]
+        assert t.op_seen == [("decode", 3, 1, "aten.mm.default")]

@@ -165,8 +165,11 @@ def _worker(w: dict) -> str:
             tr("{n} warmup generate", n=w.get("warmup_generates") or 0))
     early = tr("; started once the timeline's timed passes were over, its model built beside the shapes pass") \
         if w.get("started_early") else ""
+    gate = tr("; ncu profiled only while the worker had the profiler started, around each target op call") \
+        if w.get("profile_gate") else ""
     return warm + tr("; {new} new tokens; {steps} decode steps that lead up to a profiled one ran attention "
-                     "without cuDNN", new=w.get("max_new_tokens"), steps=w.get("cudnn_free_decode_steps", 0)) + early
+                     "without cuDNN", new=w.get("max_new_tokens"), steps=w.get("cudnn_free_decode_steps", 0)) + early \
+        + gate
 
 
 def _s(v) -> str | None:

@@ -255,6 +255,29 @@ def test_ncu_worker_runs_lead_up_decode_steps_without_cudnn_attention(tiny_ocr2)
     assert seen[True] == seen[False] and len(seen[True]) == 4
 
 
+def test_ncu_worker_numbers_op_calls_only_in_the_decode_steps_it_profiles(tiny_ocr2):
+    """The dispatch mode that numbers op calls costs host time on every op; the ncu worker turns it off in the
+    decode steps that only lead up to a profiled one (numbering restarts in each step, so they need none)."""
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 6}, "cpu")
+    worker = PhaseTracker(lm.model, nvtx=False, record=False, op_targets={("prefill", 0): {1}, ("decode", 3): {2}})
+    numbered = set()
+    call = worker.op_call
+
+    def counting(func, args, kwargs):
+        if worker._stack:
+            numbered.add((worker._stack[-1].phase, worker._stack[-1].step))
+        return call(func, args, kwargs)
+    worker.op_call = counting
+    worker.install()
+    worker.start()
+    wl.generate()
+    worker.stop()
+    worker.remove()
+    assert {st for ph, st in numbered if ph == "decode"} == {3}
+    assert ("prefill", 0) in numbered and [(p, s) for p, s, _, _ in worker.op_seen] == [("prefill", 0), ("decode", 3)]
+
+
 def test_attention_implementation_is_a_capture_parameter(tiny_ocr2):
     """`attn_implementation: eager` builds the language model with eager attention: its decode then runs
     matmul + softmax, and no SDPA op at all."""

@@ -272,6 +272,10 @@ class PhaseTracker:
                 # op calls are numbered in the recorded steps only: the dispatch mode costs host time on every
                 # op, and a long generation runs thousands of steps between its windows
                 self._numbering(self.calls in self.sample_steps)
+        if self._mode is not None and self.op_targets and not self.op_record and phase == "decode":
+            # the ncu worker numbers op calls only in the decode steps it profiles (numbering restarts in each
+            # step, so the steps that lead up to one need none): the dispatch mode costs host time on every op
+            self._numbering((phase, self.calls) in self.op_targets)
         if self._lead_up_until > 0:
             self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)

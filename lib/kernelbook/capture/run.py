@@ -599,7 +599,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
                                       warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
     tracker.stop_after = stop_after
-    tracker.profile_gate = profile_gate
+    tracker.profile_gate = profile_gate and os.environ.get("KB_NCU_PLAIN_RANK") != "1"  # a plain rank has no ncu
     mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
            torch.cuda.memory_stats().get("segment.all.current", 0))
     ready = ready if early else time.perf_counter() - t

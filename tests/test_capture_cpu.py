@@ -258,6 +258,8 @@ def test_ncu_worker_runs_lead_up_decode_steps_without_cudnn_attention(tiny_ocr2)
 def test_ncu_worker_numbers_op_calls_only_in_the_decode_steps_it_profiles(tiny_ocr2):
     """The dispatch mode that numbers op calls costs host time on every op; the ncu worker turns it off in the
     decode steps that only lead up to a profiled one (numbering restarts in each step, so they need none)."""
+    import torch
+
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
     wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 6}, "cpu")
     worker = PhaseTracker(lm.model, nvtx=False, record=False, op_targets={("prefill", 0): {1}, ("decode", 3): {2}})
@@ -274,7 +276,10 @@ def test_ncu_worker_numbers_op_calls_only_in_the_decode_steps_it_profiles(tiny_o
     wl.generate()
     worker.stop()
     worker.remove()
-    assert {st for ph, st in numbered if ph == "decode"} == {3}
+    # lead-up steps 1 and 2 unnumbered; on again after the last profiled step (the worker stops there; a generate
+    # that goes on must end with the mode on, as it began, or its guards leave the dispatch state half on)
+    assert {st for ph, st in numbered if ph == "decode"} == {3, 4, 5}
+    assert not torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.Python)
     assert ("prefill", 0) in numbered and [(p, s) for p, s, _, _ in worker.op_seen] == [("prefill", 0), ("decode", 3)]
 
 

@@ -274,8 +274,11 @@ class PhaseTracker:
                 self._numbering(self.calls in self.sample_steps)
         if self._mode is not None and self.op_targets and not self.op_record and phase == "decode":
             # the ncu worker numbers op calls only in the decode steps it profiles (numbering restarts in each
-            # step, so the steps that lead up to one need none): the dispatch mode costs host time on every op
-            self._numbering((phase, self.calls) in self.op_targets)
+            # step, so the steps that lead up to one need none): the dispatch mode costs host time on every op.
+            # It stays on after the last profiled step: generate's guards restore, when it returns, the dispatch
+            # state they found, which had the mode on (start), and a mode off by then would leave it half on.
+            last = max((st for ph, st in self.op_targets if ph == "decode"), default=0)
+            self._numbering((phase, self.calls) in self.op_targets or self.calls > last)
         if self._lead_up_until > 0:
             self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)

@@ -11,7 +11,7 @@ from kernelbook.capture.phases import NCU_TARGET, PhaseTracker, _Open
 def test_the_gated_ncu_starts_with_profiling_off_and_its_worker_opens_the_gate(monkeypatch):
     monkeypatch.setattr(N.shutil, "which", lambda exe: "/opt/ncu/ncu")
     worker = N.worker_command("params.json", targets_file="targets.json", gated=True)
-    cmd = N.ncu_command("report", None, worker, gated=True)
+    cmd = N.ncu_command("report", None, worker)
     at = cmd.index("--profile-from-start")
     assert cmd[at + 1] == "off" and at < cmd.index("-o") and cmd[-len(worker):] == worker
     assert worker[-1] == "--profile-gate"

@@ -254,7 +254,7 @@ def targets_json(reps: pd.DataFrame) -> dict:
 
 def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], clock_control: str = "none",
                 cache_control: str = "all", sections=SECTIONS, extra_metrics=EXTRA_METRICS,
-                graph: bool = False, gated: bool = False) -> list[str]:
+                graph: bool = False) -> list[str]:
     """The ncu command line. `names=None`: by position (every launch inside the NVTX target ranges);
     a list: by name (`name_regex`, once per launch configuration). `graph`: the target range holds a
     CUDA-graph replay, profiled node by node (`--graph-profiling node`: each kernel node is a result,
@@ -268,7 +268,7 @@ def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], c
                        "toolkit, e.g. /usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<ver>/ncu) and "
                        "add its folder to PATH, or set ncu_top_n: 0 to capture the timeline only.")
     cmd = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/"]
-    if gated:  # the worker (`worker_command(gated=True)`) starts and stops the profiler around its targets
+    if "--profile-gate" in worker:  # the worker (`worker_command(gated=True)`) starts and stops the profiler
         cmd += ["--profile-from-start", "off"]
     if names is not None and not graph:
         cmd += ["--kernel-name-base", "demangled", "--kernel-name", name_regex(names),

@@ -50,8 +50,7 @@ def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
     params_file.write_text(json.dumps(params))
     worker = worker_command(params_file, targets_file=ncu_dir / "targets.json", early=f"{gate}:{os.getpid()}",
                             gated=_ncu.PROFILE_GATE)
-    return NcuProcess(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"],
-                                  gated=_ncu.PROFILE_GATE))
+    return NcuProcess(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"]))
 
 
 def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
@@ -172,7 +171,7 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     report = ncu_dir / "ncu"
     worker = worker_command(params_file, targets_file=targets, gated=_ncu.PROFILE_GATE)
     cmd = early.cmd if early is not None else ncu_command(report, None, worker, params["clock_control"],
-                                                          params["cache_control"], gated=_ncu.PROFILE_GATE)
+                                                          params["cache_control"])
     if wrap is not None:
         cmd = wrap(cmd, worker)
     label = "+".join(s.phase for s in sels)

@@ -99,7 +99,8 @@ class PhaseTracker:
     # call, so ncu intercepts the launches between targets only lightly (capture.ncu PROFILE_GATE)
     profile_gate: bool = False
     _cudnn_sdp: bool | None = None  # the flag as it was before `start`, restored at `stop`
-    _lead_up_until: int = -1  # the last profiled decode step (steps before it may lead up to it)
+    _last_profiled: int = -1  # the ncu worker by op call: its last profiled decode step
+    _lead_up_until: int = -1  # the same with `cudnn_free_prefix` (steps before it may lead up to it)
     _stack: list = field(default_factory=list)
     _handles: list = field(default_factory=list)
     _op_counts: dict = field(default_factory=dict)
@@ -134,8 +135,9 @@ class PhaseTracker:
         self._op_counts = {}
         self.op_seen = []
         self.cudnn_free_steps = 0
-        self._lead_up_until = max((st for ph, st in self.op_targets if ph == "decode"), default=-1) \
-            if self.cudnn_free_prefix and self.op_targets else -1
+        self._last_profiled = max((st for ph, st in self.op_targets if ph == "decode"), default=-1) \
+            if self.op_targets else -1
+        self._lead_up_until = self._last_profiled if self.cudnn_free_prefix else -1
         if self._lead_up_until > 0:
             import torch
 
@@ -277,8 +279,7 @@ class PhaseTracker:
             # step, so the steps that lead up to one need none): the dispatch mode costs host time on every op.
             # It stays on after the last profiled step: generate's guards restore, when it returns, the dispatch
             # state they found, which had the mode on (start), and a mode off by then would leave it half on.
-            last = max((st for ph, st in self.op_targets if ph == "decode"), default=0)
-            self._numbering((phase, self.calls) in self.op_targets or self.calls > last)
+            self._numbering((phase, self.calls) in self.op_targets or self.calls > self._last_profiled)
         if self._lead_up_until > 0:
             self._attention_for(phase, self.calls)
         self._push(phase, self.calls, owner=module)

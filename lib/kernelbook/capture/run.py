@@ -620,7 +620,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
             "started_early": bool(early), "warmup_generates": warmups if early else params["warmup"],
             "warmup_tokens": warmup_tokens,
             "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps,
-            "profile_gate": profile_gate}))
+            "profile_gate": tracker.profile_gate}))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
           f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; "

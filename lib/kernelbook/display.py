@@ -589,14 +589,20 @@ def cell(v, kind: str) -> str:
 
 
 # --- tables ---------------------------------------------------------------------------------------
+# `table-layout:auto` undoes JupyterLab's `.jp-RenderedHTMLCommon table{table-layout:fixed}` (in every exported
+# chapter): under it a `fit` table was squeezed to the page width and its numbers ran into the next cells. Numbers
+# keep one line; text and kernel names wrap (a long unbroken token anywhere); a table wider than the page scrolls
+# in its box with the kernel column kept in view.
 STYLE = """<style>
 .kb-tablebox{max-width:100%;overflow-x:auto;margin:.4rem 0 1rem 0;border:1px solid #e2e2e2}
-.kb-tablebox table.kb{border-collapse:separate;border-spacing:0;font-size:13px;margin:0;width:max-content;min-width:100%}
+.kb-tablebox table.kb{table-layout:auto;border-collapse:separate;border-spacing:0;font-size:13px;margin:0;
+ width:max-content;min-width:100%}
 .kb-tablebox table.kb th,.kb-tablebox table.kb td{padding:.25rem .6rem;border-bottom:1px solid #e8e8e8;text-align:right;
  vertical-align:top;white-space:nowrap;background:#fff}
 .kb-tablebox table.kb th{background:#f6f6f6;font-weight:600;white-space:normal;min-width:4rem;max-width:11rem;
  vertical-align:bottom}
-.kb-tablebox table.kb td.t,.kb-tablebox table.kb th.t{text-align:left;white-space:normal;min-width:8rem;max-width:22rem}
+.kb-tablebox table.kb td.t,.kb-tablebox table.kb th.t{text-align:left;white-space:normal;min-width:8rem;max-width:22rem;
+ overflow-wrap:anywhere}
 .kb-tablebox table.kb.fit{width:100%}
 .kb-tablebox table.kb td.c{text-align:left;white-space:normal;min-width:16rem}
 .kb-tablebox table.kb td.c code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;

@@ -62,6 +62,29 @@ def histogram_table(kernels: pd.DataFrame, bins: int = 10) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _edge(v: float, digits: int) -> str:
+    """One bin edge as a reader reads it: `digits` significant digits, thousands grouped, no exponent and no
+    trailing zeros (1125.2 → '1,130', 2.7183 → '2.72', 0 → '0')."""
+    v = float(v)
+    if v == 0 or not np.isfinite(v):
+        return "0" if v == 0 else str(v)
+    r = float(f"{v:.{digits}g}")  # rounded to `digits` significant digits
+    decimals = max(0, digits - 1 - int(np.floor(np.log10(abs(r)))))
+    out = f"{r:,.{decimals}f}"
+    return out.rstrip("0").rstrip(".") if "." in out else out
+
+
+def bin_labels(lo, hi) -> list[str]:
+    """'lo–hi' per bin of one metric, edges as plain numbers ('1,130–1,410', never '1.13e+03–1.41e+03'), with
+    the fewest significant digits (3 or more) that keep every edge of the metric distinct."""
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    edges = np.unique(np.r_[lo, hi])
+    for digits in range(3, 8):
+        if len({_edge(e, digits) for e in edges}) == len(edges):
+            break
+    return [f"{_edge(a, digits)}–{_edge(b, digits)}" for a, b in zip(lo, hi)]
+
+
 def captions(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per metric: unweighted median, time-weighted median, and the time share at or above the
     threshold (the skill seed's "healthy" level where there is one)."""

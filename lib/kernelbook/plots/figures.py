@@ -1,6 +1,9 @@
 """Figures for the chapters. Every function returns a plotly Figure; none shows or prints."""
 from __future__ import annotations
 
+import html
+import textwrap
+
 import numpy as np
 import pandas as pd
 import plotly.express as px
@@ -8,6 +11,7 @@ import plotly.graph_objects as go
 
 import plotly.io as pio
 
+from ..analyze.histograms import bin_labels
 from ..analyze.kernels import Category
 from ..display import eng, phase_label
 from ..escape import plot
@@ -71,6 +75,7 @@ def gap_histogram(gaps_us: pd.Series, phase: str = "decode") -> go.Figure:
     counts, edges = np.histogram(g, bins=bins)
     fig = go.Figure(go.Bar(x=np.sqrt(edges[:-1] * edges[1:]), y=counts, width=np.diff(edges),
                            hovertemplate=tr("%{{x:.1f}} µs: %{{y}} gaps") + "<extra></extra>"))
+    fig.update_xaxes(**log_ticks(edges, most=10))  # 5, 10, 20, 50 µs across the page: no bare digit under a tick
     fig.update_layout(template=TEMPLATE, xaxis_type="log", xaxis_title=tr("gap before kernel (µs, log)"),
                       yaxis_title=tr("kernels"), height=340,
                       title=tr("Kernel-to-kernel gaps in {phase}", phase=phase_label(phase)))
@@ -133,6 +138,8 @@ def fidelity_scatter(fid: pd.DataFrame) -> go.Figure:
     lo = float(np.nanmin([fid.timeline_median_us.min(), fid.ncu_us.min()]))
     hi = float(np.nanmax([fid.timeline_median_us.max(), fid.ncu_us.max()]))
     fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(dash="dot")))
+    fig.update_xaxes(**log_ticks(np.r_[fid.timeline_median_us, lo, hi]))  # 2, 5, 10, 20 µs: no bare digit
+    fig.update_yaxes(**log_ticks(np.r_[fid.ncu_us, lo, hi]))
     return fig
 
 
@@ -149,11 +156,11 @@ def histogram_grid(hist: pd.DataFrame, captions: pd.DataFrame) -> go.Figure:
                         vertical_spacing=0.5 / rows, horizontal_spacing=0.06)
     for i, m in enumerate(metrics):
         h = hist[hist.metric == m]
-        label = [f"{lo:.3g}–{hi:.3g}" for lo, hi in zip(h.bin_lo, h.bin_hi)]
+        label = bin_labels(h.bin_lo, h.bin_hi)  # '1,130–1,410', never '1.13e+03–1.41e+03'
         r, c = i // cols + 1, i % cols + 1
         for col, name, colour in (("count_pct", tr("% of kernels"), "#7f9cc2"), ("time_pct", tr("% of time"), "#d9822b")):
             fig.add_bar(x=label, y=h[col], name=name, marker_color=colour, legendgroup=name, showlegend=i == 0,
-                        hovertemplate=f"{m} %{{x}}: %{{y:.1f}} {name}<br>{cap.get(m, '')}<extra></extra>", row=r, col=c)
+                        hovertemplate=f"{m} %{{x}} {plot(unit[m])}: %{{y:.1f}} {name}<br>{cap.get(m, '')}<extra></extra>", row=r, col=c)
         # each bin's range under its bars: the histogram reads without hovering
         fig.update_xaxes(showticklabels=True, tickangle=-45, tickfont=dict(size=9), row=r, col=c)
     height, top = 320 * rows, 110
@@ -243,6 +250,43 @@ FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(4, 16)],
                    ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(4, 16)])
 
 
+def _tick_label(v: float) -> str:
+    """A log-axis tick as a whole value: 0.5, 2, 20, 500, 1k, 20k, 1M (no exponent, no bare digit)."""
+    v = float(f"{v:.3g}")
+    for scale, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= scale:
+            return f"{v / scale:g}{p}"
+    return f"{v:g}"
+
+
+def log_ticks(values, most: int = 8) -> dict:
+    """Ticks for a log axis over `values` with every label a whole value ('20', '50', '100', '0.5', '2k'):
+    plotly's own log ticks label the minor ticks with their leading digit alone ('2' for 20 ms, '5' for
+    0.5×). The densest of 1-1.5-2-2.5-3…9, 1-1.5-2-3-4-5-6-8, 1-2-3-5-7, 1-2-5 and 1 per decade that puts at most
+    `most` ticks on the data's range, none closer to the next than a tenth of the range (9 and 10 crowd a
+    one-decade axis); every other decade, and so on, beyond that. An empty dict, plotly's own ticks, where the
+    data span less than two ticks (plotly labels a range that narrow in whole values itself)."""
+    v = pd.to_numeric(pd.Series(np.ravel(np.asarray(values, dtype=object))), errors="coerce").to_numpy(float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if not len(v):
+        return {}
+    lo, hi = float(v.min()), float(v.max())
+    e0, e1 = int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1
+    inside = lambda ts: [t for t in ts if lo / 1.0001 <= t <= hi * 1.0001]  # noqa: E731
+    for mantissas in ((1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9), (1, 1.5, 2, 3, 4, 5, 6, 8), (1, 2, 3, 5, 7), (1, 2, 5),
+                      (1,)):
+        ticks = [m * 10.0 ** e for e in range(e0, e1 + 1) for m in mantissas]
+        shown = np.log10(inside(ticks))
+        if len(shown) <= most and (len(shown) < 2 or np.diff(shown).min() >= np.log10(hi / lo) / 10):
+            break
+    else:
+        step = -(-len(inside(ticks)) // most)
+        ticks = [10.0 ** e for e in range(e0, e1 + 1) if e % step == 0]
+    if len(inside(ticks)) < 2:
+        return {}
+    return dict(tickmode="array", tickvals=ticks, ticktext=[_tick_label(t) for t in ticks])
+
+
 def flops_floor(points: pd.DataFrame) -> float:
     """Bottom of a roofline's log10 FLOP/s axis: 10^8, or lower where a point sits lower, with room for its
     marker (a one-element kernel at 95 MFLOP/s was drawn below the axis)."""
@@ -266,6 +310,25 @@ def roofline_normalized(norm: pd.DataFrame, phase: str = "decode") -> go.Figure:
     return fig
 
 
+def panel_title(title: str, width: int = 28, lines: int = 2) -> str:
+    """A small multiple's title (the reader's text, already in the narrative language) as plotly draws it: in at
+    most `lines` lines of about `width` characters broken at spaces, before the parenthesis where that fits
+    ('d004 nvjet GEMM<br>(mixed, 384x8 tile)'),
+    each HTML-escaped for plotly; a longer one ends in '…' instead of running into the next panel."""
+    title = str(title)
+    head, paren, tail = title.partition(" (")
+    if len(title) <= width:
+        parts = [title]
+    elif paren and lines >= 2 and len(head) <= width and len(tail) + 1 <= width:
+        parts = [head, "(" + tail]
+    else:
+        parts = textwrap.wrap(title, width, break_long_words=True) or [""]
+    if len(parts) > lines:
+        last = " ".join(parts[lines - 1:])
+        parts = parts[:lines - 1] + [last[:width - 1].rstrip() + "…"]
+    return "<br>".join(html.escape(p, quote=True) for p in parts)
+
+
 def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode", cols: int = 4) -> go.Figure:
     """One small log-log roofline per profiled kernel with FLOPs: its DRAM, L2 and L1 points and the roofs
     that apply to it."""
@@ -275,8 +338,9 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
     ids = list(dict.fromkeys(p.sort_values("share", ascending=False).kernel_id))
     rows = -(-len(ids) // cols)
     names = p.drop_duplicates("kernel_id").set_index("kernel_id").friendly_name
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{plot(k)} {plot(names[k][:28])}" for k in ids],
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[panel_title(f"{text(k)} {text(names[k])}") for k in ids],
                         vertical_spacing=0.08, horizontal_spacing=0.05)
+    fig.update_annotations(font_size=12)  # the panel titles: two short lines fit a quarter of the page
     xs = np.logspace(-3, 6, 60)
     colours = {"DRAM": "#2b6cb0", "L2": "#38a169", "L1": "#805ad5"}
     for i, kid in enumerate(ids):
@@ -336,8 +400,10 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame, env: dict | None =
                 fig.add_annotation(x=np.log10(hi), y=1, yref=f"y{2 * i + j + 1 if 2 * i + j else ''} domain",
                                    xref=f"x{2 * i + j + 1 if 2 * i + j else ''}", text=tr("checked across GPUs"),
                                    showarrow=False, xanchor="left", yanchor="top", font=dict(size=10, color="#2f855a"))
-            fig.update_xaxes(type="log", row=i + 1, col=j + 1)
-            fig.update_yaxes(type="log", row=i + 1, col=j + 1)
+            # every tick a whole value (20, 50, 100 ms; 500, 1k, 2k GB/s), never plotly's bare digits
+            panel = sens[(sens.sweep == sw) & (sens.phase == ph)]
+            fig.update_xaxes(type="log", row=i + 1, col=j + 1, **log_ticks(panel.x))
+            fig.update_yaxes(type="log", row=i + 1, col=j + 1, **log_ticks(panel.ms))
     fig.update_layout(template=TEMPLATE, height=260 * len(sweeps), title=tr("What-if sensitivity on the measured GPU"),
                       legend=dict(orientation="h", y=1.01, x=0.5))
     return fig
@@ -352,6 +418,8 @@ def variant_gains(rows: pd.DataFrame) -> go.Figure:
                 hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
     fig.add_bar(name=tr("measured"), x=x, y=rows.measured_gain, hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
     fig.add_hline(y=1, line_dash="dot", line_color="#888")
+    # every tick a whole value (0.5, 1, 2, 5), never plotly's bare digits ('5' under '1' for 0.5×)
+    fig.update_yaxes(**log_ticks(np.r_[rows.predicted_gain, rows.measured_gain, 1.0]))
     fig.update_layout(template=TEMPLATE, barmode="group", yaxis_type="log",
                       yaxis_title=tr("gain over the baseline (×, log)"), height=380,
                       title=tr("Variants: predicted vs measured gain"))

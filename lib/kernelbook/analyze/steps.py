@@ -81,8 +81,8 @@ def step_check(run) -> pd.DataFrame:
     prof = profiled_steps(run)
     a = agreement(dict(zip(plain.step, plain.wall_ms)), prof.step.tolist())
     rows = [
-        (tr("decode steps (plain generate)"), float(len(plain)), "steps"),
-        (tr("decode steps profiled"), float(a["sampled_steps"]), "steps"),
+        (tr("decode steps (plain generate)"), len(plain), "count"),
+        (tr("decode steps profiled"), a["sampled_steps"], "count"),
         (tr("plain decode total"), a["plain_total_ms"], "ms"),
         (tr("estimate from the profiled steps"), a["sampled_estimate_ms"], "ms"),
         (tr("difference"), a["error_pct"], "%"),

@@ -33,7 +33,7 @@ kb.setup(language, run_dir=run_dir, rank=rank, phase=phase)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase)
 k = R.profiled_kernels(r)
 dev, dev_sources = for_run(r)  # devices.yaml, with what ncu measured on the GPU winning
-roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())
+roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics(), dev_sources)
 pts = R.points(k, roofs)
 bw_only = R.bandwidth_only(k, roofs)
 kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])

@@ -43,7 +43,7 @@ r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
 dev, dev_sources = for_run(r)  # devices.yaml, with what ncu measured on the GPU winning
 rules = C.Rules(high_pct, low_pct, l2_hit_min_pct, mem_latency_cycles)
-roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics())
+roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics(), dev_sources)
 c = C.classify(k, dev.ridge("bf16"), rules)
 cp = c[c.phase == phase]
 summary = T.phase_summary(r.timeline, r.phases)

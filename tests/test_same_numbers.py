@@ -3,7 +3,11 @@ show for the bundled run, recomputed by the current code, against the numbers th
 speed changes (tests/fixtures/bundled_numbers.json, written by bench/book_numbers.py on commit 4686b81:
 the explorer with a card per profiled kernel, before any speed change; rewritten in session 12 when the graph
 runs' decode selection took its 20th kernel in place of the driver's copy-node kernel, which moved chapter 06's
-as-deployed decode row: scaled time 6.54 → 5.99 %, predicted wall 1.9349 → 1.9347 ms).
+as-deployed decode row: scaled time 6.54 → 5.99 %, predicted wall 1.9349 → 1.9347 ms; rewritten in session 14 when
+the static-graphs variant was re-captured beside its own baseline (chapters 06 and 07's variant and as-deployed rows),
+the what-if took the device chapters 04 and 05 use (ncu's measured DRAM peak, 3337 against 3350 GB/s), the bytes
+ledger took ncu's bytes only for launches of the profiled launch's shapes and no floor under 1 MB of must-move
+bytes, and chapter 07's metric comparison took units (duration in µs)).
 
 A change that means to change a figure rewrites the fixture (`python bench/book_numbers.py`) in the same
 commit, so the diff shows which numbers moved."""

@@ -370,8 +370,8 @@ CLASS_DEFINITIONS = {
     "latency-bound": N_("SM and memory throughput both < {low:.0f} %: too little work in flight to load either; "
                         "launch and dependency latency set the time."),
     "balanced": N_("neither memory-, compute- nor latency-bound: SM and memory throughput both ≥ {high:.0f} %, or "
-                   "both < {high:.0f} % with at least one ≥ {low:.0f} %; no single unit is saturated alone, and "
-                   "neither is idle."),
+                   "both < {high:.0f} % with at least one ≥ {low:.0f} %: no single unit is saturated alone (one of "
+                   "them may be nearly idle, as in a GEMV just under the memory threshold)."),
     "unknown": N_("ncu recorded no SM or memory throughput for the kernel."),
     "not profiled": N_("no kernel of the stage was profiled by ncu."),
 }
@@ -534,11 +534,19 @@ def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
               n=len(cp), first=first)
 
 
+def _pct_text(pct: float) -> str:
+    """A percentage as prose prints it: whole numbers, '< 1' for a positive share that would print as 0."""
+    return "< 1" if 0 < pct < 0.5 else f"{pct:.0f}"
+
+
 def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str, cache_control: str) -> str:
     t = cp.groupby("class").share.sum() / cp.share.sum()
-    parts = [tr("{classes}.", classes=tr(", ").join(
-        tr("**{cls}** {pct:.0f} % of profiled time ({n} kernels)", cls=class_label(cls), pct=100 * v,
-           n=(cp["class"] == cls).sum()) for cls, v in t.sort_values(ascending=False).items()))]
+    def share(cls, v):
+        n = int((cp["class"] == cls).sum())
+        return (tr("**{cls}** {pct:.0f} % of profiled time (1 kernel)", cls=class_label(cls), pct=100 * v) if n == 1
+                else tr("**{cls}** {pct:.0f} % of profiled time ({n} kernels)", cls=class_label(cls), pct=100 * v, n=n))
+
+    parts = [tr("{classes}.", classes=tr(", ").join(share(cls, v) for cls, v in t.sort_values(ascending=False).items()))]
     disagree = cp[(cp["class"] == "compute-bound") & (cp.roofline_side == "memory")]
     lat = cp[cp["class"] == "latency-bound"]
     if len(lat):
@@ -546,7 +554,7 @@ def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str, cache_
                         "one wave: too little work per launch to load either the SMs or the memory system — fusing "
                         "them into their neighbours, not tuning them, is what removes their time.",
                         us=lat.duration_ns.median() / 1e3, blocks=lat.grid_size.median(),
-                        wave_pct=int(lat.waves_per_sm.median() * 100)))
+                        wave_pct=_pct_text(lat.waves_per_sm.median() * 100)))
     warm = cp[cp.category.isin(["GEMV", "GEMM"]) & (cp["class"] != "memory-bound") & (cp.dram_pct < 5)]
     if len(warm) and cache_control == "none":
         parts.append(tr("{n} of the GEMV/GEMM kernels are not memory-bound by these counters (DRAM {dram:.1f} % at "
@@ -638,7 +646,7 @@ def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame, why: dict[str, pd.DataFram
 
 def report_for_run(run_dir, rules: Rules = Rules()) -> str | None:
     """`report.md`: the profiler output contract for a run, or None when it has no profiled kernels."""
-    from ..devices import lookup
+    from ..devices import for_run
     from ..load.run import load_run
     from .roofline import profiled_kernels, roofs as make_roofs
     from .timeline import phase_summary
@@ -647,8 +655,8 @@ def report_for_run(run_dir, rules: Rules = Rules()) -> str | None:
     k = profiled_kernels(run)
     if k.empty or not (k.status == "profiled").any():
         return None
-    dev = lookup(run.manifest["device"])
-    roofs = make_roofs(dev, run.manifest, k, run.ncu_metrics())
+    dev, sources = for_run(run)  # the device chapters 04-07 use: what ncu measured on the GPU winning
+    roofs = make_roofs(dev, run.manifest, k, run.ncu_metrics(), sources)
     c = classify(k, dev.ridge("bf16"), rules)
     summary = phase_summary(run.timeline, run.phases)
     return contract_markdown(run, summary, c, all_opportunities(run, summary, c, roofs), rules) + "\n"

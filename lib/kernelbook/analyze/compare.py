@@ -15,10 +15,16 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..i18n import tr
+from ..i18n import N_, tr
 from .timeline import PHASE_ORDER, category_shares, phase_summary
 
 METRICS = ("duration_ns", "sm_pct", "dram_pct", "memory_pct", "achieved_occupancy_pct", "dram_bytes")
+# each metric as the reader reads it (a catalog key), its unit and the factor from the ncu table's column to it
+METRIC_SHOWN = {"duration_ns": (N_("duration"), "µs", 1e-3), "sm_pct": (N_("SM throughput"), "% of peak", 1.0),
+                "dram_pct": (N_("DRAM throughput"), "% of peak", 1.0),
+                "memory_pct": (N_("memory throughput"), "% of peak", 1.0),
+                "achieved_occupancy_pct": (N_("achieved occupancy"), "% of warps", 1.0),
+                "dram_bytes": (N_("DRAM bytes"), "bytes", 1.0)}
 _TILE = re.compile(r",?\s*\d+x\d+(x\d+)?\s*tile")
 COMPILED = "compiled graph"
 _COMPILED_OP = re.compile(r"CompiledFxGraph|Torch-Compiled Region|CompiledFunction|cudaGraphLaunch")
@@ -126,7 +132,7 @@ def _match_compiled(m: pd.DataFrame) -> pd.DataFrame:
 
 def metrics(a, b) -> pd.DataFrame:
     """ncu metrics of kernels profiled in both runs, matched like `kernels` (first profiled kernel of
-    each (phase, op, family)): A, B and B − A per metric, long format."""
+    each (phase, op, family)): A, B and B − A per metric with its unit (`METRIC_SHOWN`), long format."""
     def prof(run):
         k = run.ncu_kernels()
         if k is None or "status" not in k:
@@ -139,14 +145,16 @@ def metrics(a, b) -> pd.DataFrame:
 
     pa, pb = prof(a), prof(b)
     if pa.empty or pb.empty:
-        return pd.DataFrame(columns=["phase", "op", "family", "metric", "a", "b", "change"])
+        return pd.DataFrame(columns=["phase", "op", "family", "metric", "unit", "a", "b", "change"])
     m = pa.merge(pb, on=["phase", "op", "family"], suffixes=("_a", "_b"))
     rows = []
     for _, r in m.iterrows():
         for c in METRICS:
             if f"{c}_a" in r and f"{c}_b" in r:
-                rows.append({"phase": r.phase, "op": r.op, "family": r.family, "metric": c,
-                             "a": r[f"{c}_a"], "b": r[f"{c}_b"], "change": r[f"{c}_b"] - r[f"{c}_a"]})
+                label, unit, f = METRIC_SHOWN[c]
+                a, b = r[f"{c}_a"] * f, r[f"{c}_b"] * f
+                rows.append({"phase": r.phase, "op": r.op, "family": r.family, "metric": tr(label), "unit": unit,
+                             "a": a, "b": b, "change": b - a})
     return pd.DataFrame(rows)
 
 

@@ -155,6 +155,9 @@ LEDGER_NOTE = N_("must move: the weights a module's matrix products read (2 byte
                "the launch is the profiled kernel's configuration, else the bytes the op's shapes imply.")
 
 
+MIN_FLOOR_BYTES = 1e6  # must-move bytes per step below which a module's DRAM floor is not shown
+
+
 def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_bytes_per_s: float,
                  phase: str = "decode") -> pd.DataFrame:
     """One step of `phase`, per module type: kernel time (µs), launches, the bytes it must move and the bytes
@@ -182,8 +185,12 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
     k["moved"], k["from_ncu"] = k.dram_bytes.fillna(0.0), False
     if kernels is not None and len(kernels):
         prof = kernels[(kernels.phase == phase) & (kernels.status == "profiled") & kernels.dram_bytes.notna()]
-        ncu = {(r["name"], _grid(r.get("grid"))): float(r.dram_bytes) for _, r in prof.iterrows()}
-        hit = [ncu.get((n, g)) for n, g in zip(k["name"], k["grid"])]
+        # the profiled launch's own shapes (its step and op call in the timeline): a launch of the same kernel and
+        # grid with other shapes (a shared expert's up and down projections) moves other bytes, so it keeps the
+        # bytes its shapes imply instead of the profiled launch's counter
+        shapes = _profiled_shapes(timeline[timeline.phase == phase], prof)
+        ncu = {(r["name"], _grid(r.get("grid")), shapes.get(i)): float(r.dram_bytes) for i, r in prof.iterrows()}
+        hit = [ncu.get((n, g, sh), ncu.get((n, g, None))) for n, g, sh in zip(k["name"], k["grid"], k["op_shapes"])]
         got = pd.Series([h is not None for h in hit], index=k.index)
         k.loc[got, "moved"] = [h for h in hit if h is not None]
         k["from_ncu"] = got
@@ -196,10 +203,27 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
     out = pd.DataFrame({"module_type": g.module_type, "launches_per_step": g.launches / steps,
                         "kernel_us": g.ns / 1e3 / steps, "must_bytes": g.must / steps, "moved_bytes": g.moved / steps,
                         "moved_ncu_pct": 100 * g.ncu / g.moved.where(g.moved > 0)})
-    out["floor_us"] = out.must_bytes / dram_bytes_per_s * 1e6
-    out["time_over_floor"] = out.kernel_us / out.floor_us.where(out.floor_us > 0)
+    # a floor only where the module must move bytes worth a bound: under 1 MB per step (no weights or KV cache, a
+    # rotary table's 128 B) it would be picoseconds, and the kernel time's multiple of it a meaningless 10^5
+    out["floor_us"] = (out.must_bytes / dram_bytes_per_s * 1e6).where(out.must_bytes >= MIN_FLOOR_BYTES)
+    out["time_over_floor"] = out.kernel_us / out.floor_us
     body = out[out.module_type != "step"].sort_values("kernel_us", ascending=False)
     return pd.concat([body, out[out.module_type == "step"]], ignore_index=True)[cols]
+
+
+def _profiled_shapes(timeline: pd.DataFrame, prof: pd.DataFrame) -> dict:
+    """Per profiled kernel row (its index): the op shapes of the launch ncu profiled, found by its step, op call and
+    name in the timeline; rows without a step or op call (graph nodes, older captures) are left out (None)."""
+    if not {"profiled_step", "op_index"} <= set(prof.columns) or "op_index" not in timeline:
+        return {}
+    t = timeline.assign(op_shapes=timeline.op_shapes.fillna(""))
+    t = t.drop_duplicates(["step", "op_index", "name"]).set_index(["step", "op_index", "name"]).op_shapes
+    out = {}
+    for i, r in prof.iterrows():
+        key = (r.get("profiled_step"), r.get("op_index"), r["name"])
+        if key[0] == key[0] and key[1] == key[1] and key[1] is not None and (int(key[0]), int(key[1]), key[2]) in t.index:
+            out[i] = t.loc[(int(key[0]), int(key[1]), key[2])]
+    return out
 
 
 def _grid(g) -> str:

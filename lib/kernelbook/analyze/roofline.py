@@ -62,12 +62,15 @@ class Roofs:
         return pd.DataFrame(rows)
 
 
-def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame | None = None) -> Roofs:
+def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame | None = None,
+          device_sources: dict | None = None) -> Roofs:
+    """The run's roofs. `device_sources`: where each of `device`'s facts came from (`devices.for_run`: the DRAM
+    peak ncu measured on the GPU wins over devices.yaml's); without it every fact is devices.yaml's."""
     compute = {f"tensor {p}": device.peak_flops(p) for p in ("bf16", "fp16", "tf32", "fp8")
                if device.tflops.get(p)}
     compute["CUDA-core fp32"] = device.peak_flops("fp32")
     bw = {"dram": device.dram_bytes_per_s}
-    sources = {"dram": tr("devices.yaml (spec)")}
+    sources = {"dram": tr((device_sources or {}).get("dram_gbps", "devices.yaml (spec)"))}
     notes, estimates = [], set()
     mp = manifest.get("measured_peaks") or {}
     measured = {}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..i18n import N_, tr
+from ..i18n import N_, text, tr
 from . import whatif as W
 from .timeline import PHASE_ORDER, phase_summary
 from ..escape import md, md_code
@@ -241,13 +241,24 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
             else:
                 pred_ms = pred_gain = np.nan
             gain = base_ms / var_ms
-            rows.append({"variant": p.get("variant") or run.run_id, "run": run.run_id, "phase": ph, "unit": unit,
+            rows.append({"variant": variant_label(run), "run": run.run_id, "phase": ph, "unit": unit,
                          "basis": (tr("plain runs") if plain else tr("profiled pass")) + (
                              "" if twin is base_run else tr(", same host: {run}", run=twin.run_id)),
                          "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
                          "predicted_gain": pred_gain, "measured_gain": gain,
                          "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})
     return pd.DataFrame(rows, columns=VARIANT_COLUMNS)
+
+
+# The variant labels of the bundled variants (params/variant-*.yaml `variant`), shown in the narrative language;
+# any other label as written.
+VARIANT_LABELS = (N_("static cache + CUDA graphs"), N_("batch 8"), N_("eager attention"))
+
+
+def variant_label(run) -> str:
+    """A variant run's label (its params' `variant`, else its run id), through the catalog where it is a known one."""
+    label = run.manifest.get("params", {}).get("variant") or run.run_id
+    return text(label) if label in VARIANT_LABELS else label
 
 
 def host_baseline(run, base_run):
@@ -265,26 +276,40 @@ def host_baseline(run, base_run):
 
 
 def plain_generate(base_run, variants: list) -> pd.DataFrame:
-    """Each run's plain (unprofiled) generate call: median seconds over its timing trials, and the
-    baseline ÷ variant ratio (the baseline captured on the variant's host where it kept one, `host_baseline`)."""
+    """Each run's plain (unprofiled) generate call: median seconds over its timing trials, the run it is set
+    against (the baseline captured on the variant's host where it kept one, `host_baseline`) with that run's
+    seconds, the speed-up (against ÷ variant, per call) and the speed-up per prompt (a batch-8 call answers 8)."""
     def med(r):
         return r.manifest.get("timeline_info", {}).get("plain_generate", {}).get("median_s", np.nan)
 
+    def prompts(r):
+        return int(r.manifest.get("params", {}).get("batch_size", 1))
+
     b = med(base_run)
-    rows = [{"run": base_run.run_id, "variant": "baseline", "plain_generate_s": b, "speedup": 1.0}]
+    rows = [{"run": base_run.run_id, "variant": tr("baseline"), "prompts_per_call": prompts(base_run),
+             "plain_generate_s": b, "against_run": "", "against_s": np.nan, "speedup": 1.0,
+             "per_prompt_speedup": 1.0}]
     for run, _ in variants:
         v, twin = med(run), host_baseline(run, base_run)
-        rows.append({"run": run.run_id, "variant": run.manifest.get("params", {}).get("variant") or run.run_id,
-                     "plain_generate_s": v, "speedup": med(twin) / v})
+        speedup = med(twin) / v
+        rows.append({"run": run.run_id, "variant": variant_label(run),
+                     "prompts_per_call": prompts(run), "plain_generate_s": v, "against_run": twin.run_id,
+                     "against_s": med(twin), "speedup": speedup,
+                     "per_prompt_speedup": speedup * prompts(run) / prompts(twin)})
     return pd.DataFrame(rows)
 
 
 def host_control(base_run, run) -> pd.DataFrame:
     """Phases whose device work did not change (GPU busy within 3 %) but whose wall time moved by more
-    than 10 %: the two captures' hosts differ by that factor (`wall_ratio`)."""
+    than 10 %: the two captures' hosts differ by that factor (`wall_ratio`). Empty for a variant measured
+    against the baseline captured beside it (`host_baseline`): one lease, one host, so a phase that moved
+    with the same GPU work moved by the variant's own host work (a static cache's prefill), not the host's."""
     from .compare import phases
 
-    ph = phases(host_baseline(run, base_run), run)
+    twin = host_baseline(run, base_run)
+    ph = phases(twin, run)
+    if twin is not base_run:
+        return ph.iloc[:0][["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]]
     same = (ph.gpu_busy_ratio - 1).abs() <= SAME_BUSY
     moved = (ph.wall_ratio - 1).abs() > HOST_DIFFERS
     return ph[same & moved][["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]]
@@ -358,7 +383,7 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
         out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain, pred=pred)
                    + (tr(", on another host than its baseline (see the host control below)")
                       if best.run in other_host else ""))
-    return "; ".join(out) + "."
+    return tr("; ").join(out) + "."
 
 
 def _plain_decode_ms(run) -> float:
@@ -435,7 +460,12 @@ def deployed_prose(table: pd.DataFrame) -> str:
               "CUDA graphs) it takes {g:.2f} ms, {gx:.1f}× the limit, of which the GPU is busy {gb:.2f} ms "
               "({gbx:.1f}×). Under graphs what remains is kernel work, which is where the hardware question lies.",
               e=e.plain_ms, ex=e.plain_x, lim=e.limit_ms, g_run=g.run, g=g.plain_ms, gx=g.plain_x, gb=g.busy_ms,
-              gbx=g.busy_x)
+              gbx=g.busy_x) + (
+        tr(" The compiled step's kernels are busy {gb:.2f} ms against eager's {eb:.2f} ms (fused by torch.compile): "
+           "graphs cut more than launch overhead, so their gain can pass the launch-overhead bound of chapter 05 "
+           "(the eager plain step ÷ its GPU-busy time, {bound:.1f}×).", gb=g.busy_ms, eb=e.busy_ms,
+           bound=e.plain_ms / e.busy_ms)
+        if g.busy_ms < 0.95 * e.busy_ms else "")
 
 
 def limit_table(limit: DecodeLimit | None) -> pd.DataFrame:
@@ -450,13 +480,13 @@ def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
     """The profiler output contract (`report.md`) as chapter 07 shows it: its Stages table as a frame
     (bound and key issue per phase) and, as Markdown, what its cells and classes mean and its per-phase
     sections (root cause, top 3 opportunities)."""
-    from ..devices import lookup
+    from ..devices import for_run
     from . import classify as C
 
     if not len(k):
         return (pd.DataFrame(), tr("The run has no ncu counters: bounds and opportunities need chapter 02's "
                                    "capture."))
-    c = C.classify(k, lookup(run.manifest["device"]).ridge("bf16"))
+    c = C.classify(k, for_run(run)[0].ridge("bf16"))  # the device chapters 04 and 05 use
     summary = phase_summary(run.timeline, run.phases)
     opps = C.all_opportunities(run, summary, c, roofs)
     header = [x.strip() for x in C.CONTRACT_HEADER.strip("|").split("|")]

@@ -38,7 +38,7 @@ import yaml
 
 from .histograms import weighted_mean
 from .ncu_report import expected_gemm_flops, implied_bytes
-from .timeline import gemm_dims, phase_summary, work_category
+from .timeline import gemm_dims, phase_summary, plain_ms_per_step, work_category
 
 NPUS_YAML = Path(__file__).resolve().parents[3] / "params" / "npus.yaml"
 PHASES = ("vision_encode", "prefill", "decode")
@@ -484,7 +484,10 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
     s["n"] = np.where(s.phase == "decode", s.steps.clip(lower=1), 1)
     measured = pd.DataFrame({"phase": s.phase, "steps": s.n, "wall_ms_per_step": s.wall_ms / s.n,
                              "plain_wall_ms_per_step": s.wall_ms / s.n / ratio,
-                             "busy_ms_per_step": s.gpu_busy_ms / s.n}).reset_index(drop=True)
+                             "busy_ms_per_step": s.gpu_busy_ms / s.n,
+                             # the plain step the capture timed, where it did (NaN before plain phases were timed)
+                             "plain_timed_ms_per_step": s.phase.map(plain_ms_per_step(manifest)).astype(float)
+                             }).reset_index(drop=True)
     span = _segment_spans(seq, seq.dur_s.to_numpy(), seq.gap_s.to_numpy())
     remainder = {ph: float(measured.set_index("phase").loc[ph, "wall_ms_per_step"] * 1e-3
                            * measured.set_index("phase").loc[ph, "steps"] - span.get(ph, 0.0))
@@ -498,12 +501,12 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
 
 def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     """(trace, the run's GPU as a design, roofs, profiled kernels): what chapters 06 and 07 model a run with."""
-    from ..devices import lookup
+    from ..devices import for_run as device_of
     from . import roofline as R
 
     k = R.profiled_kernels(run)
-    dev = lookup(run.manifest["device"])
-    roofs = R.roofs(dev, run.manifest, k, run.ncu_metrics())
+    dev, sources = device_of(run)  # devices.yaml, with what ncu measured on the GPU winning (chapters 04, 05)
+    roofs = R.roofs(dev, run.manifest, k, run.ncu_metrics(), sources)
     gpu = run_gpu_design(dev, roofs)
     tr = build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu)
     tr.device = dev.key
@@ -600,10 +603,12 @@ def validation(tr: Trace) -> pd.DataFrame:
 
 
 def host_time_per_launch_us(tr: Trace, phase: str = "decode") -> float:
-    """The plain run's wall time per launch in `phase` (profiled wall ÷ the profiled/plain ratio)."""
+    """The plain run's wall time per launch in `phase`: the plain step the capture timed (chapter 01's figure),
+    else the profiled wall ÷ the profiled/plain ratio, over the phase's kernel launches per step."""
     m = tr.measured.set_index("phase").loc[phase]
     launches = int((tr.seq.row >= 0)[tr.seq.phase == phase].sum()) / m.steps
-    return 1e3 * m.plain_wall_ms_per_step / launches
+    timed = m.get("plain_timed_ms_per_step", np.nan)
+    return 1e3 * (timed if timed == timed else m.plain_wall_ms_per_step) / launches
 
 
 def active_weight_bytes(tr: Trace) -> float:
@@ -858,8 +863,8 @@ def _class_ms(tr: Trace, t_s: np.ndarray | None = None) -> pd.Series:
 def cross_device_one(a: Trace, b: Trace) -> pd.DataFrame:
     """Fit on run `a`, predict the GPU of run `b` (same workload), per phase and kernel class.
 
-    The design for b is b's GPU as `for_run` builds it: devices.yaml spec compute, DRAM bandwidth and L2
-    size, the L2 roof from b's ncu counters, and b's kernel floor (5th percentile of its kernel durations);
+    The design for b is b's GPU as `for_run` builds it: devices.yaml spec compute and L2 size, the DRAM peak and
+    L2 roof from b's ncu counters (device attributes, not kernel times), and b's kernel floor (5th percentile of its kernel durations);
     no kernel time of b enters the prediction. Latency, slowdown and DRAM scaling come from a's fit on all
     its phases. Device time per step (ms): predicted for b, measured on a and b; error of the prediction
     (%); gain a→b (a's time ÷ b's): predicted = the model's a ÷ the model's b (both from a's fit, what a

@@ -87,9 +87,11 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
     names the kernel (friendly and short name, library) with its time, share, launches and mean/median."""
     from plotly.subplots import make_subplots
 
+    # one panel per phase, stacked: side by side, a panel's kernel labels ran over the bars of the panel before it
     phases = list(dict.fromkeys(top.phase))
-    fig = make_subplots(rows=1, cols=len(phases), subplot_titles=[phase_label(p) for p in phases],
-                        horizontal_spacing=0.12)
+    sizes = [int((top.phase == p).sum()) for p in phases]
+    fig = make_subplots(rows=len(phases), cols=1, subplot_titles=[phase_label(p) for p in phases],
+                        row_heights=[max(n, 3) for n in sizes], vertical_spacing=0.3 / max(1, len(phases)))
     for j, ph in enumerate(phases, 1):
         t = top[top.phase == ph].iloc[::-1]
         for cat, q in t.groupby("category", sort=False):
@@ -101,11 +103,11 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
                 hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}, " + phase_label(ph) +
                               "<br>" + tr("%{{x:.2f}} ms total, %{{customdata[3]:.1f}} % of phase kernel time") +
                               "<br>" + tr("%{{customdata[4]}} launches, mean %{{customdata[5]:.1f}} µs, median "
-                                          "%{{customdata[6]:.1f}} µs") + "<extra></extra>", row=1, col=j)
+                                          "%{{customdata[6]:.1f}} µs") + "<extra></extra>", row=j, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=[f"{r}. {plot(f)}" for r, f in zip(t["rank"], t.friendly_name)],
-                         tickfont=dict(size=9), row=1, col=j)
-        fig.update_xaxes(title_text="ms", row=1, col=j)
-    fig.update_layout(template=TEMPLATE, height=max(380, 24 * top.groupby("phase").size().max() + 140),
+                         tickfont=dict(size=10), row=j, col=1)
+        fig.update_xaxes(title_text="ms", row=j, col=1)
+    fig.update_layout(template=TEMPLATE, height=max(380, 22 * sum(max(n, 3) for n in sizes) + 110 * len(phases) + 120),
                       title=tr("Top kernels per phase by total time (hover a bar for the kernel and its numbers)"),
                       legend=dict(orientation="h", y=-0.12))
     return fig

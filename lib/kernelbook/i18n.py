@@ -17,6 +17,8 @@ catalog before it executes them (`translate_markdown`), so the notebooks stay pl
 """
 from __future__ import annotations
 
+import re
+
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -72,10 +74,15 @@ def text(template: str) -> str:
     return catalog(_current).get(template, template)
 
 
+# a signed percentage that rounds to zero ('{x:+.0f} %' of -0.2): printed '-0 %', it reads as a loss that is not there
+_NEGATIVE_ZERO = re.compile(r"(?<![\w.])-(0(?:\.0+)?)(?=\s?%)")
+
+
 def tr(template: str, **values) -> str:
     """`template` (English, with `{name:fmt}` placeholders) in the current language, formatted with
-    `values`. English is the identity; a template without a catalog entry stays English."""
-    return text(template).format(**values)
+    `values`. English is the identity; a template without a catalog entry stays English. A percentage that
+    rounds to zero prints without a minus sign ('+0 %', never '-0 %')."""
+    return _NEGATIVE_ZERO.sub(r"+\1", text(template).format(**values))
 
 
 def N_(template: str) -> str:

@@ -742,8 +742,9 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
          CONFIDENCE["medium"]),
         (i18n.tr("decode L2 hit {hit} (time-weighted, ncu replay); one token's weights are {mib:,.0f} MiB",
                  hit=_pct(l2hit), mib=mib),
-         i18n.tr("SRAM ≥ {mib:,.0f} MiB holds them: decode/token {change:+.0f} %", mib=mib,
-                 change=pct(at(tr, g, sram_mb=max(1024, 1.1 * mib)), base)), CONFIDENCE["low_sram"]),
+         i18n.tr("an on-chip SRAM of {sram:,.0f} MiB holds them: decode/token {change:+.0f} %",
+                 sram=max(1024, 1.1 * mib), change=pct(at(tr, g, sram_mb=max(1024, 1.1 * mib)), base)),
+         CONFIDENCE["low_sram"]),
         (i18n.tr("GEMV is {gemv:.0f} % of decode kernel time; counted tensor FLOPs are {lo:.0f}–{hi:.0f}× 2·M·N·K "
                  "(MMA tiles pad the token dimension)", gemv=sh.get("GEMV", 0), lo=pad.min(), hi=pad.max()),
          i18n.tr("batch 8 instead of 1: decode per token {change:+.0f} % (weights read once for 8 tokens)",

@@ -188,20 +188,24 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode", useful
     fig = go.Figure()
     xs = np.logspace(-3, 6, 200)
     used = set(p.compute_roof)
-    for label, peak in roofs.compute.items():
-        if label.startswith("tensor") and label != "tensor bf16" and label not in used:
-            continue  # tensor roofs of dtypes no kernel here uses
+    drawn = {label: peak for label, peak in roofs.compute.items()
+             if not (label.startswith("tensor") and label != "tensor bf16" and label not in used)}  # dtypes in use
+    for label, peak in drawn.items():
         fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, peak), mode="lines", name=tr("{roof} roof", roof=label),
                                  line=dict(width=1.5, color="#444" if "tensor" in label else "#999")))
+    top = max(drawn.values())  # a bandwidth roof ends where it meets the highest compute roof drawn
     dashes = {"dram": "solid", "l2": "dash", "l1": "dot"}
     for lvl, bw in roofs.bandwidth.items():
-        top = max(roofs.compute.values())
         x = xs[bw * xs <= top]
         fig.add_trace(go.Scatter(x=x, y=bw * x, mode="lines", name=f"{lvl.upper()} {bw / 1e9:,.0f} GB/s",
                                  line=dict(width=1.5, dash=dashes[lvl], color="#2b6cb0")))
-    for label, v in roofs.measured.items():
+    for label, v in roofs.measured.items():  # measured ceilings, dashed: the GEMM peak and the DRAM copy
         if "TFLOP" in label:
             fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, v), mode="lines", name=text(label),
+                                     line=dict(width=1, dash="dash", color="#c05621")))
+        else:
+            x = xs[v * xs <= top]
+            fig.add_trace(go.Scatter(x=x, y=v * x, mode="lines", name=text(label),
                                      line=dict(width=1, dash="dash", color="#c05621")))
     symbols = {"DRAM": "circle", "L2": "square", "L1": "diamond"}
     cats = sorted(p.category.dropna().unique())

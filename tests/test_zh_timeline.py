@@ -3,42 +3,18 @@ its tables and figure legends, and the headline of chapter 07 / the index are Ch
 (解码 for decode, 内核 for kernel, 普通 for plain, 分析器 for the profiler), not English words left inside Chinese."""
 import collections
 import re
-from html.parser import HTMLParser
 
 import pytest
 import yaml
 
 from kernelbook import i18n
+from test_i18n import visible_text  # the text a reader sees: no script, style or code
 
 # English words a reader must not meet in the zh chapter's text (kernel names hold "kernel" only after "_")
 ENGLISH = re.compile(r"\b(decode|kernels?|plain|profiled?|profiler|First|Last|Change|steps)\b")
 # fragments the review found, in the visible text or in a figure's legend
 FRAGMENTS = ["plain decode", "plain 墙钟", "profiled 墙钟", "plain wall", "profiled wall", "GPU 忙碌（profiled）",
              "63.0 steps", "被 profile", "KV cache 长度", "decode 步"]
-
-
-class _Visible(HTMLParser):
-    """The text a reader sees: no script, style or code."""
-
-    def __init__(self):
-        super().__init__()
-        self.skip, self.parts = 0, []
-
-    def handle_starttag(self, tag, attrs):
-        self.skip += tag in ("script", "style", "code")
-
-    def handle_endtag(self, tag):
-        self.skip -= tag in ("script", "style", "code") and self.skip > 0
-
-    def handle_data(self, data):
-        if not self.skip:
-            self.parts.append(data)
-
-
-def visible_text(html: str) -> str:
-    p = _Visible()
-    p.feed(html)
-    return " ".join(" ".join(p.parts).split())
 
 
 @pytest.fixture(scope="module")

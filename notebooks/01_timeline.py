@@ -78,7 +78,7 @@ kb.md(S.check_prose(r))
 # %%
 kb.table(S.growing_kernels(r.timeline), kb.tr("Decode kernels whose time per step grows with position (µs per step, "
                                               "first and last profiled steps)"),
-         empty=kb.tr("The profiled decode steps span too few positions to see growth."),
+         empty=S.growth_note(r.timeline),
          columns={"first_us": kb.tr("First"), "last_us": kb.tr("Last"), "change_us": kb.tr("Change"),
                   "change_pct": kb.tr("Change %")})
 

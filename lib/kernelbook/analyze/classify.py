@@ -588,7 +588,15 @@ def wave_prose(w: pd.DataFrame, sm_count: int) -> str:
               pct=100 * under.share.sum() / w.share.sum(), sms=sm_count, n_small=len(small), blocks=4 * sm_count, tail=tw)
 
 
+_SAME_ENDS = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)–\1(?![\d.])")  # '1–1' reads as '1'
+
+
 def tile_prose(t: pd.DataFrame, rules: Rules) -> str:
+    """What the decoded tiles say; a range whose ends print the same ('1–1 block(s)') prints as one value."""
+    return _SAME_ENDS.sub(r"\1", _tile_prose(t, rules))
+
+
+def _tile_prose(t: pd.DataFrame, rules: Rules) -> str:
     if t.empty:
         return tr("No GEMM/GEMV kernel name carries its tile shape.")
     fit = (t.smem_stages_bytes <= t.smem_launch_bytes).mean() * 100

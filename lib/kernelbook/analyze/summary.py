@@ -383,7 +383,7 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
         out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain, pred=pred)
                    + (tr(", on another host than its baseline (see the host control below)")
                       if best.run in other_host else ""))
-    return tr("; ").join(out) + "."
+    return tr("; ").join(out) + tr(".")
 
 
 def _plain_decode_ms(run) -> float:

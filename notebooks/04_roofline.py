@@ -25,15 +25,14 @@ phase: str = "decode"  # phase whose profiled kernels are shown
 from kernelbook import notebook as kb
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
-from kernelbook.devices import facts_table, for_run
+from kernelbook.devices import facts_table
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, phase=phase)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase)
 k = R.profiled_kernels(r)
-dev, dev_sources = for_run(r)  # devices.yaml, with what ncu measured on the GPU winning
-roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics(), dev_sources)
+dev, dev_sources, roofs = R.for_run(r, k)  # devices.yaml, with what ncu measured on the GPU winning
 pts = R.points(k, roofs)
 bw_only = R.bandwidth_only(k, roofs)
 kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])

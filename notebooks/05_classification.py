@@ -34,16 +34,15 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import why as W
-from kernelbook.devices import facts_table, for_run
+from kernelbook.devices import facts_table
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, phase=phase, high_pct=high_pct, low_pct=low_pct,
          l2_hit_min_pct=l2_hit_min_pct, mem_latency_cycles=mem_latency_cycles, kernel=kernel)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
-dev, dev_sources = for_run(r)  # devices.yaml, with what ncu measured on the GPU winning
+dev, dev_sources, roofs = R.for_run(r, k)  # devices.yaml, with what ncu measured on the GPU winning
 rules = C.Rules(high_pct, low_pct, l2_hit_min_pct, mem_latency_cycles)
-roofs = R.roofs(dev, r.manifest, k, r.ncu_metrics(), dev_sources)
 c = C.classify(k, dev.ridge("bf16"), rules)
 cp = c[c.phase == phase]
 summary = T.phase_summary(r.timeline, r.phases)

@@ -654,17 +654,15 @@ def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame, why: dict[str, pd.DataFram
 
 def report_for_run(run_dir, rules: Rules = Rules()) -> str | None:
     """`report.md`: the profiler output contract for a run, or None when it has no profiled kernels."""
-    from ..devices import for_run
     from ..load.run import load_run
-    from .roofline import profiled_kernels, roofs as make_roofs
+    from .roofline import for_run, profiled_kernels
     from .timeline import phase_summary
 
     run = load_run(run_dir)
     k = profiled_kernels(run)
     if k.empty or not (k.status == "profiled").any():
         return None
-    dev, sources = for_run(run)  # the device chapters 04-07 use: what ncu measured on the GPU winning
-    roofs = make_roofs(dev, run.manifest, k, run.ncu_metrics(), sources)
+    dev, _, roofs = for_run(run, k)  # the device and roofs chapters 04-07 use
     c = classify(k, dev.ridge("bf16"), rules)
     summary = phase_summary(run.timeline, run.phases)
     return contract_markdown(run, summary, c, all_opportunities(run, summary, c, roofs), rules) + "\n"

@@ -216,14 +216,11 @@ def _profiled_shapes(timeline: pd.DataFrame, prof: pd.DataFrame) -> dict:
     name in the timeline; rows without a step or op call (graph nodes, older captures) are left out (None)."""
     if not {"profiled_step", "op_index"} <= set(prof.columns) or "op_index" not in timeline:
         return {}
-    t = timeline.assign(op_shapes=timeline.op_shapes.fillna(""))
-    t = t.drop_duplicates(["step", "op_index", "name"]).set_index(["step", "op_index", "name"]).op_shapes
-    out = {}
-    for i, r in prof.iterrows():
-        key = (r.get("profiled_step"), r.get("op_index"), r["name"])
-        if key[0] == key[0] and key[1] == key[1] and key[1] is not None and (int(key[0]), int(key[1]), key[2]) in t.index:
-            out[i] = t.loc[(int(key[0]), int(key[1]), key[2])]
-    return out
+    t = timeline.assign(op_shapes=timeline.op_shapes.fillna("")).drop_duplicates(["step", "op_index", "name"])
+    p = prof[["profiled_step", "op_index", "name"]].dropna().reset_index()
+    hit = p.merge(t[["step", "op_index", "name", "op_shapes"]], left_on=["profiled_step", "op_index", "name"],
+                  right_on=["step", "op_index", "name"])
+    return dict(zip(hit["index"], hit.op_shapes))
 
 
 def _grid(g) -> str:

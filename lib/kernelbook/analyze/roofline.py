@@ -37,6 +37,10 @@ class Roofs:
     sources: dict[str, str] = field(default_factory=dict)    # level -> where its bandwidth comes from
     estimates: set[str] = field(default_factory=set)         # levels whose roof is an estimate
 
+    def ridge(self, compute: str = "tensor bf16") -> float:
+        """FLOP/byte where `compute`'s roof meets the DRAM roof (the device's ridge, on the roofs drawn)."""
+        return self.compute[compute] / self.bandwidth["dram"]
+
     def estimated(self, level: str) -> bool:
         return level in self.estimates
 
@@ -365,6 +369,17 @@ def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode
         parts.append(tr("{n} points lie more than {tol:.0f} % above their roof and are listed with the likely cause "
                         "below.", n=n_above, tol=tol))
     return "\n\n".join(parts)
+
+
+def for_run(run, kernels: pd.DataFrame | None = None) -> tuple[object, dict, Roofs]:
+    """(device, where each of its facts came from, roofs) of a run: `devices.for_run` (devices.yaml, with what ncu
+    measured on the GPU winning) and its roofs over `kernels` (default `profiled_kernels`). The one place every
+    chapter, the what-if and report.md take the device and roofs from, so they print the same DRAM peak."""
+    from ..devices import for_run as device_of
+
+    dev, sources = device_of(run)
+    k = profiled_kernels(run) if kernels is None else kernels
+    return dev, sources, roofs(dev, run.manifest, k, run.ncu_metrics(), sources)
 
 
 def profiled_kernels(run) -> pd.DataFrame:

@@ -105,6 +105,14 @@ def check_prose(run) -> str:
 
 
 GROWTH_MIN_PCT = 5.0  # a kernel "grows with position" when its time per step grew by this much or more
+GROWTH_MIN_SPAN = 8   # positions the profiled decode steps must span to show growth at all
+
+
+def _growth_steps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """The decode kernels and their profiled steps, sorted; None for the steps when they span too few positions."""
+    k = timeline[(timeline.phase == "decode") & (timeline.kind == "kernel")]
+    steps = np.sort(k.step.unique())
+    return k, (steps if len(steps) >= 2 and steps[-1] - steps[0] >= GROWTH_MIN_SPAN else None)
 
 
 def growing_kernels(timeline: pd.DataFrame, top: int = 8) -> pd.DataFrame:
@@ -114,9 +122,8 @@ def growing_kernels(timeline: pd.DataFrame, top: int = 8) -> pd.DataFrame:
     more (smaller changes are run-to-run noise: the bundled 64-token run's largest was 3.8 %). Empty when none
     grew so, or the profiled steps span less than 8 positions (`growth_note` says which)."""
     cols = ["kernel", "category", "first_us", "last_us", "change_us", "change_pct"]
-    k = timeline[(timeline.phase == "decode") & (timeline.kind == "kernel")]
-    steps = np.sort(k.step.unique())
-    if len(steps) < 2 or steps[-1] - steps[0] < 8:
+    k, steps = _growth_steps(timeline)
+    if steps is None:
         return pd.DataFrame(columns=cols)
     n = max(1, len(steps) // 10)
     first, last = set(steps[:n]), set(steps[-n:])
@@ -133,8 +140,8 @@ def growing_kernels(timeline: pd.DataFrame, top: int = 8) -> pd.DataFrame:
 
 def growth_note(timeline: pd.DataFrame) -> str:
     """Why `growing_kernels` is empty for this timeline."""
-    steps = np.sort(timeline[(timeline.phase == "decode") & (timeline.kind == "kernel")].step.unique())
-    if len(steps) < 2 or steps[-1] - steps[0] < 8:
+    _, steps = _growth_steps(timeline)
+    if steps is None:
         return tr("The profiled decode steps span too few positions to see growth.")
     return tr("No decode kernel's time per step grew by {pct:.0f} % or more between the first and the last profiled "
               "steps (positions {a} to {b}): over this span the KV cache's growth is within run-to-run noise.",

@@ -291,10 +291,11 @@ def plain_generate(base_run, variants: list) -> pd.DataFrame:
              "per_prompt_speedup": 1.0}]
     for run, _ in variants:
         v, twin = med(run), host_baseline(run, base_run)
-        speedup = med(twin) / v
+        against = med(twin)
+        speedup = against / v
         rows.append({"run": run.run_id, "variant": variant_label(run),
                      "prompts_per_call": prompts(run), "plain_generate_s": v, "against_run": twin.run_id,
-                     "against_s": med(twin), "speedup": speedup,
+                     "against_s": against, "speedup": speedup,
                      "per_prompt_speedup": speedup * prompts(run) / prompts(twin)})
     return pd.DataFrame(rows)
 
@@ -306,13 +307,13 @@ def host_control(base_run, run) -> pd.DataFrame:
     with the same GPU work moved by the variant's own host work (a static cache's prefill), not the host's."""
     from .compare import phases
 
-    twin = host_baseline(run, base_run)
-    ph = phases(twin, run)
-    if twin is not base_run:
-        return ph.iloc[:0][["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]]
+    cols = ["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]
+    if host_baseline(run, base_run) is not base_run:
+        return pd.DataFrame(columns=cols)
+    ph = phases(base_run, run)
     same = (ph.gpu_busy_ratio - 1).abs() <= SAME_BUSY
     moved = (ph.wall_ratio - 1).abs() > HOST_DIFFERS
-    return ph[same & moved][["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]]
+    return ph[same & moved][cols]
 
 
 def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_out: list[str] = ()) -> str:
@@ -480,13 +481,12 @@ def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
     """The profiler output contract (`report.md`) as chapter 07 shows it: its Stages table as a frame
     (bound and key issue per phase) and, as Markdown, what its cells and classes mean and its per-phase
     sections (root cause, top 3 opportunities)."""
-    from ..devices import for_run
     from . import classify as C
 
     if not len(k):
         return (pd.DataFrame(), tr("The run has no ncu counters: bounds and opportunities need chapter 02's "
                                    "capture."))
-    c = C.classify(k, for_run(run)[0].ridge("bf16"))  # the device chapters 04 and 05 use
+    c = C.classify(k, roofs.ridge())  # the bf16 ridge on the roofs chapters 04 and 05 draw
     summary = phase_summary(run.timeline, run.phases)
     opps = C.all_opportunities(run, summary, c, roofs)
     header = [x.strip() for x in C.CONTRACT_HEADER.strip("|").split("|")]

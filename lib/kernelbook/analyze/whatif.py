@@ -501,12 +501,10 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
 
 def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     """(trace, the run's GPU as a design, roofs, profiled kernels): what chapters 06 and 07 model a run with."""
-    from ..devices import for_run as device_of
     from . import roofline as R
 
     k = R.profiled_kernels(run)
-    dev, sources = device_of(run)  # devices.yaml, with what ncu measured on the GPU winning (chapters 04, 05)
-    roofs = R.roofs(dev, run.manifest, k, run.ncu_metrics(), sources)
+    dev, _, roofs = R.for_run(run, k)  # the device and roofs chapters 04 and 05 use
     gpu = run_gpu_design(dev, roofs)
     tr = build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu)
     tr.device = dev.key
@@ -724,6 +722,7 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
     half_m = {**d.matrix_tflops, "bf16": d.matrix_tflops["bf16"] / 2}
     launches = int(work[work.phase == "decode"].launches.sum() / max(1, steps.get("decode", 1)))
     mib = active / 2**20
+    sram = max(1024, 1.1 * mib)  # the on-chip SRAM the what-if evaluates: one token's weights and 10 % room
     comm = sh.get("communication", 0)
     no_claim = i18n.tr("the data cannot support a claim")
     rows = [
@@ -743,7 +742,7 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
         (i18n.tr("decode L2 hit {hit} (time-weighted, ncu replay); one token's weights are {mib:,.0f} MiB",
                  hit=_pct(l2hit), mib=mib),
          i18n.tr("an on-chip SRAM of {sram:,.0f} MiB holds them: decode/token {change:+.0f} %",
-                 sram=max(1024, 1.1 * mib), change=pct(at(tr, g, sram_mb=max(1024, 1.1 * mib)), base)),
+                 sram=sram, change=pct(at(tr, g, sram_mb=sram), base)),
          CONFIDENCE["low_sram"]),
         (i18n.tr("GEMV is {gemv:.0f} % of decode kernel time; counted tensor FLOPs are {lo:.0f}–{hi:.0f}× 2·M·N·K "
                  "(MMA tiles pad the token dimension)", gemv=sh.get("GEMV", 0), lo=pad.min(), hi=pad.max()),

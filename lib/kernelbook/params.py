@@ -6,6 +6,8 @@ message; the CLI exits with code 2 and writes nothing.
 """
 from __future__ import annotations
 
+import difflib
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,14 +25,59 @@ VARIANT_RUNS = ["data/runs/h100-variant-static-graphs", "data/runs/h100-variant-
                 "data/runs/h100-variant-eager-attention"]
 PHASE_NAMES = ("vision_encode", "prefill", "decode")
 
+# A params file is a page of overrides (the largest in params/ is under 1 KiB). These bounds keep a hostile or
+# mistaken file (a YAML alias bomb, a pasted log, a binary) to one short message in well under a second.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_YAML_VALUES = 10_000  # keys, list items and scalars together; PyYAML builds each in ~10 µs: 0.1 s in all
+MAX_YAML_DEPTH = 10  # a value is a scalar or a list of scalars (two levels with the file's mapping); the loader
+                     # recurses once per level and would end in a RecursionError near 1000
+SHOWN_CHARS = 80  # the most of any one value a message quotes
+MAX_PROBLEMS_SHOWN = 20  # lines of a ParamError's message; `problems` keeps them all
+
 
 class ParamError(ValueError):
-    """Bad parameters; `problems` lists every one of them."""
+    """Bad parameters; `problems` lists every one of them. The message shows the first MAX_PROBLEMS_SHOWN,
+    then `footer` (said once, e.g. the known keys, however many problems it concerns)."""
 
-    def __init__(self, problems: list[str], source: str = "parameters"):
+    def __init__(self, problems: list[str], source: str = "parameters", footer: str = ""):
         self.problems = problems
-        lines = "\n".join(f"  - {p}" for p in problems)
+        shown_lines = [f"  - {p}" for p in problems[:MAX_PROBLEMS_SHOWN]]
+        if len(problems) > MAX_PROBLEMS_SHOWN:
+            shown_lines.append(f"  - ... and {len(problems) - MAX_PROBLEMS_SHOWN} more")
+        if footer:
+            shown_lines.append(footer)
+        lines = "\n".join(shown_lines)
         super().__init__(f"{len(problems)} problem(s) in {source}:\n{lines}")
+
+
+# reprlib stops at these counts, so quoting a list of a million items or a string of a megabyte reads only the
+# part it prints (a plain repr walks the whole value first: 2.1 GB of message for a 1 KB alias bomb)
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdeque = _REPR.maxdict = 4
+_REPR.maxstring = _REPR.maxlong = _REPR.maxother = SHOWN_CHARS
+
+
+def shown(v: Any, bare: bool = False, limit: int = SHOWN_CHARS) -> str:
+    """`v` as a message quotes it: its repr, at most `limit` characters with the middle or end cut.
+    `bare`: a printable string (a path, a key) as it is, without quotes, cut the same way. Of a string, list
+    or mapping it reads only the part it prints, whatever the size."""
+    if bare and isinstance(v, str):
+        half = limit // 2 - 2
+        text = v if len(v) <= limit else f"{v[:half]}...{v[-half:]}"
+        if text.isprintable():
+            return text
+    text = _REPR.repr(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _on_disk(p: Path, kind: str) -> bool:
+    """Whether `p` is a directory ("dir"), a regular file ("file") or anything ("any"); False, not an
+    exception, for a name the system refuses (too long, a NUL byte)."""
+    try:
+        return p.is_dir() if kind == "dir" else p.is_file() if kind == "file" else p.exists()
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -49,43 +96,41 @@ class Param:
 
 def _exists(kind: str) -> Callable[[Any], str | None]:
     def check(v):
-        p = resolve_path(v)
-        if kind == "dir" and not p.is_dir():
-            return f"directory {v} does not exist"
-        if kind == "file" and not p.is_file():
-            return f"file {v} does not exist"
+        if not _on_disk(resolve_path(v), kind):
+            return f"{'directory' if kind == 'dir' else 'file'} {shown(v, bare=True)} does not exist"
         return None
     return check
 
 
 def _run_dir(v) -> str | None:
     p = resolve_path(v)
-    if not p.is_dir():
-        return f"run directory {v} does not exist (capture one with `python -m kernelbook capture`, or use {BUNDLED_RUN})"
-    if not (p / "manifest.json").is_file():
-        return f"run directory {v} has no manifest.json: it is not a kernelbook run"
+    if not _on_disk(p, "dir"):
+        return (f"run directory {shown(v, bare=True)} does not exist (capture one with `python -m kernelbook "
+                f"capture`, or use {BUNDLED_RUN})")
+    if not _on_disk(p / "manifest.json", "file"):
+        return f"run directory {shown(v, bare=True)} has no manifest.json: it is not a kernelbook run"
     return None
 
 
 def _model(v) -> str | None:
     from .capture.models import BUILTIN_MODELS
 
-    if v in BUILTIN_MODELS or resolve_path(v).is_dir():
+    if v in BUILTIN_MODELS or _on_disk(resolve_path(v), "dir"):
         return None
     parts = v.split("/")
     if len(parts) == 2 and all(parts) and " " not in v:
         return None  # a hub id: checked when loaded (the capture machine may have a cache)
-    return (f"unknown model {v!r}: use one of {', '.join(BUILTIN_MODELS)}, a Hugging Face hub id "
+    return (f"unknown model {shown(v)}: use one of {', '.join(BUILTIN_MODELS)}, a Hugging Face hub id "
             "(org/name) or a local checkpoint directory")
 
 
 def _weights(v) -> str | None:
-    if v in ("random", "pretrained") or resolve_path(v).is_dir():
+    if v in ("random", "pretrained") or _on_disk(resolve_path(v), "dir"):
         return None
     parts = v.split("/")
     if len(parts) == 2 and all(parts) and not v.startswith((".", "/")):
         return None
-    return f"weights {v!r} is neither 'random', 'pretrained', a hub id nor an existing checkpoint directory"
+    return f"weights {shown(v)} is neither 'random', 'pretrained', a hub id nor an existing checkpoint directory"
 
 
 def _nonblank(v) -> str | None:
@@ -98,13 +143,14 @@ def _device(v) -> str | None:
     try:
         lookup(v)
     except UnknownDeviceError as e:
-        return str(e).splitlines()[0]
+        # devices.lookup quotes the name whole; the message here quotes it as every other value
+        return str(e).splitlines()[0].replace(repr(v), shown(v), 1)
     return None
 
 
 def _phases(v) -> str | None:
     bad = [p for p in v if p not in PHASE_NAMES]
-    return f"unknown phase(s) {bad}; phases are {list(PHASE_NAMES)}" if bad else None
+    return f"unknown phase(s) {shown(bad)}; phases are {list(PHASE_NAMES)}" if bad else None
 
 
 SCHEMA: dict[str, Param] = {
@@ -243,10 +289,13 @@ def absolute_paths(values: dict, base: Path) -> dict:
     def one(v, maybe=False):
         if not isinstance(v, str) or not v:
             return v
-        p = Path(v).expanduser()
+        try:
+            p = Path(v).expanduser()
+        except RuntimeError:  # ~name of no user: left as given, and its check says it does not exist
+            return v
         if p.is_absolute():
             return str(p)
-        if maybe and not (base / p).exists():
+        if maybe and not _on_disk(base / p, "any"):
             return v
         return str(base / p)
 
@@ -262,8 +311,14 @@ def absolute_paths(values: dict, base: Path) -> dict:
 
 
 def resolve_path(v: str | Path) -> Path:
-    p = Path(v).expanduser()
-    return p if p.is_absolute() else (Path.cwd() / p if (Path.cwd() / p).exists() else REPO / p)
+    try:
+        p = Path(v).expanduser()
+    except RuntimeError:  # ~name of no user: the path as written, which does not exist
+        p = Path(v)
+    return p if p.is_absolute() else (Path.cwd() / p if _on_disk(Path.cwd() / p, "any") else REPO / p)
+
+
+_NOTHING = object()
 
 
 def _check_one(key: str, spec: Param, v: Any, consumer: str | None = None) -> list[str]:
@@ -272,17 +327,20 @@ def _check_one(key: str, spec: Param, v: Any, consumer: str | None = None) -> li
     types = spec.type if isinstance(spec.type, tuple) else (spec.type,)
     if (bool not in types and isinstance(v, bool)) or not isinstance(v, types):
         want = " or ".join(t.__name__ for t in types)
-        return [f"{key}: expected {want}, got {type(v).__name__} ({v!r})"]
+        return [f"{key}: expected {want}, got {type(v).__name__} ({shown(v)})"]
     if spec.items is not None:
-        bad = [x for x in v if (spec.items is not bool and isinstance(x, bool)) or not isinstance(x, spec.items)]
-        if bad:
-            return [f"{key}: expected a list of {spec.items.__name__}, got {bad[0]!r} ({type(bad[0]).__name__})"]
+        wrong = (x for x in v if (spec.items is not bool and isinstance(x, bool)) or not isinstance(x, spec.items))
+        bad = next(wrong, _NOTHING)
+        if bad is not _NOTHING:
+            return [f"{key}: expected a list of {spec.items.__name__}, got {shown(bad)} ({type(bad).__name__})"]
+    if isinstance(v, float) and v != v:  # NaN passes every comparison below
+        return [f"{key}: must be a number, not {shown(v)}"]
     if spec.choices is not None and v not in spec.choices:
-        return [f"{key}: {v!r} is not one of {list(spec.choices)}"]
+        return [f"{key}: {shown(v)} is not one of {list(spec.choices)}"]
     if spec.min is not None and v < spec.min:
-        return [f"{key}: {v} is below the minimum {spec.min:g}"]
+        return [f"{key}: {shown(v)} is below the minimum {spec.min:g}"]
     if spec.max is not None and v > spec.max:
-        return [f"{key}: {v} is above the maximum {spec.max:g}"]
+        return [f"{key}: {shown(v)} is above the maximum {spec.max:g}"]
     if spec.check is not None and _feeds(spec, consumer):
         problem = spec.check(v)
         if problem:
@@ -303,11 +361,12 @@ def _feeds(spec: Param, consumer: str | None) -> bool:
 def validate(values: dict, source: str = "parameters", consumer: str | None = None) -> dict:
     """Defaults overlaid with `values`, or ParamError listing every problem."""
     problems = []
-    for key in values:
-        if key not in SCHEMA:
-            near = [k for k in SCHEMA if k.split("_")[0] == key.split("_")[0]]
-            hint = f" (did you mean {', '.join(near)}?)" if near else ""
-            problems.append(f"{key}: unknown key{hint}; known keys: {', '.join(sorted(SCHEMA))}")
+    unknown = [key for key in values if key not in SCHEMA]
+    for i, key in enumerate(unknown):
+        # hints only where the message shows them: difflib takes milliseconds a key, and a file may hold thousands
+        hint = _did_you_mean(key) if i < MAX_PROBLEMS_SHOWN else ""
+        problems.append(f"{shown(key, bare=True)}: unknown key{hint}")
+    footer = f"known keys: {', '.join(sorted(SCHEMA))}" if unknown else ""
     merged = {k: spec.default for k, spec in SCHEMA.items()}
     capturing = values.get("capture", SCHEMA["capture"].default) in ("auto", "always")
     for key, v in values.items():
@@ -328,13 +387,24 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
                         "is low below low_pct and high at or above high_pct")
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")
-    if merged.get("tensor_parallel", 1) > 1 and (merged.get("weights") == "random" or merged.get("model") == "deepseek-ocr-2"):
+    tp = merged["tensor_parallel"]  # compared only once it is an int: a wrong type has its own problem above
+    if isinstance(tp, int) and tp > 1 and (merged.get("weights") == "random"
+                                           or merged.get("model") == "deepseek-ocr-2"):
         problems.append("tensor_parallel: shards a checkpoint, and random weights are built on one GPU: make one with "
                         "`python bench/make_checkpoint.py deepseek-ocr2-decoder <dir>` (or give any local checkpoint) "
                         "and set model: <dir>, weights: pretrained")
     if problems:
-        raise ParamError(problems, source)
+        raise ParamError(problems, source, footer)
     return merged
+
+
+def _did_you_mean(key: Any) -> str:
+    """` (did you mean a, b?)` for an unknown key: the keys sharing its first word, else the close spellings."""
+    if not isinstance(key, str):
+        return ""
+    key = key[:SHOWN_CHARS]
+    near = [k for k in SCHEMA if k.split("_")[0] == key.split("_")[0]] or difflib.get_close_matches(key, SCHEMA, n=3)
+    return f" (did you mean {', '.join(near)}?)" if near else ""
 
 
 def load(path: str | Path | None, overrides: dict | None = None, consumer: str | None = None,
@@ -345,17 +415,8 @@ def load(path: str | Path | None, overrides: dict | None = None, consumer: str |
     values: dict = {}
     source = "parameters"
     if path is not None:
-        p = Path(path)
-        source = str(p)
-        if not p.is_file():
-            raise ParamError([f"params file {p} does not exist"], source)
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ParamError([f"not valid YAML: {e}"], source) from e
-        if not isinstance(loaded, dict):
-            raise ParamError([f"expected a mapping of key: value, got {type(loaded).__name__}"], source)
-        values.update(loaded)
+        source = str(path)
+        values.update(_read_file(Path(path)))
     values.update(overrides or {})
     if base is None:
         return validate(values, source, consumer)
@@ -364,22 +425,121 @@ def load(path: str | Path | None, overrides: dict | None = None, consumer: str |
     return {**merged, **absolute_paths({k: merged[k] for k in PATH_KEYS if k not in values}, REPO)}
 
 
+def _read_file(p: Path) -> dict:
+    """The mapping a params file holds, or ParamError with one problem: not a regular file, over
+    MAX_FILE_BYTES, not UTF-8, not YAML, a YAML alias, more than MAX_YAML_VALUES values or MAX_YAML_DEPTH
+    levels, or not a mapping."""
+    def refuse(problem: str):
+        raise ParamError([problem], str(p))
+
+    if not _on_disk(p, "file"):
+        refuse(f"params file {shown(str(p), bare=True)} "
+               f"{'is not a regular file' if _on_disk(p, 'any') else 'does not exist'}")
+    try:
+        with p.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)  # no more than the limit is ever read, whatever the file
+    except OSError as e:
+        refuse(f"cannot read params file: {e.strerror}")
+    if len(data) > MAX_FILE_BYTES:
+        refuse(f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB: a params file is a page of key: value "
+               "overrides (see params/default.yaml)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        refuse(f"byte 0x{data[e.start]:02x} at line {line}, column {column} is not UTF-8: save the file as UTF-8")
+    try:
+        problem = _shape_problem(text)
+        if problem:
+            refuse(problem)
+        loaded = yaml.load(text, Loader=_Loader)  # noqa: S506 (_Loader is a SafeLoader)
+    except yaml.YAMLError as e:
+        refuse(_yaml_problem(e, text))
+    if loaded is None:  # an empty file, or comments only
+        return {}
+    if not isinstance(loaded, dict):
+        refuse(f"expected a mapping of key: value, got {type(loaded).__name__}")
+    return loaded
+
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where the wheel has it: 10x faster
+
+
+class _Loader(_BaseLoader):
+    """SafeLoader whose errors in a value (a date like 2024-13-01, an integer of more than 4300 digits) are
+    YAML errors at the value's line, not a bare ValueError."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except ValueError as e:
+            reason = str(e).split(";")[0]  # Python's int limit goes on to suggest sys.set_int_max_str_digits
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read this value: {reason}",
+                                                    node.start_mark) from None
+
+
+def _shape_problem(text: str) -> str | None:
+    """What in `text` would make the loaded value larger than its file (an alias) or costly to build (more
+    than MAX_YAML_VALUES values, more than MAX_YAML_DEPTH levels), found before anything is built; else None.
+
+    Aliases are refused outright. With them a 1 KB file stands for a list of 10^9 items (each *name shares its
+    anchor's value, nine of them nine levels deep), and whatever walks the value (a repr, a check, the
+    manifest) expands it; a cap on their number would not help, as 81 aliases make that bomb. A params file
+    has no use for them: each value is written once, so the message says to write it out."""
+    depth = count = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        where = f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
+        if isinstance(event, yaml.AliasEvent):
+            return (f"{where}: YAML aliases (*{shown(event.anchor, bare=True)}) are not accepted in a params "
+                    "file: write the value out")
+        if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)):
+            count += 1
+            if count > MAX_YAML_VALUES:
+                return f"{where}: more than {MAX_YAML_VALUES} values: a params file is a page of key: value overrides"
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                return f"{where}: nested more than {MAX_YAML_DEPTH} levels deep: a value is a scalar or a list"
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return None
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str) -> str:
+    """A YAML error (in `text`) as one line: where, what, and inside what. Without PyYAML's snippet of the
+    line, and its text cut, since a line, a tag or an anchor may be a megabyte long."""
+    if isinstance(e, yaml.reader.ReaderError):  # a control character: PyYAML gives its offset in the text
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        return (f"not valid YAML at line {line}, column {column}: character #x{e.character:04x} is not allowed "
+                f"({e.reason})")
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        where = f"line {e.problem_mark.line + 1}, column {e.problem_mark.column + 1}"
+        inside = (f" ({shown(e.context, bare=True)} at line {e.context_mark.line + 1})"
+                  if e.context and e.context_mark is not None else "")
+        return f"not valid YAML at {where}: {shown(e.problem, bare=True, limit=3 * SHOWN_CHARS)}{inside}"
+    return f"not valid YAML: {shown(' '.join(str(e).split()), bare=True, limit=3 * SHOWN_CHARS)}"
+
+
 def _run_to_capture(merged: dict) -> list[str]:
     """run_dir under capture auto/always: an existing run is read (auto) or refused (always); a new one
     needs a machine that can capture it."""
     v = merged["run_dir"]
     p = resolve_path(v)
     if merged["capture"] == "always":
-        if p.exists():
-            return [f"run_dir: {v} exists; capture: always never writes over a run. Give a new run_dir."]
-    elif p.exists():
+        if _on_disk(p, "any"):
+            return [f"run_dir: {shown(v, bare=True)} exists; capture: always never writes over a run. Give a new "
+                    "run_dir."]
+    elif _on_disk(p, "any"):
         problem = _run_dir(v)
         return [f"run_dir: {problem}"] if problem else []
     from .capture.chapters import can_capture
 
     ok, why = can_capture("setup")
-    return [] if ok else [f"run_dir: {v} does not exist and this machine cannot capture it ({why}). Capture "
-                          f"on a GPU machine, or set run_dir to an existing run such as {BUNDLED_RUN}."]
+    return [] if ok else [f"run_dir: {shown(v, bare=True)} does not exist and this machine cannot capture it "
+                          f"({why}). Capture on a GPU machine, or set run_dir to an existing run such as "
+                          f"{BUNDLED_RUN}."]
 
 
 def for_consumer(params: dict, consumer: str) -> dict:

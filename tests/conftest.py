@@ -18,6 +18,16 @@ FIGURES = {"00_setup": 0, "01_timeline": 8, "02_ncu": 1, "03_histograms": 1, "04
            "05_classification": 0, "06_npu": 1, "07_summary": 2}
 
 
+def earlier_report(out: Path, text: str, run_id: str = RUN.name) -> Path:
+    """An earlier report in `out` (made when missing): an index holding `text`, with the runner's marker."""
+    from kernelbook import outdir
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "index.html").write_text(text)
+    outdir.mark(out, run_id, "en")
+    return out
+
+
 @pytest.fixture(scope="session")
 def run():
     from kernelbook.load.run import load_run

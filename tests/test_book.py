@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from conftest import FIGURES, REPO, RUN
+from conftest import FIGURES, REPO, RUN, earlier_report
 from kernelbook import params as P
 from kernelbook.runner import BookError, list_chapters, render_book
 
@@ -136,9 +136,7 @@ def test_ctrl_c_ends_the_running_chapters_at_once_and_keeps_the_previous_report(
     import signal
     import time
 
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "index.html").write_text("the previous report")
+    out = earlier_report(tmp_path / "out", "the previous report")
     proc = subprocess.Popen([sys.executable, "-m", "kernelbook", "book", "--out", str(out), "--chapters",
                              "06_npu,07_summary,01_timeline"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

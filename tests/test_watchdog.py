@@ -8,7 +8,7 @@ import time
 import nbformat
 import pytest
 
-from conftest import REPO
+from conftest import REPO, earlier_report
 from kernelbook import params as P
 from kernelbook.runner import BookError, _kernel_manager, render_book
 from kernelbook.watch import ChapterHung, execute_chapter
@@ -35,9 +35,7 @@ def _notebook(tmp_path, *cells: str):
 
 def test_a_hung_chapter_is_ended_retried_and_reported_with_the_previous_report_kept(tmp_path):
     notebooks = _chapters_with(tmp_path, "06_npu", "import time\ntime.sleep(3600)  # a hang, on purpose")
-    out = tmp_path / "report"
-    out.mkdir()
-    (out / "index.html").write_text("the previous report")
+    out = earlier_report(tmp_path / "report", "the previous report")
     t = time.monotonic()
     with pytest.raises(BookError) as e:
         render_book(P.validate({"chapter_timeout_s": 15}, consumer="book"), out, chapters=["06_npu"],
@@ -47,7 +45,7 @@ def test_a_hung_chapter_is_ended_retried_and_reported_with_the_previous_report_k
     assert "chapter 06_npu failed: ended twice by the watchdog: it ran past its limit of 15 s" in msg
     assert "while running `import time`" in msg and e.value.exit_code == 1
     assert took < 150  # two tries of 15 s each, kernel starts and HTML included; without a limit: forever
-    assert [p.name for p in out.iterdir()] == ["index.html"] and (out / "index.html").read_text() == "the previous report"
+    assert sorted(p.name for p in out.iterdir()) == [".kernelbook-report.json", "index.html"] and (out / "index.html").read_text() == "the previous report"
     assert (tmp_path / "report.failed" / "06_npu.ipynb").exists()
 
 

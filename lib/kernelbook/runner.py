@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from . import escape
+from . import escape, outdir
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN, PIPELINE, SKIPPED
@@ -281,18 +281,32 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     run_dir = P.resolve_path(params["run_dir"])
     run_id = run_dir.name
     capture_stems = _capturing_chapters(params, run_dir, books)
-    out = Path(out) if out else P.REPO / "reports" / run_id
-    stage = out.with_name(f".{out.name}.staging-{os.getpid()}")
-    if stage.exists():
-        shutil.rmtree(stage)
-    stage.mkdir(parents=True)
+    named = [params["run_dir"], *params.get("variant_runs", []), *(params.get(k) for k in (
+        "baseline_run", "one_gpu_run", "cross_run", "deployed_run"))]
+    try:  # the report folder is the book's alone: checked before anything is written (`outdir`)
+        out, earlier = outdir.guard(Path(out) if out else P.REPO / "reports" / run_id,
+                                    [P.resolve_path(v) for v in named if v], run_id, language, bool(only))
+        stage = outdir.stage(out, run_id, language)
+    except outdir.OutRefused as e:
+        raise BookError(f"{e}\nnothing rendered", 2) from None
+    try:
+        return _render(params, books, only, language, run_dir, run_id, capture_stems, out, earlier, stage, log,
+                       run_as_given, params_as_given)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM) or the environment failed (a full disk): nothing is left
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _render(params, books, only, language, run_dir, run_id, capture_stems, out, earlier, stage, log,
+            run_as_given, params_as_given) -> Path:
+    """render_book's work once the report folder is checked and its staging folder made."""
     from plotly.offline import get_plotlyjs
 
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
     entries, failed = [], None
     t_all = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kernelbook-ipc-") as ipc_folder, ExitStack() as locks, \
-            _dropped_on_interrupt(stage):
+    with tempfile.TemporaryDirectory(prefix=f"{outdir.IPC_PREFIX}{os.getpid()}-") as ipc_folder, \
+            ExitStack() as locks:
         km_class = _kernel_manager(ipc_folder)
         pipelined = len(capture_stems) > 1
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
@@ -436,7 +450,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         for e in sorted(done, key=lambda e: order[e["stem"]]) if failed is None else []:
             if not settle(e):
                 break
-    if only and not failed:
+    if only and not failed and earlier is not None:
         entries = _keep_other_chapters(out, stage, entries)
     if not failed and any(e["stem"] == "05_classification" and "kept" not in e for e in entries):
         from dataclasses import fields
@@ -453,9 +467,8 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         _index(stage, run_id, params, entries, time.perf_counter() - t_all, run_as_given or params["run_dir"])
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
-        dest = out.with_name(out.name + ".failed")
-        if dest.exists():
-            shutil.rmtree(dest)
+        dest = outdir.failed_dest(out)
+        outdir.mark(stage, run_id, language)
         os.replace(stage, dest)
         name, err = failed
         if isinstance(err, BookError):  # a chapter stopped because the run is missing or broken
@@ -464,14 +477,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise BookError(f"chapter {name} failed: {last}\n  its executed notebook and HTML (error visible) are in "
                         f"{dest}; the previous report in {out} is unchanged")
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(stage, out)
-        shutil.rmtree(old)
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(stage, out)
+    outdir.swap(stage, out, earlier, run_id, language)
     return out
 
 
@@ -559,16 +565,6 @@ def _capturing_chapters(params: dict, run_dir: Path, books: list[Path]) -> list[
         if do or (out and params.get("capture") != "never"):  # later parts of a capture that began here
             out.append(stem)
     return out
-
-
-@contextmanager
-def _dropped_on_interrupt(stage: Path):
-    """The staging folder goes when the user stops the book (Ctrl-C): nothing was replaced, nothing is left."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
 
 
 @contextmanager

@@ -105,7 +105,12 @@ _WATCHES: dict = {}  # thread id -> the _Watch of the chapter that thread execut
 
 def stop_all() -> None:
     """The user stopped the book (Ctrl-C) while chapters ran in other threads: end every running chapter's
-    kernel now, without the retry a hung chapter gets (each one's papermill then returns at once)."""
+    kernel now, without the retry a hung chapter gets (each one's papermill then returns at once). The kernels'
+    deaths are no news to the user who stopped them: nbclient's 'Kernel died' lines are silenced."""
+    import logging
+
+    for name in ("papermill", "traitlets", "nbclient"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     for watch in list(_WATCHES.values()):
         watch.interrupted = True
         watch.stop.set()

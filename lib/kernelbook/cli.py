@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -15,6 +16,14 @@ T0 = time.perf_counter()  # the command's start, for the capture's progress time
 from . import params as P  # noqa: E402
 
 EXIT_BAD_PARAMS = 2
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: the book stops as on Ctrl-C (its staging folder removed, the previous report kept)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 
 
 def _err(msg: str) -> None:
@@ -68,14 +77,23 @@ def main(argv: list[str] | None = None) -> int:
         from .runner import BookError, render_book
 
         chapters = args.chapters.split(",") if args.chapters else None
+        signal.signal(signal.SIGTERM, _terminated)  # a SIGTERM stops the book as Ctrl-C does
+        kept = f"nothing replaced: the previous report in {out_dir or 'reports/'} is kept"
         try:
             out = render_book(params, out_dir, chapters=chapters, run_as_given=args.run, params_as_given=args.params)
         except BookError as e:
             _err(str(e))
             return e.exit_code
+        except Terminated:
+            _err(f"book stopped (SIGTERM); {kept}")
+            return 143
         except KeyboardInterrupt:
-            _err(f"book stopped by the user; nothing replaced: the previous report in {out_dir or 'reports/'} is kept")
+            _err(f"book stopped by the user; {kept}")
             return 130
+        except OSError as e:  # the machine, not the parameters: a full disk, a folder gone under the render
+            where = f" ({e.filename})" if e.filename else ""
+            _err(f"book failed writing the report: {e.strerror or e}{where}; {kept}, its staging folder removed")
+            return 1
         print(f"report: {out / 'index.html'}")
         return 0
     if args.cmd == "capture":
@@ -97,18 +115,137 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
+# diff's own door, before the run's door check (load_run → check_run) reads anything: limits on what it opens
+DIFF_MANIFEST_MAX_BYTES = 4 << 20  # the bundled manifests are 8–20 kB
+DIFF_TABLE_MAX_BYTES = 512 << 20   # per Parquet table: the bundled timelines are ~1 MB for 53 000 rows
+DIFF_TABLE_MAX_ROWS = 10_000_000   # a table compressed small can still unfold into more rows than memory holds
+DIFF_TIME_S = 300  # the whole diff (the bundled pair: ~1.5 s); KERNELBOOK_DIFF_TIME_S sets another limit
+
+
+def _diff_files(run: Path) -> None:
+    """RunError unless every file of `run` the diff opens (manifest.json, the Parquet tables beside it and under
+    ncu/) is a regular file within its limit: a FIFO blocks its reader for ever, a device (a link to /dev/zero)
+    is read without end, a folder named like a table is read as a dataset."""
+    import stat
+
+    import pyarrow.parquet as pq
+
+    from .load.run import RunError
+
+    try:
+        is_dir = run.is_dir()
+    except (ValueError, OSError) as e:  # a NUL byte, a name too long
+        raise RunError(f"{str(run)[:200]!r} is no path ({e})") from None
+    if not is_dir:
+        raise RunError(f"{run} is not a folder: no run there")
+    mf = run / "manifest.json"
+    if not mf.exists():
+        raise RunError(f"{run} has no manifest.json: not a kernelbook run (or its capture never started)")
+    files = [mf] + sorted(run.glob("*.parquet"))
+    if (run / "ncu").is_dir():  # os.walk follows no link below ncu/: a link loop cannot keep it walking
+        files += sorted(Path(d) / n for d, dirs, names in os.walk(run / "ncu") for n in dirs + names
+                        if n.endswith(".parquet"))
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue  # a link to nothing: the door check finds the table missing
+        if not stat.S_ISREG(st.st_mode):
+            what = next((w for test, w in kinds if test(st.st_mode)), "not a plain file")
+            via = f" (a link to {str(os.readlink(f))[:80]})" if f.is_symlink() else ""
+            raise RunError(f"{f}: {what}{via}, not a regular file; a run holds plain files only: not read")
+        limit = DIFF_MANIFEST_MAX_BYTES if f == mf else DIFF_TABLE_MAX_BYTES
+        if st.st_size > limit:
+            raise RunError(f"{f}: {st.st_size / 2**20:.1f} MiB, over diff's limit of {limit >> 20} MiB for this "
+                           "file: not read")
+        if f != mf:
+            try:
+                rows = pq.read_metadata(f).num_rows
+            except Exception:
+                continue  # not Parquet: the door check names it
+            if rows > DIFF_TABLE_MAX_ROWS:
+                raise RunError(f"{f}: {rows:,} rows, over diff's limit of {DIFF_TABLE_MAX_ROWS:,}: not read")
+
+
 def _diff(a: str, b: str) -> int:
+    """Compare two runs (`analyze.compare.text_report`). Each run passes diff's own file check (`_diff_files`)
+    and the run's door check before anything is compared; the whole diff has a time limit (`DIFF_TIME_S`).
+    Exit 2: a run refused (one line naming the file); 1: past the time limit, or the comparison failed."""
+    import signal
+    import threading
+
     from .analyze.compare import text_report
     from .escape import terminal
     from .load.run import RunError, load_run
     from .params import resolve_path
 
+    def one_line(s) -> str:
+        return " ".join(terminal(s).split())[:400]
+
     try:
-        runs = [load_run(resolve_path(x)) for x in (a, b)]
-    except RunError as e:
-        _err(f"diff: {e}")
+        limit = float(os.environ.get("KERNELBOOK_DIFF_TIME_S", DIFF_TIME_S))
+        if not 0 < limit <= 86400:
+            raise ValueError
+    except ValueError:
+        _err(f"diff: KERNELBOOK_DIFF_TIME_S is {one_line(os.environ['KERNELBOOK_DIFF_TIME_S'])[:40]!r}, expected "
+             "seconds, more than 0 and at most 86400")
         return EXIT_BAD_PARAMS
-    print(terminal(text_report(*runs)))  # kernel names from the runs: no escape sequence reaches the terminal
+    doing = ["checking the runs' files"]  # what the time limit cut short, for its message
+
+    class TimeUp(BaseException):  # not an Exception: no `except Exception` on the way swallows it
+        pass
+
+    def time_up(*_):
+        raise TimeUp
+
+    # the alarm stops Python code; a read stuck in native code never returns to it, so a watchdog ends the process
+    def stuck():
+        _err(f"diff: stopped after {limit:g} s (the time limit) while {doing[0]}; a read did not return")
+        os._exit(1)
+
+    alarm = threading.current_thread() is threading.main_thread()
+    if alarm:
+        before = signal.signal(signal.SIGALRM, time_up)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+    watchdog = threading.Timer(limit + 10, stuck)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        paths = [resolve_path(x) for x in (a, b)]
+        for p in paths:
+            _diff_files(p)
+        runs = []
+        for tag, p in zip("AB", paths):
+            doing[0] = f"loading run {tag} ({one_line(p)[:200]})"
+            runs.append(load_run(p))
+        doing[0] = "comparing the runs"
+        report = text_report(*runs)
+    except TimeUp:
+        _err(f"diff: stopped after {limit:g} s (the time limit) while {doing[0]}; KERNELBOOK_DIFF_TIME_S sets "
+             "another limit")
+        return 1
+    except RunError as e:  # RunDamaged too: the file and what is wrong with it
+        _err(f"diff: {one_line(e)}")
+        return EXIT_BAD_PARAMS
+    except KeyboardInterrupt:
+        _err("diff stopped by the user")
+        return 130
+    except Exception as e:  # a run the checks let through, or a bug: one line, not a traceback
+        _err(f"diff: failed while {doing[0]}: {type(e).__name__}: {one_line(e)[:200]} (a damage the door check "
+             "misses, or a bug: please report it with both runs)")
+        return 1
+    finally:
+        watchdog.cancel()
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, before)
+    try:
+        print(terminal(report))  # kernel names from the runs: no escape sequence reaches the terminal
+        sys.stdout.flush()
+    except BrokenPipeError:  # `diff A B | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -6,11 +6,15 @@ survives template-parameter and tile changes (the aten op that launched it and i
 ncu metric deltas; kernels only in one run; ncu coverage on each side. A kernel launched from a
 torch.compile'd graph (CUDA graph replay: the profiler names the graph call, not the aten op) matches
 the other run's kernels of its family whatever their ops. All times per step in µs/ms as the column
-names say; B − A deltas, and B ÷ A ratios.
+names say; B − A deltas, and B ÷ A ratios. Before any number, `pairing` says whether the two runs ran the
+same work (`WORKLOAD_KEYS`), the same work set up differently (`SETUP_KEYS`, the GPU), or one is a labelled
+variant of the other; a phase or kernel one run lacks is shown as absent, never as a number.
 """
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -173,32 +177,151 @@ def coverage_words(run) -> str:
     return tr("ncu {coverage}", coverage=c) if c else tr("no ncu data")
 
 
+# What the model computes: runs that differ in one of these ran different work, and their times differ for that
+# reason first (whatif.WORKLOAD_KEYS is stricter: a cross-device twin must also share its setup)
+WORKLOAD_KEYS = ("model", "weights", "dtype", "batch_size", "prompt", "prompt_tokens", "max_new_tokens",
+                 "no_repeat_ngram_size", "crop_mode", "base_size", "omnidocbench_dir", "omnidocbench_subset", "seed")
+# How it computes it: the levers a variant pulls (summary.VARIANT_KEYS) and the GPUs the model is split over
+SETUP_KEYS = ("attn_implementation", "cache_implementation", "compile_decode", "tensor_parallel")
+SAME_MODEL = ("model", "weights", "dtype")  # a variant keeps these (summary.SAME_WORKLOAD)
+
+
+@dataclass
+class Pairing:
+    """What two runs share. `workload` and `setup`: the parameters that differ, key → (A's value, B's value);
+    `variants`: each run's variant label (None: not a variant); `gpus`: (A's, B's) GPU name when they differ."""
+    workload: dict
+    setup: dict
+    variants: tuple
+    gpus: tuple | None
+
+    @property
+    def kind(self) -> str:
+        """'variant': the runs carry different variant labels, keep model, weights and dtype, and change one
+        thing: their setup alone, or one workload parameter (batch 8); 'different': another workload;
+        'setup': the same workload set up differently or on another GPU; 'same': neither."""
+        va, vb = self.variants
+        if va != vb and not any(k in self.workload for k in SAME_MODEL) and (
+                (self.setup and not self.workload) or (not self.setup and len(self.workload) <= 1)):
+            return "variant"
+        if self.workload:
+            return "different"
+        return "setup" if self.setup or self.gpus else "same"
+
+
+def pairing(a, b) -> Pairing:
+    """The capture parameters two runs differ in (`Pairing`); a key a manifest lacks (captured before the key
+    existed) had its schema default."""
+    from ..params import CAPTURE, SCHEMA
+
+    defaults = {k: p.default for k, p in SCHEMA.items() if CAPTURE in p.feeds}
+    pa = {**defaults, **a.manifest.get("params", {})}
+    pb = {**defaults, **b.manifest.get("params", {})}
+
+    def differ(keys):
+        return {k: (pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)}
+
+    gpus = (a.gpu_name, b.gpu_name) if a.gpu_name != b.gpu_name else None
+    return Pairing(differ(WORKLOAD_KEYS), differ(SETUP_KEYS), (pa.get("variant"), pb.get("variant")), gpus)
+
+
+def _value(v, width: int = 40) -> str:
+    """A parameter's value as the params file writes it (null, true), cut to `width` characters."""
+    s = "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
+def _changes(d: dict) -> str:
+    return ", ".join(f"{k} {_value(x)} → {_value(y)}" for k, (x, y) in d.items())
+
+
+def pairing_sentence(p: Pairing) -> str:
+    """One sentence on what the two runs share, for the top of the report."""
+    gpu = f"GPU {_value(p.gpus[0])} → {_value(p.gpus[1])}" if p.gpus else ""
+    if p.kind == "variant":
+        va, vb = (f"'{_value(v)}'" if v is not None else None for v in p.variants)
+        who = (f"B is variant {vb} of A" if va is None else f"A is variant {va} of B" if vb is None
+               else f"A and B are variants {va} and {vb} of one workload")
+        what = "; ".join(x for x in (_changes({**p.setup, **p.workload}), gpu) if x)
+        return f"{who}: {what or 'no capture parameter differs'}."
+    if p.kind == "different":
+        also = "; ".join(x for x in (_changes(p.setup), gpu) if x)
+        return (f"Different workloads: {_changes(p.workload)}{f' (set up differently too: {also})' if also else ''}"
+                " — the times below compare different work, not one change.")
+    if p.kind == "setup" and not p.setup:
+        return f"Same workload and setup on another GPU: {gpu}."
+    if p.kind == "setup":
+        return f"Same workload, set up differently: {'; '.join(x for x in (_changes(p.setup), gpu) if x)}."
+    return "Same workload and setup on the same GPU model: the differences below are the runs' own."
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(x)
+    except TypeError:
+        return False
+
+
+def _cell(x, fmt: str, width: int, unit: str = "") -> str:
+    """`x` formatted, or '—' in the same width where the run has no such number (absent, no wall time)."""
+    if _finite(x):
+        return f"{x:{width}{fmt}}{unit}"
+    return f"{'—':>{width}}{' ' * len(unit)}"
+
+
 def text_report(a, b, top: int = 12) -> str:
-    """The plain-text comparison `python -m kernelbook diff` prints."""
+    """The plain-text comparison `python -m kernelbook diff` prints: first what the runs share (`pairing`),
+    then per phase, per category and per kernel family; '—' where a run has no such phase, time or kernel."""
     def params(r):
         p = r.manifest.get("params", {})
         keys = ("model", "batch_size", "max_new_tokens", "variant", "attn_implementation", "cache_control")
-        return ", ".join(f"{k}={p[k]}" for k in keys if k in p)
+        return ", ".join(f"{k}={_value(p[k], 80)}" for k in keys if k in p)
 
-    out = [f"A: {a.run_id} ({a.gpu_name}; {params(a)}; {coverage_words(a)})",
+    out = [pairing_sentence(pairing(a, b)), "",
+           f"A: {a.run_id} ({a.gpu_name}; {params(a)}; {coverage_words(a)})",
            f"B: {b.run_id} ({b.gpu_name}; {params(b)}; {coverage_words(b)})", ""]
     ph = phases(a, b)
+    absent = {}  # phase → 'A' / 'B', the run without it
     out.append("Per phase, per step          wall A      wall B   B/A    GPU busy A  GPU busy B   B/A   launches A→B")
     for r in ph.itertuples():
-        out.append(f"  {r.phase:<22} {r.wall_ms_per_step_a:9.2f} ms {r.wall_ms_per_step_b:9.2f} ms {r.wall_ratio:5.2f}"
-                   f"  {r.gpu_busy_ms_per_step_a:9.2f} ms {r.gpu_busy_ms_per_step_b:9.2f} ms {r.gpu_busy_ratio:5.2f}"
-                   f"   {r.launches_per_step_a:6.0f} → {r.launches_per_step_b:.0f}")
+        # a phase a run lacks has no GPU-busy time at all (a phase it holds has one, 0 without kernels)
+        lacks = [t for t, v in (("A", r.gpu_busy_ms_per_step_a), ("B", r.gpu_busy_ms_per_step_b)) if not _finite(v)]
+        words = []
+        if lacks:
+            absent[r.phase] = lacks[0]
+            words.append(f"absent in {lacks[0]}")
+        untimed = [t for t, w, v in (("A", r.wall_ms_per_step_a, r.gpu_busy_ms_per_step_a),
+                                     ("B", r.wall_ms_per_step_b, r.gpu_busy_ms_per_step_b))
+                   if _finite(v) and not _finite(w)]
+        if untimed:  # `other`: generate's own work between forwards, no range of its own and no steps
+            words.append(f"no phase range in {' and '.join(untimed)}: no wall time, GPU busy is the whole run's")
+        out.append(f"  {r.phase:<22} {_cell(r.wall_ms_per_step_a, '.2f', 9, ' ms')} "
+                   f"{_cell(r.wall_ms_per_step_b, '.2f', 9, ' ms')} {_cell(r.wall_ratio, '.2f', 5)}"
+                   f"  {_cell(r.gpu_busy_ms_per_step_a, '.2f', 9, ' ms')} "
+                   f"{_cell(r.gpu_busy_ms_per_step_b, '.2f', 9, ' ms')} {_cell(r.gpu_busy_ratio, '.2f', 5)}"
+                   f"   {_cell(r.launches_per_step_a, '.0f', 6)} → {_cell(r.launches_per_step_b, '.0f', 0)}"
+                   + (f"   {'; '.join(words)}" if words else ""))
     out += ["", "Category shares of kernel time (%), A → B"]
     for p, g in categories(a, b).groupby("phase", sort=False):
+        if p in absent:  # its shares in the other run alone, not set against a 0 % that was never measured
+            has = "B" if absent[p] == "A" else "A"
+            col = "pct_b" if has == "B" else "pct_a"
+            cells = [f"{r.category} {getattr(r, col):.1f}" for r in g.sort_values(col, ascending=False).head(6)
+                     .itertuples()]
+            out.append(f"  {p}: absent in {absent[p]}; {has}: " + "; ".join(cells))
+            continue
         cells = [f"{r.category} {r.pct_a:.1f}→{r.pct_b:.1f}" for r in g.head(6).itertuples()]
         out.append(f"  {p}: " + "; ".join(cells))
     k = kernels(a, b)
     for p in [x for x in PHASE_ORDER[:3] if x in set(k.phase)]:
         g = k[k.phase == p]
-        out += ["", f"{p}: kernels matched by aten op and family (µs per step, A → B)"]
+        note = f"; absent in {absent[p]}" if p in absent else ""
+        out += ["", f"{p}: kernels matched by aten op and family (µs per step, A → B{note})"]
         for r in g.head(top).itertuples():
             tag = f"  [only in {r.only_in}]" if r.only_in else ""
-            out.append(f"  {r.us_per_step_a:10.1f} → {r.us_per_step_b:10.1f}  {r.op:<32} {r.family}{tag}")
+            ua = r.us_per_step_a if r.only_in != "B" else math.nan  # a kernel one run lacks: '—', not 0.0
+            ub = r.us_per_step_b if r.only_in != "A" else math.nan
+            out.append(f"  {_cell(ua, '.1f', 10)} → {_cell(ub, '.1f', 10)}  {r.op:<32} {r.family}{tag}")
         added, removed = (g.only_in == "B").sum(), (g.only_in == "A").sum()
         out.append(f"  ({len(g)} families; {added} only in B, {removed} only in A)")
     mt = metrics(a, b)
@@ -207,6 +330,6 @@ def text_report(a, b, top: int = 12) -> str:
         for (p, op, fam), g in mt.groupby(["phase", "op", "family"], sort=False):
             cells = []
             for r in g.itertuples():
-                cells.append(f"{r.metric} {r.a:.3g}→{r.b:.3g}")
+                cells.append(f"{r.metric} {_cell(r.a, '.3g', 0)}→{_cell(r.b, '.3g', 0)}")
             out.append(f"  {p} {op} {fam}: " + "; ".join(cells))
     return "\n".join(out)

@@ -1,4 +1,5 @@
-"""What a chapter needs from Jupyter: one figure mechanism, the summary line, and a way to stop with a note.
+"""What a chapter needs from Jupyter: one figure mechanism, the summary line, a way to stop with a note, and a
+readable note in place of a traceback when something fails that no check foresaw (`setup` installs it).
 
 Figures: a chapter's figure output carries plotly's own mimetype, `application/vnd.plotly.v1+json` (the
 figure as JSON), a one-line text/plain, and a text/html that draws the same figure with no network:
@@ -64,6 +65,7 @@ def setup(language: str = "en", **parameters) -> None:
 
     from .display import link_kernels
 
+    _readable_failures()
     check_parameters({"language": language, **parameters})
     use_language(language)
     _CHAPTER_RUN[0] = parameters.get("run_dir")  # open_run links kernel ids to their cards for this run
@@ -77,6 +79,71 @@ def setup(language: str = "en", **parameters) -> None:
     pd.set_option("display.precision", 2)
     pd.set_option("display.float_format", number)
     _tables_through_display_layer()
+
+
+def _readable_failures() -> None:
+    """Whatever fails inside the chapter past the book's check of the run (`load.run.check_run`) shows as a
+    readable note (`_failure_note`), not a traceback. The cell still ends in error: papermill and the book runner
+    count the chapter failed (exit 1, its one line on the terminal), Run All stops there in JupyterLab, and `%tb`
+    shows the whole traceback. A `ChapterStop` shows its own note as before."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is not None:
+        ip.set_custom_exc((Exception,), _failure_note)
+
+
+def _failure_note(shell, etype, value, tb, tb_offset=None):
+    """IPython's custom exception handler (`_readable_failures`): a note saying what failed, where, and what to
+    do, then the error itself as one line in place of the traceback (what the runner prints on the terminal)."""
+    import sys
+
+    from IPython.display import display
+
+    if hasattr(value, "_render_traceback_"):  # ChapterStop and its kind: their note is their traceback
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return None
+    sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # what %tb shows
+    sys.last_exc = value
+    error, call, where = _failure_facts(etype, value, tb)
+    display(md(tr("**This chapter stopped on an error:** `{error}`, in `{call}` (at `{where}`).\n\n"
+                  "The run may be damaged in a way the book's check of the run directory does not catch, or this is "
+                  "a bug in kernelbook. Please report it with this note and the run's `manifest.json`; in JupyterLab, "
+                  "`%tb` in a new cell shows the whole traceback.",
+                  error=esc.md_code(error), call=esc.md_code(call), where=esc.md_code(where))))
+    line = tr("{error} (at {where}; the run may be damaged, or this is a kernelbook bug: see the chapter's note)",
+              error=error, where=where)
+    shell._showtraceback(etype, value, [esc.text(line)])
+    return None
+
+
+def _failure_facts(etype, value, tb) -> tuple[str, str, str]:
+    """(error, call, where) of an exception raised in a chapter cell, each one line of at most 200 characters:
+    `ValueError: ...` (its message's first line), the cell's line that called into the failure, and where in
+    kernelbook (`analyze/setup.py:27 headline … i18n.py:85 tr`: the function the cell called, and the innermost
+    place; the cell's own line when it failed there)."""
+    import traceback
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parent
+    lines = str(value).strip().splitlines()
+    error = f"{etype.__name__}: {lines[0]}" if lines else etype.__name__
+    frames = traceback.extract_tb(tb)
+    past_ipython = [f for f in frames if "IPython" not in Path(f.filename).parts]  # run_code's frame is IPython's
+    cell = past_ipython[0] if past_ipython else (frames[-1] if frames else None)
+    ours = [f for f in frames if Path(f.filename).resolve().is_relative_to(pkg)]
+
+    def place(f) -> str:
+        return f"{Path(f.filename).resolve().relative_to(pkg).as_posix()}:{f.lineno} {f.name}"
+
+    if ours:  # the call the cell made into kernelbook, and the innermost place there when it is another
+        where = place(ours[0]) + (f" … {place(ours[-1])}" if len(ours) > 1 else "")
+    else:
+        where = f"line {cell.lineno}" if cell is not None else "?"
+    call = (cell.line or "?") if cell is not None else "?"
+    return tuple(esc.text(v)[:200] for v in (error, call, where))
 
 
 def _tables_through_display_layer() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+import numpy as np
 import pandas as pd
 
 from ..i18n import N_
@@ -263,8 +264,10 @@ def short_name(name: str) -> str:
 
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:
-    """Add short_name, library, category, friendly_name, description (computed once per unique name)."""
-    names = df[["name"]].drop_duplicates()["name"]
+    """Add short_name, library, category, friendly_name, description (computed once per unique name). Each
+    added column holds one Python string per distinct value, shared by the rows (dtype object): a timeline of
+    10⁶ rows costs 8 bytes a row for each, not a copy of the text."""
+    codes, names = pd.factorize(df["name"])  # names in order of first appearance; code −1: no name
     # one identity per kernel name: the op most often launching it names the function for elementwise
     if "op" in df:
         op_of = df.dropna(subset=["op"]).groupby("name")["op"].agg(lambda s: s.value_counts().index[0])
@@ -274,10 +277,12 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
     for n in names:
         op = op_of.get(n)
         cat = category_of(n, op)
-        rows.append((n, short_name(n), library_of(n).value, cat.value, friendly_name(n, op), DESCRIPTIONS[cat]))
-    ident = pd.DataFrame(rows, columns=["name", "short_name", "library", "category", "friendly_name", "description"])
-    base = df.drop(columns=[c for c in ident.columns if c != "name" and c in df.columns])
-    out = base.merge(ident, on="name", how="left")
+        rows.append((short_name(n), library_of(n).value, cat.value, friendly_name(n, op), DESCRIPTIONS[cat]))
+    added = ["short_name", "library", "category", "friendly_name", "description"]
+    ident = np.array([*rows, (np.nan,) * len(added)], dtype=object).reshape(len(rows) + 1, len(added))
+    out = df.drop(columns=[c for c in added if c in df.columns]).reset_index(drop=True)
+    for j, c in enumerate(added):
+        out[c] = pd.Series(ident[codes, j], index=out.index, dtype=object)  # code −1 reads the NaN row
     if "op_shapes" in out:
         # category by the work done, on every row, so that no chapter sees the name's category and another
         # the work's: a cuBLAS GEMM kernel running a matrix-vector product (lm_head in decode) is a GEMV

@@ -187,7 +187,8 @@ def reference_comparison(shares: pd.DataFrame) -> pd.DataFrame:
 
 def name_mapping(timeline: pd.DataFrame, phase: str = "decode", n: int = 15) -> pd.DataFrame:
     """Appendix: friendly name → full kernel name for the top-n of a phase, the name exactly as the
-    run recorded it (what ncu --kernel-name and source searches match). Where that name is mangled
+    run recorded it (what ncu --kernel-name and source searches match), up to `load.run.NAME_LIMIT`
+    characters (a longer one is cut at load: its head, '…' and a hash). Where that name is mangled
     (`_Z...`), a `demangled` column gives the readable one beside it."""
     from ..display import demangle
 

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..params import resolve_path
@@ -20,12 +23,32 @@ class RunDamaged(RunError):
 
 
 PHASES = ("vision_encode", "prefill", "decode", "other")
-# the columns each table must hold for the chapters to read it
+NCU_TABLES = ("kernels.parquet", "metrics.parquet", "results.parquet", "launches.parquet")
+# the columns each table must hold for the chapters to read it; the ncu tables' names stand for them in ncu/ and
+# in each rank's ncu/rank<r>/ (a tensor-parallel run)
 REQUIRED = {"timeline.parquet": ("name", "phase", "start_ns", "end_ns", "duration_ns"),
-            "phases.parquet": ("phase", "start_ns", "end_ns"),
+            "phases.parquet": ("phase", "step", "start_ns", "end_ns", "duration_ns"),
+            "steps.parquet": ("phase", "step", "wall_ms"),
             "ncu/kernels.parquet": ("phase", "kernel_id", "name", "status"),
-            "ncu/metrics.parquet": ("metric", "value")}
-NUMERIC = ("start_ns", "end_ns", "duration_ns", "value")
+            "ncu/metrics.parquet": ("result_id", "metric", "value"),
+            "ncu/results.parquet": ("result_id",),
+            "ncu/launches.parquet": ()}
+# the manifest's sections the chapters read by key: each an object where present
+SECTIONS = ("environment", "ncu", "timeline_info", "timeline_backend", "clock_state", "timings_s", "measured_peaks")
+# columns that hold numbers wherever they appear (a text column there is damage)
+NUMERIC = ("start_ns", "end_ns", "duration_ns", "value", "step", "rank", "wall_ms", "trial", "result_id")
+# ncu's percentages of peak are differences of sampled counters and read a little below zero on an idle unit:
+# the bundled runs hold `.min.pct_of_peak_sustained_elapsed` values down to −1.19 %. A percentage below this
+# is no such noise.
+PCT_NOISE = 5.0
+# ncu/kernels.parquet: the columns that are amounts (times, bytes, FLOPs, rates, counts, shares, percentages of
+# peak): never infinite, never negative (percentages: not below −PCT_NOISE). NaN is allowed there: a kernel that
+# was not profiled has no counters, and a profiled one lacks what its sections did not measure (its L1
+# intensity when it moved no L1 bytes). Positions (op_index, launch_index, profiled_step) may be −1 or NaN.
+_AMOUNT = re.compile(r"(_ns|_bytes|_per_s|_hz|_gbps|_pct|_size|_per_block|_per_sm)$|^(flops|intensity_)|"
+                     r"^(launches|share|registers|configs_profiled)$")
+# ... and those taken from the timeline for every selected kernel, which the chapters rank and sum by
+_FROM_TIMELINE = ("total_ns", "launches", "median_ns", "share")
 
 
 def _read_manifest(p: Path) -> dict:
@@ -52,6 +75,80 @@ def _read_manifest(p: Path) -> dict:
     return manifest
 
 
+def _check_device(mf: Path, manifest: dict, needed: bool) -> None:
+    """The run's device as the chapters look it up (`devices.for_run`: the manifest's `device`, else the GPU name
+    the capture recorded): `device`, where given, is a row of params/devices.yaml; the GPU name is one where the
+    chapters need it (no `device`); and where both name a row, it is the same row. A GPU name devices.yaml does not
+    list beside a `device` that names a row is no contradiction: that row stands for the GPU. `needed`: the run
+    holds measurements a chapter reads against the device's peaks."""
+    from ..devices import DEVICES_YAML, UnknownDeviceError, lookup
+
+    env = manifest.get("environment") or {}
+    gpu = env.get("gpu")
+    gpu_name = gpu.get("name") if isinstance(gpu, dict) else gpu
+    device = manifest.get("device")
+    for what, v in (("device", device), ("environment.gpu.name", gpu_name)):
+        if v is not None and not isinstance(v, str):
+            raise RunDamaged(f"{mf}: {what} is {type(v).__name__}, expected a device name")
+    if not device and not gpu_name:
+        if needed:
+            raise RunDamaged(f"{mf}: names no device (neither `device` nor environment.gpu.name): the chapters "
+                             f"cannot tell which GPU's peaks in {DEVICES_YAML} the run is measured against")
+        return
+
+    def unknown(what: str, v: str) -> RunDamaged:
+        return RunDamaged(f"{mf}: {what} {v[:80]!r} is not a device of {DEVICES_YAML}: add a row for it there (copy "
+                          "a row, put this name under `names`, fill its peaks from the vendor's datasheet with a "
+                          "`source` note)")
+
+    row = None
+    if device:
+        try:
+            row = lookup(device)
+        except UnknownDeviceError:
+            raise unknown("device", device) from None
+    if gpu_name:
+        try:
+            gpu_row = lookup(gpu_name)
+        except UnknownDeviceError:
+            if row is None:
+                raise unknown("environment.gpu.name", gpu_name) from None
+            return
+        if row is not None and row.key != gpu_row.key:
+            raise RunDamaged(f"{mf}: device is {device[:40]!r} ({row.display_name}), but the run's GPU "
+                             f"(environment.gpu.name) is {gpu_name[:80]!r}, which {DEVICES_YAML.name} maps to "
+                             f"{gpu_row.key!r}: the manifest contradicts itself about the device it was measured on")
+
+
+def _check_measured_peaks(mf: Path, manifest: dict) -> None:
+    """`measured_peaks`, where the capture measured them (`measure_peaks`): every number chapters 00 and 04 read
+    (a capture writes them all or none; absent or empty: not measured, which the chapters say)."""
+    mp = manifest.get("measured_peaks")
+    if mp is None or mp == {}:
+        return
+    for key, parts in (("bf16_gemm_tflops", "bf16_gemm"), ("d2d_copy_gbps", "d2d_copy")):
+        v = mp.get(key)
+        if not _positive(v):
+            raise RunDamaged(f"{mf}: measured_peaks {'lacks ' + key if v is None else f'{key} is {str(v)[:40]!r}'}"
+                             f" (a capture that measures the peaks writes it, a number > 0)")
+        rec = mp.get(parts)
+        if not (isinstance(rec, dict) and _positive(rec.get("trials")) and _positive(rec.get("spread"), at_least=0)):
+            raise RunDamaged(f"{mf}: measured_peaks.{parts} lacks its trials and spread (numbers the capture "
+                             "writes with the median)")
+
+
+def _positive(v, at_least: float | None = None) -> bool:
+    """`v` is a finite number (not a bool) above 0, or at least `at_least` when given."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return False
+    return v >= at_least if at_least is not None else v > 0
+
+
+def _required(rel: str) -> tuple[str, ...]:
+    parts = rel.split("/")
+    return REQUIRED.get(rel, REQUIRED.get(f"ncu/{parts[-1]}", ()) if parts[0] == "ncu" else ())
+
+
 def _schema(p: Path, rel: str) -> list[str]:
     """The columns of the Parquet table `rel`, or RunDamaged naming it (truncated, not Parquet, a folder)."""
     import pyarrow as pa
@@ -62,11 +159,11 @@ def _schema(p: Path, rel: str) -> list[str]:
         raise RunDamaged(f"{f}: not a file")
     try:
         meta = pq.read_metadata(f)
-        names = pq.read_schema(f).names
+        names = meta.schema.to_arrow_schema().names
     except (pa.ArrowException, OSError) as e:
         why = "empty file" if f.stat().st_size == 0 else str(e).splitlines()[0][:160]
         raise RunDamaged(f"{f}: not a readable Parquet table ({why}); the file is truncated or not Parquet") from None
-    lacking = [c for c in REQUIRED.get(rel, ()) if c not in names]
+    lacking = [c for c in _required(rel) if c not in names]
     if lacking:
         raise RunDamaged(f"{f}: lacks column(s) {', '.join(lacking)}")
     if meta.num_rows == 0 and rel in ("timeline.parquet", "phases.parquet"):
@@ -74,44 +171,294 @@ def _schema(p: Path, rel: str) -> list[str]:
     return names
 
 
-def _table(p: Path, rel: str, columns: list[str]) -> pd.DataFrame:
-    import pyarrow as pa
+class _Table:
+    """Some columns of a run's table, read once: text as Arrow dictionaries (a few distinct names over many rows
+    read in a millisecond), numbers as NumPy arrays; what it reads must hold what it should, or RunDamaged."""
 
-    f = p / rel
-    try:
-        df = pd.read_parquet(f, columns=columns)
-    except (pa.ArrowException, OSError, ValueError) as e:
-        raise RunDamaged(f"{f}: its data cannot be read ({str(e).splitlines()[0][:160]}); the file is truncated "
-                         "or damaged") from None
-    for c in columns:
-        if c in NUMERIC and not pd.api.types.is_numeric_dtype(df[c]):
-            raise RunDamaged(f"{f}: column {c} holds {df[c].dtype} values, expected numbers")
-    if "phase" in df:
-        bad = sorted(set(map(str, df.phase.dropna().unique())) - set(PHASES))
-        if bad:
-            raise RunDamaged(f"{f}: unknown phase(s) {', '.join(repr(b[:40]) for b in bad[:3])}; phases are "
-                             f"{', '.join(PHASES)}")
-    return df
+    def __init__(self, p: Path, rel: str, columns, names: list[str]):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.f = p / rel
+        cols = [c for c in dict.fromkeys(columns) if c in names]
+        try:
+            text = [c for c, t in zip(names, pq.read_schema(self.f).types)
+                    if c in cols and (pa.types.is_string(t) or pa.types.is_large_string(t))]
+            # one dictionary per column over its row groups: grouping and taking rows need them alike
+            self.t = pq.read_table(self.f, columns=cols, read_dictionary=text).unify_dictionaries()
+            self.columns = set(cols)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise RunDamaged(f"{self.f}: its data cannot be read ({str(e).splitlines()[0][:160]}); the file is "
+                             "truncated or damaged") from None
+        for c in cols:
+            if c in NUMERIC:
+                self.numbers(c)
+        if "phase" in cols:
+            bad = sorted(set(map(str, self.t.column("phase").unique().drop_null().to_pylist())) - set(PHASES))
+            if bad:
+                raise RunDamaged(f"{self.f}: unknown phase(s) {', '.join(repr(b[:40]) for b in bad[:3])}; phases "
+                                 f"are {', '.join(PHASES)}")
+
+    def __contains__(self, c: str) -> bool:
+        return c in self.columns
+
+    def __len__(self) -> int:
+        return self.t.num_rows
+
+    def numbers(self, c: str) -> np.ndarray:
+        """Column `c` as int64 or float64 (an empty cell as NaN), or RunDamaged when it holds no numbers."""
+        import pyarrow as pa
+
+        col = self.t.column(c)
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            kind = col.type.value_type if pa.types.is_dictionary(col.type) else col.type  # text is read as one
+            raise RunDamaged(f"{self.f}: column {c} holds {kind} values, expected numbers")
+        return col.to_numpy()
+
+    def text(self, c: str, i: int) -> str:
+        return str(self.t.column(c)[int(i)].as_py())
+
+    def rows(self, c: str, bad: np.ndarray, what: str, why: str, label=None, values=None) -> None:
+        """RunDamaged naming the first row where `bad` holds: '<file>: column <c>, row <i>: <what> (<value>)'."""
+        idx = np.flatnonzero(bad)
+        if not len(idx):
+            return
+        i = int(idx[0])
+        v = (self.numbers(c) if values is None else values)[i]
+        more = f" (and {len(idx) - 1} more row{'s' if len(idx) > 2 else ''})" if len(idx) > 1 else ""
+        of = f" of {label(i)}" if label else ""
+        shown = "" if v != v else f" ({_num(v)})"  # NaN: `what` says it
+        raise RunDamaged(f"{self.f}: column {c}, row {i}{of}: {what}{shown}{more}; {why}")
+
+    def finite(self, c: str, why: str, low: float | None = None, missing_ok: bool = False, label=None) -> None:
+        """Column `c` (when the table has it) holds finite numbers, none below `low`; NaN where `missing_ok`."""
+        if c not in self:
+            return
+        v = self.numbers(c)
+        if v.dtype.kind == "f":
+            if not missing_ok:
+                self.rows(c, np.isnan(v), "empty or NaN", why, label, v)
+            self.rows(c, np.isinf(v), "infinite", why, label, v)
+        if low is not None:
+            self.rows(c, v < low, "negative" if low == 0 else f"below {low:g}", why, label, v)
+
+
+def _num(v) -> str:
+    if v != v:
+        return "NaN"
+    return f"{v:g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
+def _intervals(tab: _Table, what: str) -> None:
+    """start_ns, end_ns and duration_ns: finite, duration ≥ 0, and end − start = duration (every writer computes
+    one from the others: a row where they disagree was changed after the capture)."""
+    why = f"{what}: start_ns, end_ns and duration_ns are finite ns, duration_ns = end_ns − start_ns ≥ 0"
+    label = (lambda i: repr(tab.text("name", i)[:60])) if "name" in tab else None
+    for c in ("start_ns", "end_ns"):
+        tab.finite(c, why, label=label)
+    tab.finite("duration_ns", why, low=0, label=label)
+    s, e, d = (tab.numbers(c) for c in ("start_ns", "end_ns", "duration_ns"))
+    if "f" in (s.dtype.kind, e.dtype.kind, d.dtype.kind):  # float ns near 2^52 hold whole ns only
+        s, e, d = s.astype("float64"), e.astype("float64"), d.astype("float64")
+    tab.rows("duration_ns", np.abs((e - s) - d) > 1, "not end_ns − start_ns", why, label, d)
+
+
+def _check_timeline(p: Path, names: list[str]) -> _Table:
+    tl = _Table(p, "timeline.parquet", ["name", "phase", "start_ns", "end_ns", "duration_ns", "step", "rank"], names)
+    _intervals(tl, "a kernel's times")
+    # launch_ns (the CPU launch) is not read here: NaN there is a GPU event without a launch record, which the
+    # timeline places by its GPU start
+    tl.finite("step", "a step is a whole number (−1 outside the phases)")
+    tl.finite("rank", "a rank is a whole number ≥ 0", low=0)
+    return tl
+
+
+def _check_phases(p: Path, names: list[str]) -> None:
+    """phases.parquet: valid intervals, and the phase ranges of one rank do not overlap. Prefill and decode
+    steps follow each other (ends may touch); a vision_encode range nests inside the prefill range that runs it
+    (the processor's encoder inside the first forward) or lies outside every other range, never across one."""
+    ph = _Table(p, "phases.parquet", ["phase", "step", "start_ns", "end_ns", "duration_ns", "rank"], names)
+    _intervals(ph, "a phase's range")
+    ph.finite("step", "a step is a whole number")
+    ph.finite("rank", "a rank is a whole number ≥ 0", low=0)
+    phase = np.array(ph.t.column("phase").to_pylist(), dtype=object)
+    s, e = ph.numbers("start_ns"), ph.numbers("end_ns")
+    rank = ph.numbers("rank") if "rank" in ph else np.zeros(len(ph), dtype="int64")
+
+    def where(i: int) -> str:
+        return f"{phase[i]} step {ph.text('step', i)} (row {i})"
+
+    for r in np.unique(rank):
+        mine = np.flatnonzero(rank == r)
+        top = mine[phase[mine] != "vision_encode"]
+        vision = mine[phase[mine] == "vision_encode"]
+        for group in (top, vision):
+            g = group[np.argsort(s[group], kind="stable")]
+            if len(g) < 2:
+                continue
+            reach = np.maximum.accumulate(e[g])[:-1]  # the latest end among the ranges that start earlier
+            over = np.flatnonzero(s[g[1:]] < reach)
+            if len(over):
+                j = g[over[0] + 1]
+                i = g[: over[0] + 1][np.argmax(e[g[: over[0] + 1]])]
+                _overlap(ph.f, where(i), where(j), min(e[i], e[j]) - s[j], r, "rank" in ph)
+        for j in vision:
+            across = top[(s[top] < e[j]) & (s[j] < e[top]) & ~((s[top] <= s[j]) & (e[j] <= e[top]))]
+            if len(across):
+                i = across[0]
+                _overlap(ph.f, where(i), where(j), min(e[i], e[j]) - max(s[i], s[j]), r, "rank" in ph)
+
+
+def _overlap(f: Path, a: str, b: str, by_ns, rank, ranked: bool) -> None:
+    raise RunDamaged(f"{f}: columns start_ns/end_ns: {b} overlaps {a} by {by_ns / 1e6:.3f} ms"
+                     f"{f' on rank {rank}' if ranked else ''}; the phases of one rank follow each other (their ends "
+                     "may touch), and a vision_encode range lies inside the prefill that runs it or apart from it")
+
+
+def _check_steps(p: Path, names: list[str]) -> None:
+    st = _Table(p, "steps.parquet", ["phase", "step", "wall_ms", "trial"], names)
+    st.finite("wall_ms", "a plain step's wall time is a finite number of ms ≥ 0", low=0)
+    st.finite("step", "a step is a whole number")
+    st.finite("trial", "a timing trial is a whole number ≥ 0", low=0)
+
+
+def _check_ncu(p: Path, folder: str, columns: dict, tl: _Table | None, complete: bool) -> None:
+    """One ncu folder (ncu/, or ncu/rank<r>/ of a tensor-parallel run): each table it holds, and how they refer
+    to each other and to the timeline. `columns`: each table's columns by its path in the run (`_schema`)."""
+    rel = {t: f"{folder}/{t}" for t in NCU_TABLES if f"{folder}/{t}" in columns}
+    names = {t: columns[r] for t, r in rel.items()}
+    results = None
+    if "results.parquet" in rel:
+        res = _Table(p, rel["results.parquet"], ["result_id"], names["results.parquet"])
+        res.finite("result_id", "a result id is a whole number ≥ 0", low=0)
+        rid = res.numbers("result_id")
+        res.rows("result_id", _duplicated(rid), "a result id again", "each profiled launch has one id")
+        results = set(rid.tolist())
+    if "metrics.parquet" in rel:
+        _check_metrics(p, rel["metrics.parquet"], names["metrics.parquet"], results)
+    if "kernels.parquet" in rel:
+        k = _check_kernels(p, rel["kernels.parquet"], names["kernels.parquet"], results)
+        if tl is not None:
+            _kernels_ran(p / rel["kernels.parquet"], k, tl)
+        if "launches.parquet" in rel and complete:  # a partial ncu stage may end between its files
+            lp = _Table(p, rel["launches.parquet"], ["kernel_id", "result_id"], names["launches.parquet"])
+            lp.finite("result_id", "a launch's result id is a whole number (−1: not profiled)", low=-1)
+            if "kernel_id" in lp:
+                ids = set(lp.t.column("kernel_id").unique().drop_null().to_pylist()) - set(k["kernel_id"])
+                if ids:
+                    raise RunDamaged(f"{lp.f}: kernel id(s) {', '.join(sorted(map(str, ids))[:3])} are not in "
+                                     f"kernels.parquet")
+
+
+def _duplicated(v: np.ndarray) -> np.ndarray:
+    """True on each value's second and later rows."""
+    first = np.zeros(len(v), dtype=bool)
+    first[np.unique(v, return_index=True)[1]] = True
+    return ~first
+
+
+def _check_metrics(p: Path, rel: str, names: list[str], results: set | None) -> None:
+    """ncu/metrics.parquet: one row per metric ncu measured for a result (the reader leaves out a metric ncu has no
+    value for, so NaN is never a measurement here), each value finite; never negative but for ncu's percentages
+    of peak (noise a little below 0, `PCT_NOISE`) and the NUMA ids a device attribute reads −1 where the host has
+    no NUMA node (CUDA's `CU_DEVICE_ATTRIBUTE_*NUMA_ID`)."""
+    m = _Table(p, rel, ["result_id", "metric", "unit", "value"], names)
+    v = m.numbers("value")
+
+    def label(i: int) -> str:
+        return f"{m.text('metric', i)[:80]!r} (result {m.text('result_id', i)})"
+
+    why = "an ncu counter is a finite number"
+    m.finite("result_id", "a result id is a whole number ≥ 0", low=0)
+    m.finite("value", why, label=label)
+    neg = np.flatnonzero(v < 0)
+    if len(neg):
+        metric = m.t.column("metric").take(neg).to_pylist()
+        unit = m.t.column("unit").take(neg).to_pylist() if "unit" in m else [None] * len(neg)
+        pct = np.array([u == "%" or (u is None and "pct" in n) for n, u in zip(metric, unit)], dtype=bool)
+        numa = np.array(["numa" in n for n in metric], dtype=bool)
+        wrong = ~numa & (~pct | (v[neg] < -PCT_NOISE))
+        bad = np.zeros(len(v), dtype=bool)
+        bad[neg[wrong]] = True
+        m.rows("value", bad, "negative", f"{why} ≥ 0 (a percentage of peak: ≥ −{PCT_NOISE:g})", label, v)
+    if results is not None:
+        rid = m.numbers("result_id")
+        m.rows("result_id", ~np.isin(rid, list(results)), "not a result of results.parquet",
+               "the two tables come from one ncu report", values=rid)
+
+
+def _check_kernels(p: Path, rel: str, names: list[str], results: set | None) -> dict:
+    """ncu/kernels.parquet: one row per selected kernel, its id unique; amounts finite where present and never
+    negative (`_AMOUNT`), those from the timeline always present. Returns its kernel_id, name and phase columns."""
+    amounts = [c for c in names if _AMOUNT.search(c)]
+    k = _Table(p, rel, ["kernel_id", "name", "phase", "result_id", *amounts], names)
+    ids = k.t.column("kernel_id").to_pylist()
+    kid = np.array([str(i) for i in ids], dtype=object)
+    k.rows("kernel_id", np.array([i is None for i in ids], dtype=bool), "empty", "every selected kernel has an id",
+           values=kid)
+    first = {}
+    for i, x in enumerate(kid):
+        if x in first:
+            raise RunDamaged(f"{k.f}: column kernel_id, row {i}: {x[:40]!r} again (first at row {first[x]}); "
+                             "each kernel id names one kernel")
+        first[x] = i
+
+    def label(i: int) -> str:
+        return f"kernel {kid[i][:40]!r}"
+
+    for c in amounts:
+        pct = c.endswith("_pct")
+        k.finite(c, f"{c} is a finite number ≥ {-PCT_NOISE:g}" if pct else f"{c} is a finite number ≥ 0",
+                 low=-PCT_NOISE if pct else 0, missing_ok=c not in _FROM_TIMELINE, label=label)
+    if "result_id" in k:
+        k.finite("result_id", "a profiled kernel's result id is a whole number ≥ 0", low=0, missing_ok=True,
+                 label=label)
+        if results is not None:
+            rid = k.numbers("result_id")
+            k.rows("result_id", ~np.isnan(rid.astype("float64")) & ~np.isin(rid, list(results)),
+                   "not a result of results.parquet", "the two tables come from one ncu report", label, rid)
+    return {"kernel_id": kid, "name": k.t.column("name").to_pylist(), "phase": k.t.column("phase").to_pylist()}
+
+
+def _kernels_ran(kp: Path, k: dict, tl: _Table) -> None:
+    """Every kernel of the ncu table ran in the timeline, by name and phase."""
+    pairs = tl.t.select(["phase", "name"]).group_by(["phase", "name"]).aggregate([])  # a few hundred distinct
+    ran = set(zip(pairs.column("phase").to_pylist(), pairs.column("name").to_pylist()))
+    lost = [i for i, (ph, n) in enumerate(zip(k["phase"], k["name"])) if (ph, n) not in ran]
+    if lost:
+        i = lost[0]
+        raise RunDamaged(f"{kp}: kernel {str(k['kernel_id'][i])[:40]} ({str(k['name'][i])[:60]!r}, {k['phase'][i]}) "
+                         f"is not in timeline.parquet{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}: "
+                         "the ncu tables belong to another run")
 
 
 def check_run(path: str | Path) -> dict:
     """The run's manifest after checking the run against its contract, or RunDamaged (RunError when the
-    folder is no run at all) with one message naming the file and what is wrong:
+    folder is no run at all) with one message naming the file and what is wrong (for a table: its column
+    and first bad row). It reads every table a chapter reads, only the columns it checks:
 
-    - manifest.json: valid UTF-8 JSON, an object with `status` (complete | partial) and `params`;
+    - manifest.json: valid UTF-8 JSON, an object with `status` (complete | partial) and `params`, its sections
+      objects (`SECTIONS`); a device the chapters can price (`_check_device`: `device` a row of
+      params/devices.yaml, else the GPU's name one, the two never naming different rows), present in a run
+      that holds measurements; `measured_peaks` whole where present;
     - each table present: a readable Parquet file with its columns (`REQUIRED`), numbers where numbers
       belong and known phases; timeline and phases not empty;
     - a complete run holds every part its parameters asked for (timeline and phases; ncu tables unless
       captured with `ncu_top_n: 0`), and a partial one the phases beside its timeline;
-    - every kernel in the ncu tables ran in the timeline (by name and phase), and in a complete run every
-      ncu launch names a kernel of the ncu kernel table."""
+    - timeline.parquet and phases.parquet: finite times, durations ≥ 0 and end − start = duration; the phase
+      ranges of one rank do not overlap (`_check_phases`); steps.parquet: finite plain step times ≥ 0;
+    - each ncu folder (ncu/, ncu/rank<r>/): kernel ids unique, amounts finite and ≥ 0 (`_check_kernels`),
+      counters finite and ≥ 0 but for ncu's own noise (`_check_metrics`), result ids unique and shared by
+      the tables; every kernel in the ncu tables ran in the timeline (by name and phase), and in a complete
+      run every ncu launch names a kernel of the ncu kernel table."""
     p = resolve_path(path)
     if not p.is_dir():
         raise RunError(f"{p} is not a folder: no run there")
     manifest = _read_manifest(p)
     mf = p / "manifest.json"
     has_tl = (p / "timeline.parquet").exists()
-    if manifest["status"] == "complete":
+    complete = manifest["status"] == "complete"
+    if complete:
         asked = ["timeline.parquet", "phases.parquet"]
         prm = manifest["params"]
         if prm.get("ncu_top_n", 0) and prm.get("ncu_phases", ["decode"]):
@@ -122,32 +469,23 @@ def check_run(path: str | Path) -> dict:
                              f"{'is' if len(lacking) == 1 else 'are'} missing")
     elif has_tl and not (p / "phases.parquet").exists():
         raise RunDamaged(f"{p / 'phases.parquet'}: missing beside timeline.parquet")
-    for rel in REQUIRED:
-        if (p / rel).exists():
-            _schema(p, rel)
-    if has_tl:
-        tl = _table(p, "timeline.parquet", ["name", "phase", "start_ns", "end_ns", "duration_ns"])
-        _table(p, "phases.parquet", ["phase", "start_ns", "end_ns"])
-    for kp in sorted(p.glob("ncu/**/kernels.parquet")):
-        rel = str(kp.relative_to(p))
-        _schema(p, rel)
-        k = _table(p, rel, ["phase", "kernel_id", "name", "status"])
-        if has_tl:
-            ran = set(tl[["phase", "name"]].drop_duplicates().itertuples(index=False, name=None))
-            lost = k[[(ph, n) not in ran for ph, n in zip(k.phase, k.name)]]
-            if len(lost):
-                r = lost.iloc[0]
-                raise RunDamaged(f"{kp}: kernel {str(r.kernel_id)[:40]} ({str(r['name'])[:60]!r}, {r.phase}) is not "
-                                 f"in timeline.parquet{f' (and {len(lost) - 1} more)' if len(lost) > 1 else ''}: "
-                                 "the ncu tables belong to another run")
-        lp = kp.with_name("launches.parquet")
-        if lp.exists() and manifest["status"] == "complete":  # a partial ncu stage may end between its files
-            names = _schema(p, str(lp.relative_to(p)))
-            if "kernel_id" in names:
-                ids = set(_table(p, str(lp.relative_to(p)), ["kernel_id"]).kernel_id.dropna()) - set(k.kernel_id)
-                if ids:
-                    raise RunDamaged(f"{lp}: kernel id(s) {', '.join(sorted(map(str, ids))[:3])} are not in "
-                                     f"{kp.name}")
+    for key in SECTIONS:
+        if manifest.get(key) is not None and not isinstance(manifest[key], dict):
+            raise RunDamaged(f"{mf}: {key} is {type(manifest[key]).__name__}, expected an object (the chapters read "
+                             "its keys)")
+    _check_device(mf, manifest, needed=complete or has_tl)
+    _check_measured_peaks(mf, manifest)
+    folders = sorted({str(f.parent.relative_to(p)) for t in NCU_TABLES for f in p.glob(f"ncu/**/{t}")})
+    tables = ["timeline.parquet", "phases.parquet", "steps.parquet", *(f"{d}/{t}" for d in folders for t in NCU_TABLES)]
+    # every table readable, with its columns, before any content is judged
+    names = {rel: _schema(p, rel) for rel in tables if (p / rel).exists()}
+    tl = _check_timeline(p, names["timeline.parquet"]) if has_tl else None
+    if "phases.parquet" in names:
+        _check_phases(p, names["phases.parquet"])
+    if "steps.parquet" in names:
+        _check_steps(p, names["steps.parquet"])
+    for folder in folders:
+        _check_ncu(p, folder, names, tl, complete)
     return manifest
 
 
@@ -181,7 +519,7 @@ class Run:
 
     def ncu_kernels(self) -> pd.DataFrame | None:
         p = self.ncu_dir / "kernels.parquet"
-        return pd.read_parquet(p) if p.exists() else None
+        return read_table(p) if p.exists() else None  # names cut as the timeline's are
 
     def ncu_metrics(self) -> pd.DataFrame | None:
         p = self.ncu_dir / "metrics.parquet"
@@ -191,7 +529,7 @@ class Run:
         """One row per profiled launch (result_id, name, grid, block; `rules` in captures that keep
         NVIDIA's rule results), or None without an ncu stage."""
         p = self.ncu_dir / "results.parquet"
-        return pd.read_parquet(p) if p.exists() else None
+        return read_table(p) if p.exists() else None
 
 
 def load_run(path: str | Path, require_timeline: bool = True, rank: int = 0) -> Run:
@@ -242,7 +580,7 @@ def _load_run(p: Path, require_timeline: bool, rank: int) -> Run:
     if not tl.exists():
         raise RunError(f"{p} has no timeline.parquet (status: {manifest.get('status')}, "
                        f"reason: {manifest.get('reason', '-')})")
-    timeline = annotate(pd.read_parquet(tl))
+    timeline = annotate(read_table(tl))
     phases = pd.read_parquet(p / "phases.parquet")
     if "rank" not in timeline:
         if rank != 0:
@@ -253,3 +591,49 @@ def _load_run(p: Path, require_timeline: bool, rank: int) -> Run:
         raise RunError(f"rank: {rank} asked for, but {p.name} holds ranks {have}")
     return Run(p, manifest, timeline[timeline["rank"] == rank].reset_index(drop=True),
                phases[phases["rank"] == rank].reset_index(drop=True), rank, timeline, phases)
+
+
+# The longest name a table keeps, in characters. Real names stay whole: the longest in the bundled runs are
+# 1.3 k (a timeline kernel) and 2.9 k (ncu's own name for it, `ncu_name`); a CUTLASS template name is a few
+# thousand. A longer one (a generated or hostile name: one of 100 k characters took 6 GB of memory to render)
+# keeps its head and a hash of the whole name, so two names alike up to the limit stay two kernels.
+NAME_LIMIT = 4096
+# the columns that hold names given by whatever ran on the GPU (kernels, ncu's name and function, aten ops,
+# modules) and those the capture derived from them; cut alike in every table (`read_table`), so that joins by
+# name (timeline ↔ ncu tables) still meet
+NAME_COLUMNS = ("name", "ncu_name", "function", "op", "module", "module_class", "short_name", "friendly_name")
+
+
+def cut_name(name: str, limit: int = NAME_LIMIT) -> str:
+    """`name` itself when it holds at most `limit` characters, else its head, '…' and 12 hex digits of its
+    BLAKE2b hash, `limit` characters in all: the same name always cuts the same, two differ when the names do."""
+    if len(name) <= limit:
+        return name
+    import hashlib
+
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    return f"{name[:limit - len(digest) - 1]}…{digest}"
+
+
+def read_table(f: Path, columns: list[str] | None = None, limit: int = NAME_LIMIT) -> pd.DataFrame:
+    """The Parquet table `f` (its `columns`, default all) with the values `pd.read_parquet` gives, two things
+    apart, both for memory:
+
+    - every name in `NAME_COLUMNS` cut to `limit` characters (`cut_name`);
+    - text columns hold one Python string per distinct value, shared by the rows that hold it (dtype object,
+      NaN where empty), not a copy of the text per row: a timeline of 10⁶ rows names a few hundred kernels.
+
+    Text is read as a dictionary, so a long name is read, cut and stored once, whatever its number of rows."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(f)
+    text = [c for c in (schema.names if columns is None else columns) if c in schema.names
+            and (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type))]
+    df = pq.read_table(f, columns=columns, read_dictionary=text).to_pandas()
+    for c in text:
+        cat = df[c].array  # a Categorical: the distinct values and a code per row (−1 where empty)
+        values = [v if len(v) <= limit or c not in NAME_COLUMNS else cut_name(v, limit) for v in cat.categories]
+        df[c] = pd.Series(np.array([*values, np.nan], dtype=object)[cat.codes], index=df.index, dtype=object)
+    return df

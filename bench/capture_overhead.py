@@ -21,7 +21,7 @@ def main(params_path: str = "params/default.yaml", pairs: str = "5") -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from kernelbook import params as P
-    from kernelbook.capture.run import _timed_generate, prepare
+    from kernelbook.capture.torch_backend import _timed_generate, prepare
 
     params = P.load(params_path, consumer="capture")
     wl, tracker, _ = prepare(params)

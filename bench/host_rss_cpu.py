@@ -25,8 +25,8 @@ from pathlib import Path
 from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model
 from kernelbook.capture.workload import build_workload
 from kernelbook.capture.phases import PhaseTracker
-from kernelbook.capture.run import _profiled_pass, _plain_trials
-from kernelbook.capture.sampling import plan
+from kernelbook.capture.torch_backend import _profiled_pass, _plain_trials
+from kernelbook.contract.sampling import plan
 from test_capture_cpu import PARAMS, TINY_OCR2
 
 mode, n = sys.argv[1], int(sys.argv[2])

@@ -32,7 +32,7 @@ def one(run: str, variant: str) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from kernelbook.capture.ncu import select_kernels
-    from kernelbook.capture.run import _export_ingest, _timed_generate, prepare
+    from kernelbook.capture.torch_backend import _export_ingest, _timed_generate, prepare
 
     params = json.loads((Path(run) / "manifest.json").read_text())["params"]
     timeline = pd.read_parquet(Path(run) / "timeline.parquet")

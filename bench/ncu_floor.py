@@ -61,7 +61,7 @@ RUN = Path(__file__).resolve().parents[1] / "data" / "runs" / "h100-deepseek-ocr
 def worker(gib: str, pieces: str, size: str, n: str, libs: str, model: str) -> None:
     import torch
 
-    from kernelbook.capture.phases import NCU_TARGET
+    from kernelbook.contract.names import NCU_TARGET
 
     t = time.perf_counter()
     each = int(float(gib) * 2**30) // int(pieces)
@@ -74,7 +74,7 @@ def worker(gib: str, pieces: str, size: str, n: str, libs: str, model: str) -> N
         torch.topk(torch.randn(64, 1000, device="cuda"), 6)
         torch.nn.functional.linear(a[:1], a)
     if model != "none":
-        from kernelbook.capture.run import prepare
+        from kernelbook.capture.torch_backend import prepare
 
         params = json.loads((RUN / "manifest.json").read_text())["params"]
         if model == "generate-no-cudnn":

@@ -8,7 +8,7 @@ import pytest
 from conftest import RUN
 
 from kernelbook.capture.chapters import decide, part
-from kernelbook.capture.run import CaptureError
+from kernelbook.capture.common import CaptureError
 from kernelbook.clocks import LOCK_FILE, ProfilingBusy, clock_lock, profiling_lock
 
 
@@ -59,7 +59,7 @@ def test_a_process_killed_by_sigterm_inside_the_lock_leaves_no_lock(tmp_path):
     lock = tmp_path / "profiling.lock"
     code = ("import signal, sys, time\n"
             "from pathlib import Path\n"
-            "from kernelbook.capture.run import _sigterm\n"
+            "from kernelbook.capture.common import _sigterm\n"
             "from kernelbook.clocks import profiling_lock\n"
             "signal.signal(signal.SIGTERM, _sigterm)\n"
             "with profiling_lock(Path(sys.argv[1])):\n"

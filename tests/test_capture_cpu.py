@@ -9,7 +9,8 @@ pytest.importorskip("transformers")
 
 from kernelbook.capture.inputs import deepseek_ocr2_image_tokens  # noqa: E402
 from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model  # noqa: E402
-from kernelbook.capture.phases import PhaseTracker, parse_op_range, parse_record_name  # noqa: E402
+from kernelbook.capture.phases import PhaseTracker  # noqa: E402
+from kernelbook.contract.names import parse_op_range, parse_record_name  # noqa: E402
 from kernelbook.capture.workload import build_workload  # noqa: E402
 
 TINY_OCR2 = dict(
@@ -328,7 +329,7 @@ def test_plain_generate_calls_time_each_phase(tiny_ocr2):
     exclusive time, decode per step, and together no more than the whole call."""
     import time
 
-    from kernelbook.capture.run import _plain_trials
+    from kernelbook.capture.torch_backend import _plain_trials
 
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
     wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
@@ -362,7 +363,7 @@ def op_calls_with_modules(wl, trace_path):
     from torch.profiler import ProfilerActivity, profile
 
     from kernelbook.analyze.modules import with_module_types
-    from kernelbook.capture.phases import parse_module_range
+    from kernelbook.contract.names import parse_module_range
     from kernelbook.load.trace import _assign_module
 
     tracker = PhaseTracker(wl.loaded.model, nvtx=False, op_record=True).install()

@@ -23,8 +23,9 @@ pytest.importorskip("transformers")
 
 from kernelbook.capture.inputs import INSTRUCTION  # noqa: E402
 from kernelbook.capture.models import load_model  # noqa: E402
-from kernelbook.capture.phases import PhaseTracker, parse_record_name  # noqa: E402
-from kernelbook.capture.run import CaptureError  # noqa: E402
+from kernelbook.capture.phases import PhaseTracker  # noqa: E402
+from kernelbook.contract.names import parse_record_name  # noqa: E402
+from kernelbook.capture.common import CaptureError  # noqa: E402
 from kernelbook.capture.workload import InputsError, build_workload, check_inputs  # noqa: E402
 from kernelbook.params import load as load_params, validate  # noqa: E402
 

@@ -12,7 +12,7 @@ from conftest import RUN
 SCRIPT = """
 import shutil, sys, time
 from pathlib import Path
-from kernelbook.capture.run import land
+from kernelbook.capture.common import land
 tmp, out, timeline = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 tmp.mkdir()
 manifest = {"status": "partial", "reason": "capture in progress"}

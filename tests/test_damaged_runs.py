@@ -192,15 +192,17 @@ def test_a_missing_run_is_a_non_zero_exit_with_one_line(tmp_path):
 
 def test_a_captured_runs_manifest_names_the_params_file_as_given(tmp_path, monkeypatch):
     """The book passes paths to the chapters absolute; the manifest a capture chapter begins records the
-    params file as the caller wrote it (the runner hands it over in KERNELBOOK_PARAMS_AS_GIVEN)."""
-    from kernelbook.capture.chapters import PARAMS_AS_GIVEN, _begin
+    params file as the caller wrote it (the runner hands it over in its session, contract.session)."""
+    from kernelbook.capture.chapters import _begin
+    from kernelbook.contract.session import BookSession
     from kernelbook.params import validate
 
     params = validate({"capture": "never"}, consumer="capture")
-    monkeypatch.setenv(PARAMS_AS_GIVEN, "params/mine.yaml")
+    for k, v in BookSession(params_as_given="params/mine.yaml").env().items():
+        monkeypatch.setenv(k, v)
     m = _begin(tmp_path / "new-run", params, str(tmp_path / "abs" / "params" / "mine.yaml"))
     assert m["params_source"] == "params/mine.yaml"
-    monkeypatch.delenv(PARAMS_AS_GIVEN)
+    monkeypatch.delenv("KERNELBOOK_SESSION")
     m = _begin(tmp_path / "other-run", params, "/abs/p.yaml")  # a chapter run alone: the path it was given
     assert m["params_source"] == "/abs/p.yaml"
 

@@ -80,7 +80,10 @@ def test_capture_writes_capture_parameters_only(monkeypatch, tmp_path):
 
     monkeypatch.setattr(C, "require_gpu", lambda: None)
     monkeypatch.setattr(C, "clock_lock", stopped)
-    monkeypatch.setattr(C, "write_manifest", lambda run_dir, manifest: seen.update(manifest))
+    from kernelbook.capture import common
+
+    for where in (C, common):  # capture writes the manifest itself, and `land` does when the capture stops
+        monkeypatch.setattr(where, "write_manifest", lambda run_dir, manifest: seen.update(manifest))
     with pytest.raises(RuntimeError, match="stopped by the test"):
         C.capture(validate({"top_n": 30, "phase": "prefill"}), tmp_path / "run")
     assert seen["status"] == "partial" and seen["params"]["model"] == "deepseek-ocr-2"

@@ -5,7 +5,8 @@ so the launches between targets (a decode lead-up of 31 steps) run without ncu's
 import torch
 
 from kernelbook.capture import ncu as N
-from kernelbook.capture.phases import NCU_TARGET, PhaseTracker, _Open
+from kernelbook.capture.phases import PhaseTracker, _Open
+from kernelbook.contract.names import NCU_TARGET
 
 
 def test_the_gated_ncu_starts_with_profiling_off_and_its_worker_opens_the_gate(monkeypatch):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kernelbook.capture.chapters import part_done, wait_for
-from kernelbook.capture.run import CaptureError
+from kernelbook.capture.common import CaptureError
 from kernelbook.runner import _ChapterLines
 
 

@@ -1,4 +1,4 @@
-"""Long generations in bounded memory (capture.sampling): which decode steps the profiler records, the
+"""Long generations in bounded memory (contract.sampling): which decode steps the profiler records, the
 parameter checks on the windows, the agreement check, and a sampled timeline pass on a tiny checkpoint."""
 import json
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from kernelbook.analyze.steps import agreement
-from kernelbook.capture.sampling import plan, sample_problems
+from kernelbook.contract.sampling import plan, sample_problems
 from kernelbook.params import ParamError, validate
 
 
@@ -95,7 +95,7 @@ def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):
     encode, the prefill and exactly the windows' decode steps, each window read as it ended and its raw
     trace deleted; op calls are numbered in the recorded steps only."""
     from kernelbook.capture.phases import PhaseTracker
-    from kernelbook.capture.run import _profiled_pass
+    from kernelbook.capture.torch_backend import _profiled_pass
 
     lm, wl = tiny_workload(tmp_path, 12)
     sampling = plan(12, 2, 5)  # 11 decode steps: 1-2, 6-7, 10-11
@@ -117,7 +117,8 @@ def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):
 def test_op_calls_are_numbered_only_in_the_recorded_steps(tmp_path):
     """The shapes pass of a sampled generation numbers op calls (kbop# ranges) in the vision encode, the prefill
     and the windows only; between windows the dispatch mode is off (it costs host time on every op)."""
-    from kernelbook.capture.phases import PhaseTracker, parse_op_range, parse_record_name
+    from kernelbook.capture.phases import PhaseTracker
+    from kernelbook.contract.names import parse_op_range, parse_record_name
 
     lm, wl = tiny_workload(tmp_path, 8)
     sampling = plan(8, 2, 4)  # 7 decode steps: 1-2, 5-6, then 6-7 joins: (1,2), (5,7)
@@ -144,11 +145,12 @@ def test_op_calls_are_numbered_only_in_the_recorded_steps(tmp_path):
 
 def test_a_generation_stopped_mid_way_keeps_the_windows_it_read(tmp_path):
     """A capture stopped (SIGTERM → CaptureStopped) during a long generate: the windows already read land as
-    the run's timeline, so the partial run holds them (capture.run._profiled_pass)."""
+    the run's timeline, so the partial run holds them (capture.torch_backend._profiled_pass)."""
     import pandas as pd
 
     from kernelbook.capture.phases import PhaseTracker
-    from kernelbook.capture.run import CaptureStopped, _profiled_pass
+    from kernelbook.capture.common import CaptureStopped
+    from kernelbook.capture.torch_backend import _profiled_pass
 
     lm, wl = tiny_workload(tmp_path, 12)
     sampling = plan(12, 2, 5)  # windows 1-2, 6-7, 10-11

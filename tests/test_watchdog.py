@@ -65,7 +65,7 @@ def test_capture_progress_reaches_the_runner_while_the_chapter_runs(tmp_path):
     """The cell waits for a file that only the runner's progress callback writes: if progress lines
     arrived only when the chapter ended, the chapter could not end (the watchdog's limit would)."""
     flag = tmp_path / "seen"
-    src = _notebook(tmp_path, "import time\nfrom pathlib import Path\nfrom kernelbook.capture.run import Progress\n"
+    src = _notebook(tmp_path, "import time\nfrom pathlib import Path\nfrom kernelbook.capture.common import Progress\n"
                     f"say = Progress()\nsay('timeline: start')\nwhile not Path({str(flag)!r}).exists():\n"
                     "    time.sleep(0.1)\nsay('timeline: done')")
     lines = []

@@ -97,14 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {out / 'index.html'}")
         return 0
     if args.cmd == "capture":
-        from .capture.run import CaptureError, CaptureStopped, Progress, capture
+        from .capture.common import CaptureError, CaptureStopped, Progress
+        from .capture.ncu import NcuStopped
+        from .capture.run import capture
 
         try:
             run = capture(params, out_dir, params_source=args.params, progress=Progress(T0))
         except CaptureError as e:
             _err(str(e))
             return EXIT_BAD_PARAMS
-        except (CaptureStopped, KeyboardInterrupt) as e:
+        except (CaptureStopped, NcuStopped, KeyboardInterrupt) as e:
             _err(f"capture stopped ({type(e).__name__}: {e}); partial run kept at {args.out} (status: partial)")
             return 130
         except Exception as e:  # the run directory is kept, marked partial with the reason
@@ -260,7 +262,8 @@ def _worker(argv: list[str]) -> int:
                    help="ncu by op call under --profile-from-start off: cudaProfilerStart/Stop around each target")
     w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into")
     args = w.parse_args(argv)
-    from .capture.run import tp_rank_worker, worker
+    from .capture.ncu_worker import worker
+    from .capture.torch_backend import tp_rank_worker
 
     if args.mode == "tp-exec":  # one torchrun rank of the ncu stage: ncu around the worker, or the worker
         launch = json.loads(Path(args.params).read_text())

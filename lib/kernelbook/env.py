@@ -5,10 +5,12 @@ Everything degrades to "absent" on a machine without the thing, so chapter 00 re
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import platform
 import re
 import shutil
 import subprocess
+import sys
 
 ABSENT = "absent"
 
@@ -105,3 +107,36 @@ def git_revision(cwd=None) -> str:
                               cwd=cwd, timeout=10).stdout.strip() or ABSENT
     except (OSError, subprocess.TimeoutExpired):
         return ABSENT
+
+
+def no_gpu_device() -> bool:
+    """True when this Linux machine has no GPU device node or driver at all (no NVIDIA driver, no ROCm /dev/kfd):
+    torch would see no GPU, and importing it only to ask costs 1.6 s in each chapter that asks."""
+    if not sys.platform.startswith("linux"):
+        return False  # no cheap answer elsewhere: ask torch
+    return not (os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/kfd")
+                or any(n.startswith("nvidia") for n in os.listdir("/dev")))
+
+
+def cuda_visible() -> bool:
+    """torch sees a GPU (False without torch)."""
+    if no_gpu_device():
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def can_capture(part: str) -> tuple[bool, str]:
+    """(possible, why not) on this machine: torch with a visible GPU; for ncu also ncu on PATH."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False, "torch is not installed (pip install -e '.[capture]')"
+    if not cuda_visible():
+        return False, "no GPU is visible to torch (torch.cuda.is_available() is False)"
+    if part == "ncu" and not shutil.which("ncu"):
+        return False, "Nsight Compute (ncu) is not on PATH"
+    return True, ""

@@ -278,7 +278,7 @@ def capture_part(run_dir: str, part: str, capture: str, params_file: str = ""):
     `capture` asks and this machine can, else nothing (see capture.chapters). Returns what happened
     ({'captured', 'why', 'wall_s'}); a capture that cannot be honoured stops the chapter with the reason."""
     from .capture import chapters
-    from .capture.run import CaptureError
+    from .capture.common import CaptureError
 
     try:
         return chapters.part(run_dir, part, capture, params_file or None, progress=chapters.notebook_progress())

@@ -113,7 +113,7 @@ def _run_dir(v) -> str | None:
 
 
 def _model(v) -> str | None:
-    from .capture.models import BUILTIN_MODELS
+    from .contract.names import BUILTIN_MODELS
 
     if v in BUILTIN_MODELS or _on_disk(resolve_path(v), "dir"):
         return None
@@ -378,7 +378,7 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
     if capturing and consumer in (None, "book") and not _check_one("run_dir", SCHEMA["run_dir"], merged["run_dir"], CAPTURE):
         problems += _run_to_capture(merged)
     if not any(p.startswith(("max_new_tokens:", "sample_")) for p in problems):
-        from .capture.sampling import sample_problems
+        from .contract.sampling import sample_problems
 
         problems += sample_problems(merged["max_new_tokens"], merged["sample_window"], merged["sample_every"])
     if all(_check_one(k, SCHEMA[k], merged[k]) == [] for k in ("low_pct", "high_pct")) \
@@ -534,7 +534,7 @@ def _run_to_capture(merged: dict) -> list[str]:
     elif _on_disk(p, "any"):
         problem = _run_dir(v)
         return [f"run_dir: {problem}"] if problem else []
-    from .capture.chapters import can_capture
+    from .env import can_capture
 
     ok, why = can_capture("setup")
     return [] if ok else [f"run_dir: {shown(v, bare=True)} does not exist and this machine cannot capture it "

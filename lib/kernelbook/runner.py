@@ -12,7 +12,7 @@ running; the previous report is kept. The capture chapters' progress lines are p
 chapter's line as they happen.
 
 The capture chapters run under the profiling lock. When more than one captures, they start side by side
-and each part waits for the part before it (capture.chapters `PIPELINE`), so a chapter's kernel start and
+and each part waits for the part before it (capture.chapters, contract.session `pipeline`), so a chapter's kernel start and
 its rendering overlap the next part's capture, while the timeline's timed passes wait until chapter 00 has
 ended. The chapters that only read the run start once the last part is in, `render_jobs` at a time (one per
 CPU core by default, each in its own kernel, longest first), each reported on its own line as it finishes.
@@ -44,7 +44,8 @@ from pathlib import Path
 from . import escape, outdir
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
-from .capture.chapters import BOOK_COMMAND, LOCKS_HELD, PARAMS_AS_GIVEN, PIPELINE, SKIPPED
+from .capture.chapters import SKIPPED
+from .contract.session import BookSession
 from .clocks import clock_lock
 from .watch import execute_chapter, stop_all
 
@@ -311,14 +312,14 @@ def _render(params, books, only, language, run_dir, run_id, capture_stems, out, 
         pipelined = len(capture_stems) > 1
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
             state = locks.enter_context(clock_lock(params["lock_clocks"]))
-            # more than one capture chapter: side by side, each part waiting for the one before (PIPELINE)
+            # more than one capture chapter: side by side, each part waiting for the one before (the session's pipeline)
             if pipelined:
                 for stem in CAPTURE_PARTS:  # a chapter that does not capture here is no part to wait for
                     if stem not in capture_stems:
                         (Path(ipc_folder) / f"{stem}.ended").write_text(SKIPPED)
-            locks.enter_context(_env({LOCKS_HELD: "1", BOOK_COMMAND: _command(), "KERNELBOOK_CLOCK_STATE":
-                                      json.dumps(state), PARAMS_AS_GIVEN: params_as_given or "",
-                                      **({PIPELINE: ipc_folder} if pipelined else {})}))
+            locks.enter_context(_env(BookSession(locks_held=True, command=_command(), clock_state=state,
+                                                 params_as_given=params_as_given or "",
+                                                 pipeline=ipc_folder if pipelined else "").env()))
             if log is print:
                 print(f"capture: {', '.join(capture_stems)} will capture into {run_dir} (locks held until the "
                       "last of them ends)", flush=True)
@@ -553,7 +554,7 @@ def _capturing_chapters(params: dict, run_dir: Path, books: list[Path]) -> list[
     that cannot be honoured (`always` on a machine without a GPU, or over an existing run) stops the
     book before any chapter runs, exit code 2."""
     from .capture.chapters import decide
-    from .capture.run import CaptureError
+    from .capture.common import CaptureError
 
     stems = [nb.stem for nb in books if nb.stem in CAPTURE_PARTS]
     out = []

@@ -16,7 +16,7 @@ code of the cell the kernel last started). A chapter that fails on its own (an e
 retried: that is not a hang.
 
 Progress: every line the chapter writes to stderr in the capture's progress format (`[  12.3 s] step`,
-`capture.run.Progress`) reaches `on_progress` as it is written, not only the notebook.
+`capture.common.Progress`) reaches `on_progress` as it is written, not only the notebook.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..display import phase_label
 from ..i18n import N_, tr
-from ..capture.phases import PROJECTOR_ATTRS, VISION_ATTRS, VISION_CLASS_WORDS
+from ..contract.names import PROJECTOR_ATTRS, VISION_ATTRS, VISION_CLASS_WORDS
 
 # in the order a reader meets them in a decoder layer; "residual" is a layer's own work between its submodules
 # (the residual adds), "outside layers" work of the model's own forwards outside every layer (masks, positions,

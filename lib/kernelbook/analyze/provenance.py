@@ -17,7 +17,7 @@ STEPS = {"measure_peaks": N_("measure peaks (bf16 GEMM, device copy)"), "timelin
          "ncu": N_("Nsight Compute capture")}
 
 
-# Text the capture stores in the manifest in English (capture.run: the timeline backend's reason, the warmup and
+# Text the capture stores in the manifest in English (capture.torch_backend: the timeline backend's reason, the warmup and
 # the sampling method; capture.nsys: why nsys is or is not usable; capture.ncu_stage: how ncu picked its launches).
 # Each form the capture writes is a template here, shown through the catalog; any other text is shown as written.
 # The analysis does not import the capture code, so these repeat its wording (tests/test_i18n.py checks every
@@ -158,7 +158,7 @@ def ncu_account(manifest: dict) -> pd.DataFrame:
 
 
 def _worker(w: dict) -> str:
-    """How the ncu worker ran the workload (capture.run.worker): its warmup and the decode steps that led up
+    """How the ncu worker ran the workload (capture.ncu_worker.worker): its warmup and the decode steps that led up
     to a profiled one without cuDNN attention (ncu's cost per launch grows with the modules loaded)."""
     warm = (tr("{n} warmup generate of {tokens} token", n=w["warmup_generates"], tokens=w["warmup_tokens"])
             if w.get("warmup_generates") and w.get("warmup_tokens") else

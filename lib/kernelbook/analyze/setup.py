@@ -64,18 +64,17 @@ def peaks_table(dev: Device | None) -> pd.DataFrame:
 
 def measured_peaks(manifest: dict, measure_here: bool = True, lock_clocks: bool = False) -> dict:
     """Measure on this machine when it has a GPU (under the profiling lock), else the run's record."""
-    from ..capture.chapters import cuda_visible
+    from ..env import cuda_visible
 
     if measure_here and cuda_visible():
-        import os
         from contextlib import nullcontext
 
-        from ..capture.chapters import LOCKS_HELD
+        from ..contract.session import current
         from ..clocks import clock_lock
         from ..measure import measure_peaks
 
         # under the book runner's locks (a capture in progress) the lock is already this book's
-        with (nullcontext() if os.environ.get(LOCKS_HELD) == "1" else clock_lock(lock_clocks)):
+        with (nullcontext() if current().locks_held else clock_lock(lock_clocks)):
             return {**measure_peaks(), "where": tr("measured now, on this machine")}
     rec = manifest.get("measured_peaks")
     return {**rec, "where": tr("recorded in the run's manifest")} if rec else {}

@@ -1,7 +1,7 @@
 """Decode step by step: time against position (KV length), from every plain step and the profiled steps.
 
 A capture times every step of its plain generates (`steps.parquet`: trial, phase, step, wall_ms). The
-profiled pass records every step, or, for a long generation, windows of steps (capture.sampling); its
+profiled pass records every step, or, for a long generation, windows of steps (contract.sampling); its
 per-step wall and GPU-busy time come from the phase ranges and the kernels inside them. These functions
 put the two side by side, check that the profiled steps stand for the whole decode, and find the kernels
 whose time grows with the KV length.

@@ -12,7 +12,7 @@ here. `capture` decides per part:
 Files land atomically (written beside, renamed into place), the manifest says which chapter and which
 command produced each part, and the run stays `status: partial` (with the reason) until its last part
 is in. The profiling lock and the clock lock span the capture chapters when the book runner drives
-them (it holds them and sets KERNELBOOK_LOCKS_HELD); a chapter run alone holds them for its own part.
+them (it holds them and says so in its session, contract.session); a chapter run alone holds them for its own part.
 Both are always released (`clocks.clock_lock`).
 """
 from __future__ import annotations
@@ -20,27 +20,25 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from ..contract import session
+from ..env import can_capture
 from ..i18n import N_, text, tr
 from ..params import resolve_path
-from .run import PARQUET, CaptureError, Progress, write_manifest
+from .common import PARQUET, CaptureError, Progress, write_manifest
 
 PARTS = ("setup", "timeline", "ncu")
 CHAPTER = {"setup": "00_setup", "timeline": "01_timeline", "ncu": "02_ncu"}
-LOCKS_HELD = "KERNELBOOK_LOCKS_HELD"   # set by the book runner while it holds the locks for 00-02
-BOOK_COMMAND = "KERNELBOOK_COMMAND"    # the command line that rendered the book, for the manifest
-PARAMS_AS_GIVEN = "KERNELBOOK_PARAMS_AS_GIVEN"  # --params as the caller wrote it (chapters get it absolute)
-# Set by the book runner when it starts the capture chapters side by side: a folder where it marks each capture
-# chapter's end (`<stem>.ended`). A part then waits for the part before it to be in the run (its time in the
-# manifest, written last), so each chapter's kernel start, imports and rendering overlap the other chapters'
-# captures; the timeline's timed passes also wait for chapter 00 to end, so no rendering runs beside them.
-PIPELINE = "KERNELBOOK_PIPELINE"
+# The book runner's session (contract.session): `pipeline` is set when it starts the capture chapters side by side,
+# a folder where it marks each capture chapter's end (`<stem>.ended`). A part then waits for the part before it to
+# be in the run (its time in the manifest, written last), so each chapter's kernel start, imports and rendering
+# overlap the other chapters' captures; the timeline's timed passes also wait for chapter 00 to end, so no
+# rendering runs beside them.
 SKIPPED = "not capturing in this rendering"  # the end marker of a capture chapter that reads its part
-TIMED = "timeline.timed"  # in the PIPELINE folder: the timeline's timed passes are over
+TIMED = "timeline.timed"  # in the pipeline folder: the timeline's timed passes are over
 
 
 def present(run_dir: Path, part: str) -> bool:
@@ -51,39 +49,6 @@ def present(run_dir: Path, part: str) -> bool:
     if part == "timeline":
         return (run_dir / "timeline.parquet").exists()
     return (run_dir / "ncu" / "kernels.parquet").exists()
-
-
-def no_gpu_device() -> bool:
-    """True when this Linux machine has no GPU device node or driver at all (no NVIDIA driver, no ROCm /dev/kfd):
-    torch would see no GPU, and importing it only to ask costs 1.6 s in each chapter that asks."""
-    if not sys.platform.startswith("linux"):
-        return False  # no cheap answer elsewhere: ask torch
-    return not (os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/kfd")
-                or any(n.startswith("nvidia") for n in os.listdir("/dev")))
-
-
-def cuda_visible() -> bool:
-    """torch sees a GPU (False without torch)."""
-    if no_gpu_device():
-        return False
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def can_capture(part: str) -> tuple[bool, str]:
-    """(possible, why not) on this machine: torch with a visible GPU; for ncu also ncu on PATH."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return False, "torch is not installed (pip install -e '.[capture]')"
-    if not cuda_visible():
-        return False, "no GPU is visible to torch (torch.cuda.is_available() is False)"
-    if part == "ncu" and not shutil.which("ncu"):
-        return False, "Nsight Compute (ncu) is not on PATH"
-    return True, ""
 
 
 # the parts a capture chapter writes, as its decision line names them (in the narrative language)
@@ -131,7 +96,7 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
         params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
     except P.ParamError as e:
         raise CaptureError(str(e)) from e
-    gate = os.environ.get(PIPELINE)
+    gate = session.current().pipeline or None
     early = _after_prior(run_dir, which, params, Path(gate)) if gate and which != PARTS[0] else None
     try:
         return _capture(run_dir, which, why, params, params_file, progress, gate, early)
@@ -151,10 +116,10 @@ def _capture(run_dir: Path, which: str, why: str, params: dict, params_file: str
     progress = progress or Progress()
     t = time.perf_counter()
     manifest = _begin(run_dir, params, params_file)
-    held = os.environ.get(LOCKS_HELD) == "1"
+    held = session.current().locks_held
     from ..clocks import clock_lock
 
-    runner_state = json.loads(os.environ.get("KERNELBOOK_CLOCK_STATE") or "null")
+    runner_state = session.current().clock_state
     lock = nullcontext(runner_state) if held else clock_lock(params["lock_clocks"])
     try:
         with lock as clock_state:
@@ -176,7 +141,7 @@ def _capture(run_dir: Path, which: str, why: str, params: dict, params_file: str
 
     manifest.setdefault("peak_rss_gb", {})[_timing_key(which)] = peak_rss_gb()
     manifest.setdefault("produced_by", {})[_timing_key(which)] = {
-        "chapter": CHAPTER[which], "command": os.environ.get(BOOK_COMMAND) or "the chapter run alone (papermill "
+        "chapter": CHAPTER[which], "command": session.current().command or "the chapter run alone (papermill "
                                                                              "or JupyterLab)"}
     missing = [p for p in PARTS if not _done(run_dir, p, params)]
     if missing:
@@ -264,7 +229,7 @@ def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
     (run_dir / "raw").mkdir(exist_ok=True)
     manifest = {"kernelbook_run": 1, "run_id": run_dir.name, "status": "partial", "reason": "capture in progress",
                 "params": for_consumer(params, CAPTURE),
-                "params_source": os.environ.get(PARAMS_AS_GIVEN) or params_file,
+                "params_source": session.current().params_as_given or params_file,
                 "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_manifest(run_dir, manifest)

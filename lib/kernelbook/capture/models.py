@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..contract.names import BUILTIN_MODELS  # noqa: F401 (the models this module builds)
 from .inputs import INSTRUCTION
-
-BUILTIN_MODELS = ("deepseek-ocr-2",)
 
 # The published DeepSeek-OCR-2 architecture: SAM ViT-B + a Qwen2-0.5B-sized encoder with learned
 # queries, and the DeepSeek-3B-MoE decoder of DeepSeek-OCR v1.

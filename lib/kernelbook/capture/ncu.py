@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .phases import NCU_TARGET
+from ..contract.names import NCU_TARGET
 
 SECTIONS = (
     "SpeedOfLight", "SpeedOfLight_RooflineChart", "SpeedOfLight_HierarchicalTensorRooflineChart",
@@ -403,7 +403,7 @@ def finish_ncu(run: NcuProcess, log_path: Path, timeout_s: int, expected: int | 
 def worker_command(params_file: Path, phase: str | None = None, step: int | None = None,
                    targets_file: Path | None = None, early: str | None = None, gated: bool = False) -> list[str]:
     """The workload under ncu: by step (`phase:step`) or by op call (`--targets` JSON, see targets_json);
-    `early`: started before the targets are written (capture.run `worker`)."""
+    `early`: started before the targets are written (capture.ncu_worker `worker`)."""
     cmd = [sys.executable, "-m", "kernelbook", "_worker", "--params", str(params_file), "--mode", "ncu"]
     cmd += ["--targets", str(targets_file)] if targets_file else ["--target", f"{phase}:{step}"]
     return cmd + (["--early", early] if early else []) + (["--profile-gate"] if gated else [])

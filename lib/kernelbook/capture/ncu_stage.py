@@ -16,7 +16,8 @@ import pandas as pd
 from . import ncu as _ncu  # read `_ncu.PROFILE_GATE` at call time (bench/ncu_stage.py compares both)
 from .ncu import (NcuError, NcuProcess, NcuStopped, expected_launches, finish_ncu, graph_launches, graph_phase,
                   ncu_command, representative_launches, select_kernels, targets_json, worker_command)
-from .run import PARQUET, torchrun_worker, write_manifest
+from .common import PARQUET, write_manifest
+from .torch_backend import torchrun_worker
 
 
 def _say(msg: str) -> None:
@@ -38,7 +39,7 @@ def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
     with one worker (no ncu, tensor parallelism, a static cache's graph step, the nsys timeline)."""
     import os
 
-    from .run import pick_backend
+    from .nsys import pick_backend
 
     if (params["ncu_top_n"] == 0 or params.get("tensor_parallel", 1) > 1
             or params.get("cache_implementation", "dynamic") == "static"
@@ -83,6 +84,12 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, 
     failed = [p for p, v in info["phases"].items() if v["error"]]
     if failed and all(info["phases"][p]["profiled"] == 0 for p in failed):
         raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
+    asked = {p: v for p, v in info["phases"].items() if v.get("selected")}
+    if asked and all(v.get("profiled", 0) == 0 for v in asked.values()):
+        # ncu ran and matched no launch (GPU test, graph steps not recognised): a complete run without counters
+        # would pass as profiled; it lands partial with the reason instead
+        raise NcuError("ncu profiled none of the selected kernels (" + "; ".join(
+            f"{p}: 0 of {v['selected']}" for p, v in asked.items()) + "): no launch of the chosen step matched")
 
 
 def _profile(cmd, log: Path, report: Path, timeout_s: int, progress, expected: int | None = None, early=None):
@@ -194,7 +201,7 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     seen_file = targets.with_suffix(".seen.json")
     seen = pd.DataFrame(json.loads(seen_file.read_text())) if seen_file.exists() else pd.DataFrame()
     n_results = 0 if results is None else len(results)
-    ran = targets.with_suffix(".worker.json")  # how the worker ran the workload (see capture.run.worker)
+    ran = targets.with_suffix(".worker.json")  # how the worker ran the workload (see capture.ncu_worker.worker)
     info.update({"worker": json.loads(ran.read_text())} if ran.exists() else {})
     info.update({
         "mode": "by position: NVTX range around each selected kernel's op call, no name filter",

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .common import CaptureError
+
 NVTX_PUSHPOP = 59  # NVTX_EVENTS.eventType of push/pop ranges
 NVTX_STARTEND = 60
 
@@ -152,3 +154,17 @@ def nsys_timeline(params: dict, run_dir: Path):
     tl, phases = read_nsys_sqlite(base.with_suffix(".sqlite"))
     return tl, phases, {"nsys_profile_wall_s": wall, "ingest_s": time.perf_counter() - t,
                         "kernels": int((tl.kind == "kernel").sum())}
+
+
+def pick_backend(choice: str) -> tuple[str, str]:
+    """(backend, why) for timeline_backend auto | torch | nsys."""
+    from .nsys import nsys_works
+
+    ok, why = nsys_works()
+    if choice == "nsys":
+        if not ok:
+            raise CaptureError(f"timeline_backend: nsys was asked for but {why}")
+        return "nsys", "asked for in params"
+    if choice == "torch":
+        return "torch", "asked for in params"
+    return ("nsys", f"auto: {why}") if ok else ("torch", f"auto: nsys unusable ({why})")

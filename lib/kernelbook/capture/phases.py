@@ -21,38 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-PHASES = ("vision_encode", "prefill", "decode")
-NCU_TARGET = "kb_ncu_target"
-VISION_ATTRS = ("vision_tower", "vision_model", "visual", "vision_encoder", "sam_model", "vision")
-PROJECTOR_ATTRS = ("multi_modal_projector", "mm_projector", "projector", "visual_projection", "connector")
-# Class names of vision towers for models whose attribute is named otherwise (e.g. `image_encoder`).
-VISION_CLASS_WORDS = ("VisionModel", "VisionTransformer", "VisionEncoder", "VisualEncoder", "ImageEncoder")
-
-
-OP_RANGE = "kbop#"
-MODULE_RANGE = "kbmod#"
-
-
-def record_name(phase: str, step: int) -> str:
-    return f"kb::{phase}#{step}"
-
-
-def parse_op_range(name: str) -> int | None:
-    """`kbop#12` -> 12 (the op call's index in its phase range), else None."""
-    return int(name[len(OP_RANGE):]) if name.startswith(OP_RANGE) else None
-
-
-def parse_module_range(name: str) -> str | None:
-    """`kbmod#model.layers.7.mlp|DeepseekV2Moe` -> "model.layers.7.mlp|DeepseekV2Moe" (the path and class of the
-    module whose forward the range spans), else None."""
-    return name[len(MODULE_RANGE):] if name.startswith(MODULE_RANGE) else None
-
-
-def parse_record_name(name: str) -> tuple[str, int] | None:
-    if not name.startswith("kb::") or "#" not in name:
-        return None
-    phase, step = name[4:].rsplit("#", 1)
-    return phase, int(step)
+from ..contract.names import (MODULE_RANGE, NCU_TARGET, OP_RANGE, PROJECTOR_ATTRS, VISION_ATTRS, VISION_CLASS_WORDS, record_name)
 
 
 def vision_modules(model) -> list:
@@ -88,7 +57,7 @@ class PhaseTracker:
     # SDPA without cuDNN (see `_attention_for`); how many did
     cudnn_free_prefix: bool = False
     cudnn_free_steps: int = 0
-    # long generations (capture.sampling): the profiler whose schedule `step()` advances at each top-level
+    # long generations (contract.sampling): the profiler whose schedule `step()` advances at each top-level
     # forward, and the steps it records (op calls are numbered only there)
     prof: object = None
     sample_steps: frozenset | None = None

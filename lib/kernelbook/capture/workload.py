@@ -25,7 +25,7 @@ from typing import Any
 from .inputs import (INSTRUCTION, deepseek_ocr2_image_tokens, exactly, omnidocbench_pages, prompt_token_ids,
                      synthetic_pages)
 from .models import LoadedModel, ModelSpec, model_spec
-from .run import CaptureError
+from .common import CaptureError
 
 
 class InputsError(CaptureError):

@@ -31,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..capture.phases import parse_module_range, parse_op_range, parse_record_name
+from ..contract.names import parse_module_range, parse_op_range, parse_record_name
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 # runtime / driver calls that launch a whole CUDA graph: their kernels are graph nodes (`graph` column)

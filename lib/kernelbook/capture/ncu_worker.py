@@ -1,0 +1,130 @@
+"""The ncu worker: the process Nsight Compute runs (`python -m kernelbook _worker --mode ncu`). It replays the
+workload and marks the op calls (or the graph step) whose kernels were selected, so ncu profiles exactly those."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .phases import EnoughSteps, require_vision_work
+from .torch_backend import _timed_generate, prepare
+
+
+def _wait_until(ready, owner: int) -> None:
+    """Poll `ready()`; end the process when `owner` (the capture that started ncu) is gone."""
+    import os
+
+    while not ready():
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            raise SystemExit("kernelbook worker: the capture that started it is gone") from None
+        time.sleep(0.2)
+
+
+def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
+    """An ncu worker started early (capture.ncu_stage `early_ncu`): wait until the timeline's timed passes are
+    over (`gate`), so that nothing of it runs beside them; when the GPU's free memory is less than twice what
+    the timeline stage holds (its model would not fit beside it), also until the targets are written (the
+    timeline stage has ended)."""
+    import torch
+
+    _wait_until(lambda: gate.exists() or targets_file.exists(), owner)
+    free, total = torch.cuda.mem_get_info()
+    if free < 2 * (total - free):
+        _wait_until(targets_file.exists, owner)
+
+
+def worker(params: dict, mode: str, target: str | None, targets_file: str | None = None,
+           early: str | None = None, profile_gate: bool = False) -> None:
+    """The workload alone, run under an external profiler (ncu or nsys). `targets_file`: ncu by op call
+    ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it. `early`
+    ("<gate file>:<owner pid>"): started before the targets exist, the worker builds and warms up its model
+    once the gate file is there, then waits for the targets (see `_await_gate`). `profile_gate`: ncu runs with
+    `--profile-from-start off`, and the worker starts and stops the profiler around each target op call."""
+    import torch
+
+    ncu_target = op_targets = warmup_tokens = stop_after = None
+    if early:
+        gate, owner = early.rsplit(":", 1)
+        _await_gate(Path(targets_file), Path(gate), int(owner))
+        # built and warmed up before the targets are known: as for any prefill target (below), one one-token
+        # warmup generate and the lead-up decode steps without cuDNN attention; the targets come after
+        t = time.perf_counter()
+        wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
+        warmups = params["warmup"]
+        ready_early = time.perf_counter() - t
+        _wait_until(Path(targets_file).exists, int(owner))
+    if targets_file:
+        raw = json.loads(Path(targets_file).read_text())
+        op_targets = {(k.split(":")[0], int(k.split(":")[1])): set(v) for k, v in raw.items()}
+        decode_steps = [st for ph, st in op_targets if ph == "decode"]
+        stop_after = max(decode_steps, default=0)
+        # stop right after the last profiled step; warm up only when the first steps are profiled
+        # (decode steps before the profiled one warm it up; bench/kernel_choice.py)
+        only_decode = all(ph == "decode" for ph, _ in op_targets)
+        params = {**params, "max_new_tokens": _worker_tokens(params, max(decode_steps, default=0) + 1),
+                  "warmup": 0 if only_decode else params["warmup"]}
+        # A prefill target is warmed up by a one-token generate (the prefill alone), not a whole one: every
+        # decode length loads cuDNN attention kernels of its own, and ncu's cost per profiled launch grows
+        # with the modules a process has loaded (bench/ncu_floor.py, H100: 0.5 s per launch before a
+        # generate, 4.8 s after a 64-token one, 0.7 s when attention did not use cuDNN).
+        warmup_tokens = 1
+    elif target:
+        phase, step = target.split(":")
+        ncu_target = (phase, int(step))
+        stop_after = int(step) if phase == "decode" else 0
+        if phase == "decode":  # stop right after the profiled step (its KV length is unchanged), and
+            # no warmup generate: the steps before the profiled one warm it up (under CUDA graphs they
+            # also compile and record the step). Measured on an H100 (bench/kernel_choice.py), the step
+            # launches the timeline's kernels in the timeline's order.
+            params = {**params, "max_new_tokens": _worker_tokens(params, int(step) + 1), "warmup": 0}
+    if early:  # the model is ready: the targets set what this generate does
+        tracker.op_targets = op_targets
+        wl = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": params["max_new_tokens"],
+                                     "min_new_tokens": params["max_new_tokens"]})
+        ready = ready_early
+    else:
+        t = time.perf_counter()
+        # not under CUDA graphs (static cache): a changed SDPA flag would make torch.compile build the step anew
+        lead_up = op_targets is not None and params.get("cache_implementation", "dynamic") != "static"
+        wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
+                                      warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
+    tracker.stop_after = stop_after
+    tracker.profile_gate = profile_gate and os.environ.get("KB_NCU_PLAIN_RANK") != "1"  # a plain rank has no ncu
+    mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
+           torch.cuda.memory_stats().get("segment.all.current", 0))
+    ready = ready if early else time.perf_counter() - t
+    if mode == "nsys":
+        torch.cuda.cudart().cudaProfilerStart()
+    try:
+        gen_s = _timed_generate(wl, tracker)
+    except EnoughSteps:  # the steps after the last profiled one are not run (a static cache's generate would)
+        tracker.stop()
+        gen_s = float("nan")
+    if mode == "nsys":
+        torch.cuda.cudart().cudaProfilerStop()
+        require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
+    if targets_file and os.environ.get("KB_NCU_PLAIN_RANK") != "1":  # the profiled rank writes what it marked
+        seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
+        Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
+        Path(targets_file).with_suffix(".worker.json").write_text(json.dumps({
+            "started_early": bool(early), "warmup_generates": warmups if early else params["warmup"],
+            "warmup_tokens": warmup_tokens,
+            "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps,
+            "profile_gate": tracker.profile_gate}))
+    print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
+          f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
+          f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; "
+          f"peak {torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved",
+          file=sys.stderr)
+
+
+def _worker_tokens(params: dict, needed: int) -> int:
+    """New tokens the ncu worker generates: just enough to reach its last profiled step, except with a
+    static cache, whose length (prompt + max_new_tokens) sets the shapes of every step (the attention's
+    padded KV length, the mask): there the worker generates what the timeline did."""
+    return params["max_new_tokens"] if params.get("cache_implementation") == "static" else needed

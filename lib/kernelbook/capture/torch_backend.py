@@ -1,0 +1,308 @@
+"""The torch-profiler timeline backend: the model and workload prepared with their phase hooks, the plain
+generates timed, the profiled pass (and the shapes pass) exported and ingested; the tensor-parallel timeline
+under torchrun (one process per rank)."""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from ..i18n import N_
+from .phases import PhaseTracker, require_vision_work
+from .common import PARQUET, CaptureError, _write_timeline
+
+
+def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None, warmup_tokens: int | None = None,
+            cudnn_free_prefix: bool = False):
+    """Model + workload + phase hooks, warmed up (`params["warmup"]` generate calls, of `warmup_tokens` new
+    tokens each when given). Returns (workload, tracker, load_s)."""
+    import torch
+
+    from .models import load_model
+    from .workload import build_workload
+
+    if params.get("tensor_parallel", 1) > 1:
+        init_rank()
+    t = time.perf_counter()
+    loaded = load_model(params["model"], params["weights"], "cuda", params["dtype"], params["trust_remote_code"],
+                        params.get("attn_implementation"), params.get("tensor_parallel", 1))
+    wl = build_workload(loaded, params, "cuda")
+    torch.cuda.synchronize()
+    load_s = time.perf_counter() - t
+    tracker = PhaseTracker(loaded.model, nvtx=nvtx, record=ncu_target is None and op_targets is None,
+                           ncu_target=ncu_target, op_targets=op_targets, cudnn_free_prefix=cudnn_free_prefix).install()
+    warm = wl if warmup_tokens is None else replace(
+        wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": warmup_tokens, "min_new_tokens": warmup_tokens})
+    for _ in range(params["warmup"]):
+        warm.generate()
+    torch.cuda.synchronize()
+    return wl, tracker, load_s
+
+
+def _timed_generate(wl, tracker=None) -> float:
+    import torch
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    if tracker:
+        tracker.start()
+    wl.generate()
+    sync()
+    if tracker:
+        tracker.stop()
+    return time.perf_counter() - t
+
+
+def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict, pd.DataFrame]:
+    """Plain generate calls (no profiler): the whole call's seconds, per phase the wall ms per step
+    (median over the calls) from host clocks at the phase hooks, the GPU synchronized at each phase end
+    (no profiler ranges, no NVTX), and every step's own wall ms (`steps.parquet`: trial, phase, step,
+    wall_ms; exclusive of ranges opened inside it)."""
+    import numpy as np
+
+    from .phases import plain_phase_times, plain_step_times
+
+    keep = tracker.record, tracker.nvtx
+    tracker.record = tracker.nvtx = False
+    totals, per, steps = [], [], []
+    try:
+        for trial in range(trials):
+            tracker.clock = []
+            totals.append(_timed_generate(wl, tracker))
+            per.append(plain_phase_times(tracker.clock))
+            steps.append(plain_step_times(tracker.clock).assign(trial=trial))
+    finally:
+        tracker.clock = None
+        tracker.record, tracker.nvtx = keep
+    phases = {}
+    for ph in per[0]:
+        ms = [1e3 * p[ph]["s"] / p[ph]["steps"] for p in per if ph in p]
+        phases[ph] = {"steps": per[0][ph]["steps"], "ms_per_step": float(np.median(ms)), "samples_ms_per_step": ms,
+                      "method": "host clock at the phase hooks, GPU synchronized at each phase end"}
+    return totals, phases, pd.concat(steps, ignore_index=True)
+
+
+def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None):
+    import torch
+
+    from ..load.trace import join_shapes
+    from ..measure import summarize
+    from ..contract.sampling import plan
+
+    sampling = plan(params["max_new_tokens"], params.get("sample_window", 0), params.get("sample_every", 1))
+    two_pass = params.get("shapes_pass", True)
+    # A long eager generation is warmed up by its shapes pass, run first: the first generate pays cuDNN's
+    # attention graph for every KV length (~0.08 s each on the H100, 157-196 s for 2048 tokens), a warmup
+    # generate would pay it and the shapes pass would then run a whole generate more. Under CUDA graphs
+    # (static cache) the warmup compiles the step, which the shapes pass's dispatch mode would keep out.
+    shapes_first = (sampling is not None and two_pass and params["warmup"] > 0
+                    and params.get("cache_implementation") != "static")
+    progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
+    wl, tracker, load_s = prepare({**params, "warmup": 0} if shapes_first else params)
+    shaped = shapes = None
+
+    def shapes_pass():
+        tracker.op_record = True
+        progress("  shapes pass (record_shapes, op numbering, module ranges)"
+                 + (": also the warmup" if shapes_first else ""))
+        out = _profiled_pass(wl, tracker, True, run_dir / "raw" / "trace-shapes", sampling, progress)
+        tracker.op_record = False
+        return out
+
+    if shapes_first:
+        shaped, _, shapes_s, _, _ = shapes_pass()
+    quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
+    progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
+    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params["timing_trials"])
+    plain_steps.to_parquet(run_dir / "steps.parquet", **PARQUET)
+    what = (f"{len(sampling.windows)} windows, {len(sampling.steps) - 1} of {sampling.decode_steps} decode steps"
+            if sampling else "every step")
+    progress(f"  profiled generate (timeline pass, {what})")
+    tracker.op_record = not two_pass  # op calls are numbered in the pass that records shapes
+    timeline, phases, profiled_s, export_s, ingest_s = _profiled_pass(
+        wl, tracker, not two_pass, run_dir / "raw" / "trace", sampling, progress)
+    require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
+    timed()  # the timed passes are over: an ncu worker started early may build its model beside the shapes pass
+    if two_pass:  # aten shapes, op numbering and modules from a second generate, joined launch by launch
+        if shaped is None:
+            try:
+                shaped, _, shapes_s, _, _ = shapes_pass()
+            except BaseException:  # stopped in the shapes pass: the run keeps the timeline, without shapes
+                _write_timeline(run_dir, timeline, phases)
+                raise
+        t = time.perf_counter()
+        timeline, shapes = join_shapes(timeline, shaped)
+        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t,
+                      order="first, as the warmup" if shapes_first else "after the profiled pass")
+        del shaped
+    tracker.remove()
+    info = {
+        "model_load_s": load_s, "warmup": (N_("the shapes pass (a whole generate, run first)") if shapes_first else
+                                             f"{params['warmup']} generate(s)"), "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
+        "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
+        "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
+        "generate_kwargs": wl.gen_kwargs,
+        "plain_generate": summarize(plain).as_dict(), "plain_phases": plain_phases, "profiled_generate_s": profiled_s,
+        "overhead_ratio": profiled_s / summarize(plain).median_s,
+        "trace_export_s": export_s, "ingest_s": ingest_s, "kernels": int((timeline.kind == "kernel").sum()),
+        "sampling": ({**sampling.describe(), "method": "torch.profiler schedule over the windows; every step of "
+                      "the plain generates timed (steps.parquet)"} if sampling else None),
+        "shapes": ({"method": N_("second pass with record_shapes, joined by (phase, step, kernel, n-th launch)"), **shapes}
+                   if shapes is not None else {"method": N_("same pass (record_shapes on the timed generate)")}),
+        "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
+                         "counts and dense-layer times do not" if wl.loaded.weights == "random" else None),
+    }
+    del wl, tracker
+    gc.collect()
+    torch.cuda.empty_cache()
+    return timeline, phases, info
+
+
+def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling, progress=lambda msg: None):
+    """One generate under torch.profiler: (timeline, phases, generate s, export s, ingest s). Without
+    `sampling` every step is recorded into one trace (`<trace_base>.json.gz`); with it the profiler records
+    the sampled windows only, each window's trace exported and read as soon as it ends (then deleted), so
+    the host holds one window's events at a time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    if sampling is None:
+        with profile(activities=acts, record_shapes=record_shapes) as prof:
+            gen_s = _timed_generate(wl, tracker)
+        timeline, phases, export_s, ingest_s = _export_ingest(prof, trace_base.with_suffix(".json"))
+        return timeline, phases, gen_s, export_s, ingest_s
+    parts, cost = [], [0.0, 0.0]
+
+    def ready(prof):
+        trace = trace_base.with_name(f"{trace_base.name}-w{len(parts)}.json")
+        tl, ph, e, i = _export_ingest(prof, trace, keep=False)
+        parts.append((tl, ph))
+        cost[0] += e
+        cost[1] += i
+        progress(f"    window {len(parts)} of {len(sampling.windows)} read ({len(tl)} GPU events)")
+
+    prof = profile(activities=acts, record_shapes=record_shapes, schedule=sampling.action, on_trace_ready=ready)
+    tracker.prof, tracker.sample_steps = prof, sampling.steps
+    try:
+        with prof:
+            gen_s = _timed_generate(wl, tracker)
+    except BaseException:  # stopped during a long generate: the windows already read land with the run
+        if parts and not record_shapes:
+            _write_timeline(trace_base.parent.parent, pd.concat([p[0] for p in parts], ignore_index=True),
+                            pd.concat([p[1] for p in parts], ignore_index=True))
+        raise
+    finally:
+        tracker.prof, tracker.sample_steps = None, None
+    timeline = pd.concat([p[0] for p in parts], ignore_index=True).sort_values("start_ns", kind="stable")
+    phases = pd.concat([p[1] for p in parts], ignore_index=True)
+    return timeline.reset_index(drop=True), phases, gen_s, cost[0], cost[1]
+
+
+TP_RANK_KEYS = ("model_load_s", "plain_generate", "plain_phases", "profiled_generate_s", "overhead_ratio", "kernels",
+                "shapes", "vision_forwards_marked")
+
+
+def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
+    """Tensor parallelism: torchrun starts `tensor_parallel` ranks, each the timeline pass of
+    `torch_timeline` on its own GPU with its shard of the model (`python -m kernelbook _worker --mode
+    tp-timeline`); their tables are merged here with a `rank` column. The ranks' profiler clocks are the
+    one host's, so launch times compare across ranks."""
+    import torch
+
+    n = params["tensor_parallel"]
+    if torch.cuda.device_count() < n:
+        raise CaptureError(f"tensor_parallel: {n} needs {n} GPUs and torch sees {torch.cuda.device_count()}. "
+                           "Run on a machine with that many, or lower tensor_parallel.")
+    raw = run_dir / "raw"
+    pfile = raw / "tp-params.json"
+    pfile.write_text(json.dumps(params))
+    cmd = torchrun_worker(n, "--params", str(pfile), "--mode", "tp-timeline", "--out", str(raw))
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
+    progress(f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
+    t = time.perf_counter()
+    from ..proc import run_limited
+
+    proc = run_limited(cmd, params["capture_timeout_s"], f"torchrun with {n} ranks (capture_timeout_s)", env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
+                           f"{time.perf_counter() - t:.0f} s (its output is above)")
+    tls, phs, ranks = [], [], {}
+    if (raw / "rank0" / "steps.parquet").exists():  # rank 0's plain step times stand for the run
+        shutil.copy(raw / "rank0" / "steps.parquet", run_dir / "steps.parquet")
+    for r in range(n):
+        d = raw / f"rank{r}"
+        tls.append(pd.read_parquet(d / "timeline.parquet").assign(rank=r))
+        phs.append(pd.read_parquet(d / "phases.parquet").assign(rank=r))
+        ranks[r] = json.loads((d / "info.json").read_text())
+    info = dict(ranks[0])
+    info.update(tensor_parallel=n, torchrun_s=time.perf_counter() - t,
+                ranks={str(r): {k: v.get(k) for k in TP_RANK_KEYS} for r, v in ranks.items()},
+                kernels=int(sum(v["kernels"] for v in ranks.values())))
+    return pd.concat(tls, ignore_index=True), pd.concat(phs, ignore_index=True), info
+
+
+def torchrun_worker(n: int, *args: str) -> list[str]:
+    """`python -m kernelbook _worker ARGS` on `n` ranks of one machine, one GPU each (torchrun)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+            "-m", "kernelbook", "_worker", *args]
+
+
+def init_rank() -> int:
+    """This torchrun rank's GPU (LOCAL_RANK) and the NCCL process group; returns the rank."""
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    # NVLink multicast (NVLS) off: its buffers fail to register on shared machines
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return dist.get_rank()
+
+
+def tp_rank_worker(params: dict, out: str) -> None:
+    """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>."""
+    import torch.distributed as dist
+
+    rank = init_rank()
+    d = Path(out) / f"rank{rank}"
+    (d / "raw").mkdir(parents=True, exist_ok=True)
+    say = (lambda msg: print(f"  [rank 0] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
+    timeline, phases, info = torch_timeline(params, d, say)
+    timeline.to_parquet(d / "timeline.parquet", **PARQUET)
+    phases.to_parquet(d / "phases.parquet", **PARQUET)
+    (d / "info.json").write_text(json.dumps(info, default=str))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _export_ingest(prof, trace: Path, keep: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, float, float]:
+    """Export the profiler's trace, read it, gzip the raw file (`keep=False`: delete it): (timeline, phases,
+    export s, ingest s)."""
+    from ..load.trace import ingest_torch_trace
+
+    t = time.perf_counter()
+    prof.export_chrome_trace(str(trace))
+    export_s = time.perf_counter() - t
+    t = time.perf_counter()
+    timeline, phases = ingest_torch_trace(trace)
+    ingest_s = time.perf_counter() - t
+    if not keep:
+        trace.unlink(missing_ok=True)
+        return timeline, phases, export_s, ingest_s
+    from ..proc import TimeLimitExceeded, run_limited
+
+    try:
+        run_limited(["gzip", "-f", str(trace)], 600, "gzip of the rank's trace")
+    except TimeLimitExceeded:
+        pass  # the trace stays uncompressed
+    return timeline, phases, export_s, ingest_s

@@ -1,0 +1,38 @@
+"""Names capture writes into a run and load parses back: the phases, the range grammar of the profiler trace
+(`kb::<phase>#<step>`, `kbop#<i>`, `kbmod#<path>|<class>`), the NVTX range ncu is filtered on, and the module
+attributes that mark a model's vision tower and projector. Pure strings: no torch, nothing above the base floor."""
+from __future__ import annotations
+
+BUILTIN_MODELS = ("deepseek-ocr-2",)  # models capture builds from a published configuration (capture.models)
+PHASES = ("vision_encode", "prefill", "decode")
+NCU_TARGET = "kb_ncu_target"
+VISION_ATTRS = ("vision_tower", "vision_model", "visual", "vision_encoder", "sam_model", "vision")
+PROJECTOR_ATTRS = ("multi_modal_projector", "mm_projector", "projector", "visual_projection", "connector")
+# Class names of vision towers for models whose attribute is named otherwise (e.g. `image_encoder`).
+VISION_CLASS_WORDS = ("VisionModel", "VisionTransformer", "VisionEncoder", "VisualEncoder", "ImageEncoder")
+
+
+OP_RANGE = "kbop#"
+MODULE_RANGE = "kbmod#"
+
+
+def record_name(phase: str, step: int) -> str:
+    return f"kb::{phase}#{step}"
+
+
+def parse_op_range(name: str) -> int | None:
+    """`kbop#12` -> 12 (the op call's index in its phase range), else None."""
+    return int(name[len(OP_RANGE):]) if name.startswith(OP_RANGE) else None
+
+
+def parse_module_range(name: str) -> str | None:
+    """`kbmod#model.layers.7.mlp|DeepseekV2Moe` -> "model.layers.7.mlp|DeepseekV2Moe" (the path and class of the
+    module whose forward the range spans), else None."""
+    return name[len(MODULE_RANGE):] if name.startswith(MODULE_RANGE) else None
+
+
+def parse_record_name(name: str) -> tuple[str, int] | None:
+    if not name.startswith("kb::") or "#" not in name:
+        return None
+    phase, step = name[4:].rsplit("#", 1)
+    return phase, int(step)

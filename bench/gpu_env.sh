@@ -1,6 +1,10 @@
 # Source on a GPU machine (repo root): installs the carried wheels (bench/gpu_wheels.sh; the folder $KB_WHEELS,
-# .whl by default) into /tmp/site.
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${KB_WHEELS:-.whl}/*.whl \
+# .whl by default, its wheels.tar.xz unpacked first where `gpu_wheels.sh tests` packed them) into /tmp/site.
+KB_WHEEL_DIR=${KB_WHEELS:-.whl}
+if [ -f "$KB_WHEEL_DIR/wheels.tar.xz" ]; then
+  mkdir -p /tmp/kb-wheels && tar -xJf "$KB_WHEEL_DIR/wheels.tar.xz" -C /tmp/kb-wheels && KB_WHEEL_DIR=/tmp/kb-wheels
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $KB_WHEEL_DIR/*.whl \
   || { echo "installing ${KB_WHEELS:-.whl}/*.whl failed: run bench/gpu_wheels.sh on the machine with registry access"; return 1; }
 export PYTHONPATH=/tmp/site:$PWD/lib${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # data files of the wheels (nbconvert's templates, the widget and plotly extensions) land under /tmp/site/share

@@ -12,6 +12,7 @@ from kernelbook.analyze import histograms as H
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
+from kernelbook.contract.shapes import elementwise_work
 from kernelbook.devices import lookup
 
 
@@ -252,8 +253,8 @@ def test_whatif_work_from_real_shapes(tr):
     n_in, n_out = 2 * 72 * 48 * 48 * 48, 72 * 48**4
     assert a.dram_bytes == 2 * (n_in + n_out)
     # a KV-cache cat reads and writes its tensor list; copy_ reads src and writes self
-    assert W.elementwise_work("aten::cat", "[1, 10, 1, 64]x[1, 10, 1, 64];", 2) == (2 * 2 * 640 * 2, 0.0)
-    assert W.elementwise_work("aten::copy_", "1x1x1280;1x1x1280;", 4)[0] == 2 * 1280 * 4
+    assert elementwise_work("aten::cat", "[1, 10, 1, 64]x[1, 10, 1, 64];", 2) == (2 * 2 * 640 * 2, 0.0)
+    assert elementwise_work("aten::copy_", "1x1x1280;1x1x1280;", 4)[0] == 2 * 1280 * 4
     # prefill SDPA on 1x10x1129x128: 4·B·H·Sq·Sk·D tensor FLOPs
     s = w[(w.phase == "prefill") & (w.source == "attention FLOPs and bytes from shapes")].iloc[0]
     assert s.flops_tensor == 4 * 10 * 1129 * 1129 * 128

@@ -28,7 +28,7 @@ def test_run_cache_gives_each_caller_its_own_run_and_rereads_a_changed_file(tmp_
 
 
 def test_matvec_rows_match_the_row_by_row_answer(run):
-    from kernelbook.analyze.timeline import is_matvec, matvec_rows
+    from kernelbook.contract.shapes import is_matvec, matvec_rows
 
     shapes = run.timeline["op_shapes"]
     assert matvec_rows(shapes).tolist() == [is_matvec(s) for s in shapes]

@@ -6,6 +6,7 @@ import pytest
 from conftest import RUN
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze.kernels import Category, category_of, friendly_name, library_of, short_name
+from kernelbook.contract.shapes import is_matvec
 from kernelbook.load.trace import ingest_torch_trace
 
 
@@ -42,8 +43,8 @@ def test_top_kernels_shares_are_of_phase_time(run):
 
 
 def test_matvec_gemm_counts_as_gemv():
-    assert T.is_matvec("1x1280;1280x1280") and T.is_matvec("6x1792x1280;6x1280x1")
-    assert not T.is_matvec("1129x1280;1280x1280")
+    assert is_matvec("1x1280;1280x1280") and is_matvec("6x1792x1280;6x1280x1")
+    assert not is_matvec("1129x1280;1280x1280")
     shares = pd.DataFrame({"phase": ["decode"] * 2, "category": ["GEMM", "GEMM"],
                            "op_shapes": ["1x1280;1280x1280", "64x1280;1280x1280"], "duration_ns": [3, 1]})
     assert T.category_shares(shares).set_index("category").loc["GEMV", "pct"] == pytest.approx(75.0)

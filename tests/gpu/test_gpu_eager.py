@@ -61,7 +61,7 @@ def test_every_selected_kernel_is_profiled_with_cache_control_all(dense_run):
 def tile_padded(name: str, op_shapes: str) -> list[float]:
     """The work an nvjet GEMM's tensor pipe does ÷ 2·M·N·K: M and N padded to its tile times its cluster, K to its
     K step, in either orientation (cuBLAS may compute the transposed product). Empty for other kernels."""
-    from kernelbook.analyze.timeline import gemm_dims
+    from kernelbook.contract.shapes import gemm_dims
 
     m, g = NVJET_TILE.match(name or ""), gemm_dims(op_shapes)
     if not m or g is None:
@@ -75,10 +75,11 @@ def tile_padded(name: str, op_shapes: str) -> list[float]:
 
 
 def test_counted_flops_match_two_m_n_k(dense_run, record_property):
-    """Tensor FLOPs ÷ 2·M·N·K of each profiled matrix kernel within ±5 % (analyze.ncu_report's target) of 1, or of
+    """Tensor FLOPs ÷ 2·M·N·K of each profiled matrix kernel within ±5 % (contract.shapes.FLOPS_TOLERANCE) of 1, or of
     the tile padding its name gives (a GEMV on tensor cores pads its vector dimension to the MMA tile: 8× and more;
     a GEMM whose N is no multiple of the tile pads the last one: 1024 columns in 192-wide tiles do 1152)."""
-    from kernelbook.analyze.ncu_report import FLOPS_TOLERANCE, fidelity
+    from kernelbook.analyze.ncu_report import fidelity
+    from kernelbook.contract.shapes import FLOPS_TOLERANCE
 
     k = dense_run.ncu_kernels()
     fid = fidelity(k, dense_run.timeline).dropna(subset=["flops_ratio"]).merge(k[["kernel_id", "name"]])
@@ -100,7 +101,7 @@ def test_a_gemvs_dram_bytes_are_its_weights(which, request, record_property):
     kernel with at least 1 MB of weights; a batched MoE GEMV's weights are the experts gathered for it, 805 MB at
     batch 32)."""
     from kernelbook.analyze.ncu_report import BYTES_TOLERANCE, DTYPE_BYTES, byte_fidelity, element_bytes
-    from kernelbook.analyze.timeline import gemm_dims
+    from kernelbook.contract.shapes import gemm_dims
 
     run = request.getfixturevalue(which)
     bf = byte_fidelity(run.ncu_kernels(), run.timeline, run.manifest)

@@ -11,6 +11,7 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
+from ..contract.shapes import matvec_rows
 from ..i18n import N_
 
 
@@ -286,8 +287,6 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
     if "op_shapes" in out:
         # category by the work done, on every row, so that no chapter sees the name's category and another
         # the work's: a cuBLAS GEMM kernel running a matrix-vector product (lm_head in decode) is a GEMV
-        from .timeline import matvec_rows
-
         gemv = out["category"].eq(Category.GEMM.value) & matvec_rows(out["op_shapes"])
         out.loc[gemv, "category"] = Category.GEMV.value
         out.loc[gemv, "description"] = DESCRIPTIONS[Category.GEMV]
@@ -317,21 +316,6 @@ def with_identity(kernels: pd.DataFrame, timeline: pd.DataFrame, cols: list[str]
     cols = [c for c in (cols or IDENTITY_COLUMNS) if c in ident]
     k = kernels.drop(columns=[c for c in cols if c in kernels])
     return k.join(ident[cols], on=["phase", "name"])
-
-
-def strip_params(name: str) -> str:
-    """`name` without its trailing parameter list (tools disagree there: `long*` vs `T2 *`)."""
-    if not name.endswith(")"):
-        return name
-    depth = 0
-    for i in range(len(name) - 1, -1, -1):
-        if name[i] == ")":
-            depth += 1
-        elif name[i] == "(":
-            depth -= 1
-            if depth == 0:
-                return name[:i]
-    return name
 
 
 _KEY_DROP = {"void", "unsigned", "long", "int", "short", "char", "bool", "const", "anonymous", "namespace",

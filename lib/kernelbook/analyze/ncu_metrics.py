@@ -11,6 +11,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..contract.shapes import dim3
+from .kernels import name_key
+
 # column -> candidate metric names, first present wins (names differ little across families; the
 # tensor op paths are what differ and are matched by pattern below).
 COMMON = {
@@ -69,12 +72,6 @@ TENSOR_PATHS = {
 }
 SRC_DTYPE = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp8": "fp8", "e4m3": "fp8", "e5m2": "fp8",
              "fp64": "fp64", "int8": "int8", "int4": "int4", "int1": "int1"}
-FAMILY_BY_CC = {"8.0": "ampere", "8.6": "ampere", "8.7": "ampere", "8.9": "ada", "9.0": "hopper",
-                "10.0": "blackwell", "10.3": "blackwell", "12.0": "blackwell", "12.1": "blackwell"}
-
-
-def family_for(cc: str | None) -> str:
-    return FAMILY_BY_CC.get(str(cc), "hopper")
 
 
 def wide(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -130,8 +127,6 @@ def kernel_table(sel, metrics: pd.DataFrame | None, results: pd.DataFrame | None
     k = sel.kernels.copy()
     tl = timeline[(timeline.phase == sel.phase) & (timeline.kind == "kernel")]
     in_step = set(tl.loc[tl.step == sel.step, "name"])
-    from .kernels import name_key
-
     derived = None
     if metrics is not None and len(metrics):
         derived = derive(metrics, family or "hopper").merge(results, on="result_id")
@@ -147,7 +142,7 @@ def kernel_table(sel, metrics: pd.DataFrame | None, results: pd.DataFrame | None
             pick = match.iloc[0]
             if len(cfg):
                 g, b = cfg.idxmax()
-                same = match[(match.grid.astype(str) == _dim3(g)) & (match.block.astype(str) == _dim3(b))]
+                same = match[(match.grid.astype(str) == dim3(g)) & (match.block.astype(str) == dim3(b))]
                 if len(same):
                     pick = same.iloc[0]
             row.update({c: pick[c] for c in derived.columns if c != "key"})
@@ -165,14 +160,6 @@ def kernel_table(sel, metrics: pd.DataFrame | None, results: pd.DataFrame | None
     return pd.DataFrame(rows)
 
 
-def _dim3(s) -> str:
-    """'6x1' → '6x1x1' so launch dimensions compare across tools (None stays unmatched)."""
-    parts = str(s).split("x") if s is not None else ["?"]
-    while len(parts) < 3:
-        parts.append("1")
-    return "x".join(parts)
-
-
 def kernel_table_by_position(selected: pd.DataFrame, expected: pd.DataFrame, metrics: pd.DataFrame | None,
                              results: pd.DataFrame | None, error: str | None, family: str | None = None,
                              timeline: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -184,8 +171,6 @@ def kernel_table_by_position(selected: pd.DataFrame, expected: pd.DataFrame, met
     result agrees with the timeline's (`name_key`) or differs (ncu reports some launches under a mangled
     or stale name). If ncu wrote more results than launches were expected, positions no longer say
     anything and kernels are matched by name instead. Returns (kernels, expected with `result_id`)."""
-    from .kernels import name_key
-
     exp = expected.reset_index(drop=True).copy()
     exp["result_id"] = -1
     derived = None
@@ -238,9 +223,9 @@ def same_launch_elsewhere(kernels: pd.DataFrame, timeline: pd.DataFrame) -> None
     prof = kernels[kernels.status == "profiled"]
     for i, r in kernels[kernels.status.str.startswith("no launch of it")].iterrows():
         mine = timeline[(timeline.phase == r["phase"]) & (timeline.name == r["name"])]
-        cfgs = set(zip(mine.grid.map(_dim3), mine.block.map(_dim3)))
+        cfgs = set(zip(mine.grid.map(dim3), mine.block.map(dim3)))
         twin = prof[(prof["name"] == r["name"]) & (prof["phase"] != r["phase"])]
-        twin = twin[[(_dim3(g), _dim3(b)) in cfgs for g, b in zip(twin.grid, twin.block)]]
+        twin = twin[[(dim3(g), dim3(b)) in cfgs for g, b in zip(twin.grid, twin.block)]]
         if twin.empty or len(cfgs) != 1:
             continue
         t = twin.iloc[0]

@@ -6,17 +6,15 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..contract.shapes import FLOPS_TOLERANCE, dim3, expected_gemm_flops, implied_bytes, is_matvec
 from ..display import phase_label
 from ..i18n import N_, tr
 
-from .ncu_metrics import _dim3
 from .kernels import with_identity
-from .timeline import gemm_dims, is_matvec
 from ..escape import md, md_code
 
-# Fidelity targets: tensor FLOPs ÷ 2·M·N·K within ±5 % (the issue's target), and how far an ncu
-# duration may stray from the timeline median before the prose counts it.
-FLOPS_TOLERANCE = 0.05
+# How far an ncu duration may stray from the timeline median before the prose counts it (the FLOP target,
+# tensor FLOPs ÷ 2·M·N·K within ±5 %, is contract.shapes.FLOPS_TOLERANCE).
 DURATION_TOLERANCE = 0.25
 
 TABLE_COLUMNS = ["kernel_id", "friendly_name", "category", "share_pct", "duration_us", "sm_pct", "dram_pct",
@@ -102,19 +100,13 @@ def metric_table(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     return k[[c for c in TABLE_COLUMNS if c in k.columns] + ["status"]]
 
 
-def expected_gemm_flops(op_shapes: str | None) -> float:
-    """2·M·N·K (× batch) from an aten matrix product's recorded input shapes (see timeline.gemm_dims)."""
-    g = gemm_dims(op_shapes)
-    return np.nan if g is None else 2.0 * g[0] * g[1] * g[2] * g[3]
-
-
 def profiled_launch(k, timeline: pd.DataFrame) -> tuple[pd.DataFrame, str | None, str | None]:
     """For one profiled kernel row: the timeline launches of its launch configuration (all of its
     launches in the phase when none match), and the aten op and shapes of the launch ncu profiled
     (`profiled_step` and `op_index`, when the run has them: a decode attention's KV length grows with the
     step), else the configuration's most common shapes. Every check against the shapes uses this launch."""
     tl = timeline[(timeline.name == k["name"]) & (timeline.phase == k["phase"])]
-    same = tl[(tl.grid.map(_dim3) == _dim3(k.get("grid"))) & (tl.block.map(_dim3) == _dim3(k.get("block")))]
+    same = tl[(tl.grid.map(dim3) == dim3(k.get("grid"))) & (tl.block.map(dim3) == dim3(k.get("block")))]
     ref = same if len(same) else tl
     step, op_index = k.get("profiled_step"), k.get("op_index")
     at = ref[ref.step == step] if pd.notna(step) and "step" in ref else ref.iloc[:0]
@@ -267,36 +259,6 @@ def element_bytes(kernel_name: str, default: int) -> int:
     runs in float32), else the run's dtype."""
     n = kernel_name or ""
     return 4 if ("f32f32_f32f32" in n or "sgemm" in n.lower()) else default
-
-
-def implied_bytes(op: str | None, op_shapes: str | None, category: str | None, elem_bytes: int
-                  ) -> tuple[float, float, str] | None:
-    """(read bytes, write bytes, what) a launch must move between DRAM and the SMs if each operand is
-    read once and the output written once: a matrix product's weights + activations and its output (a
-    grouped MoE GEMM reads every expert's weights), an attention kernel's q, K and V (the KV cache in
-    decode) and its output. None where the shapes do not say."""
-    from .whatif import _elems, shapes as arg_shapes
-
-    if category in ("GEMM", "GEMV"):
-        g = gemm_dims(op_shapes)
-        if g is None:
-            return None
-        b, m, n, k, w = g
-        if op == "aten::_grouped_mm":
-            return (float(elem_bytes) * (m * k + w), float(elem_bytes) * m * n,
-                    tr("{m}×{k} routed rows · {experts} experts' {k}×{n} weights", m=m, k=k, n=n,
-                       experts=w // (k * n)))
-        return (float(elem_bytes) * b * (m * k + k * n), float(elem_bytes) * b * m * n,
-                f"{'%d× ' % b if b > 1 else ''}{m}×{k} · {k}×{n}")
-    if category == "attention":
-        args = [a[0] for a in arg_shapes(op_shapes) if a]
-        if len(args) < 3 or any(len(t) != 4 for t in args[:3]):
-            return None
-        q, kk, v = args[:3]
-        kv = _elems(kk) + _elems(v)
-        return (float(elem_bytes) * (_elems(q) + kv), float(elem_bytes) * _elems(q),
-                f"q {'×'.join(map(str, q))} + K, V {'×'.join(map(str, kk))} ({kv * elem_bytes / 1e6:.2f} MB)")
-    return None
 
 
 def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict) -> pd.DataFrame:

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..contract.shapes import FLOPS_TOLERANCE, attention_work, expected_gemm_flops
 from ..display import eng, phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
-from .ncu_report import FLOPS_TOLERANCE
+from .kernels import with_identity
+from .ncu_report import profiled_launch
 from ..escape import md
 
 LEVELS = ("dram", "l2", "l1")
@@ -158,9 +160,6 @@ def useful_work(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     useful (× of padding: the MMA tile pads a matrix-vector product's and a one-query attention's small
     dimension), and the DRAM intensity (FLOP/B) and FLOP/s of each. Counted FLOPs are what the points are
     drawn with; the useful ones are the work the model asked for."""
-    from .ncu_report import expected_gemm_flops, profiled_launch
-    from .whatif import attention_work
-
     cols = ["phase", "kernel_id", "friendly_name", "category", "op_shapes", "work_basis", "counted_flops",
             "useful_flops", "padding_ratio", "intensity_dram", "useful_intensity_dram", "flops_per_s",
             "useful_flops_per_s"]
@@ -385,8 +384,6 @@ def for_run(run, kernels: pd.DataFrame | None = None) -> tuple[object, dict, Roo
 def profiled_kernels(run) -> pd.DataFrame:
     """The run's ncu kernel rows with identity columns (friendly name, category by work done, library)
     from the timeline; empty frame when the run has no ncu stage or it profiled no kernel."""
-    from .kernels import with_identity
-
     k = run.ncu_kernels()
     if k is None or "status" not in k or not (k.status == "profiled").any():
         return pd.DataFrame()  # no ncu stage, or one that profiled nothing (a partial capture)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..contract.shapes import matvec_rows
 from ..display import phase_label
 from ..i18n import N_, tr
 from ..escape import md
@@ -116,45 +117,6 @@ def top_kernels_by_phase(timeline: pd.DataFrame, n: int = 15) -> pd.DataFrame:
     """`top_kernels` of every phase the run has, one frame with a `phase` column (phases in run order)."""
     phases = [p for p in ("vision_encode", "prefill", "decode") if (timeline.phase == p).any()]
     return pd.concat([top_kernels(timeline, p, n).assign(phase=p) for p in phases], ignore_index=True)
-
-
-def gemm_dims(op_shapes: str | None) -> tuple[int, int, int, int, int] | None:
-    """(batch, M, N, K, weight elements) of an aten matrix product from its recorded input shapes:
-    mm/linear 'MxK;KxN' (activations may carry leading dims), bmm 'BxMxK;BxKxN', addmm with its
-    1-D bias first, grouped_mm 'TxK;ExKxN' (each token through one expert). The weight is the larger
-    input operand (decode bmm puts the expert weights first)."""
-    if not isinstance(op_shapes, str) or ";" not in op_shapes:
-        return None
-    try:
-        dims = [[int(x) for x in s.split("x")] for s in op_shapes.split(";") if s]
-    except ValueError:
-        return None
-    if len(dims) >= 3 and len(dims[0]) == 1:  # addmm(bias, mat1, mat2)
-        dims = dims[1:]
-    if len(dims) < 2:
-        return None
-    a, b = dims[0], dims[1]
-    if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
-        return a[0], a[1], b[2], a[2], max(a[0] * a[1] * a[2], b[0] * b[1] * b[2])
-    if len(a) == 2 and len(b) == 3 and a[1] == b[1]:  # grouped: tokens x K, experts x K x N
-        return 1, a[0], b[2], a[1], b[0] * b[1] * b[2]
-    if len(a) >= 2 and len(b) == 2 and a[-1] == b[0]:
-        return 1, int(np.prod(a[:-1])), b[1], a[-1], max(int(np.prod(a)), b[0] * b[1])
-    return None
-
-
-def is_matvec(op_shapes: str | None) -> bool:
-    """True when an aten mm/bmm/linear input pair is a matrix-vector product (M or N is 1)."""
-    g = gemm_dims(op_shapes)
-    return g is not None and (g[1] == 1 or g[2] == 1)
-
-
-def matvec_rows(op_shapes: pd.Series) -> pd.Series:
-    """`is_matvec` of every row, computed once per distinct shape string (a decode has ~10^5 rows and a
-    few hundred distinct shapes)."""
-    codes, uniques = pd.factorize(op_shapes)
-    flags = np.append(np.fromiter((is_matvec(u) for u in uniques), bool, len(uniques)), False)
-    return pd.Series(flags[codes], index=op_shapes.index)  # code -1 (no shapes) reads the appended False
 
 
 def work_category(timeline: pd.DataFrame) -> pd.Series:

@@ -1,8 +1,9 @@
 """Chapter 06's what-if model: replay the run's kernel sequence on an accelerator described in params/npus.yaml.
 
-Work per launch (one row per phase × kernel identity × op shapes × grid, `work_table`):
-- matrix products: FLOPs = 2·M·N·K from the aten shapes (mm, bmm, addmm, grouped_mm); DRAM bytes = the
-  weight operand, read once per launch (the active weights are far larger than any L2); for decode
+Work per launch (one row per phase × kernel identity × op shapes × grid, `work_table`; the shape arithmetic is
+`contract.shapes`'):
+- matrix products: FLOPs = 2·M·N·K from the aten shapes (mm, bmm, addmm, grouped_mm); DRAM bytes = each
+  operand read once and the output written once (the active weights are far larger than any L2); for decode
   kernels profiled by ncu the counted tensor FLOPs (MMA padding included: the work the unit does).
 - attention (SDPA): 4·B·H·Sq·Sk·D tensor FLOPs; bytes of q, k, v, mask and output.
 - elementwise/copy/reduction: bytes of the inputs and the broadcast output (in-place ops write their
@@ -24,7 +25,6 @@ overlap of host and device is modelled rather than assumed.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,9 +36,11 @@ from ..display import phase_label, phase_list
 from ..i18n import N_
 import yaml
 
+from ..contract.shapes import (attention_work, elementwise_work, expected_gemm_flops, gemm_dims, grid_blocks,
+                               implied_bytes)
+from . import roofline as R
 from .histograms import weighted_mean
-from .ncu_report import expected_gemm_flops, implied_bytes
-from .timeline import gemm_dims, phase_summary, plain_ms_per_step, work_category
+from .timeline import phase_summary, plain_ms_per_step, work_category
 
 NPUS_YAML = Path(__file__).resolve().parents[3] / "params" / "npus.yaml"
 PHASES = ("vision_encode", "prefill", "decode")
@@ -118,72 +120,9 @@ def kernel_floor_us_of(timeline: pd.DataFrame) -> float:
 
 # --- work per launch --------------------------------------------------------------------------------
 
-_LIST = re.compile(r"\[([\d, ]*)\]")
-
-
-def shapes(op_shapes: str | None) -> list[list[tuple[int, ...]]]:
-    """The recorded input shapes per argument: '2x3;4;' -> [[(2, 3)], [(4,)], []]; a tensor-list argument
-    ('[1, 10, 64]x[1, 10, 64]') gives one tuple per tensor; scalars and unparsable arguments give []."""
-    out = []
-    for arg in (op_shapes if isinstance(op_shapes, str) else "").split(";"):
-        if "[" in arg:
-            out.append([tuple(int(x) for x in m.split(",") if x.strip()) for m in _LIST.findall(arg)])
-            continue
-        try:
-            out.append([tuple(int(x) for x in arg.split("x"))] if arg else [])
-        except ValueError:
-            out.append([])
-    return out
-
-
-def _elems(shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape)) if shape else 1
-
-
-def _broadcast(shps: list[tuple[int, ...]]) -> tuple[int, ...]:
-    n = max(len(s) for s in shps)
-    padded = [(1,) * (n - len(s)) + tuple(s) for s in shps]
-    return tuple(max(col) for col in zip(*padded))
-
-
 def _dtype_bytes(friendly_name: str) -> int:
     f = friendly_name or ""
     return 8 if "(int64" in f or "(double" in f else 4 if "(float" in f or "(int" in f else 2
-
-
-def elementwise_work(op: str, op_shapes: str, dtype_bytes: int) -> tuple[float, float]:
-    """(bytes moved, CUDA-core ops) of an elementwise/copy/reduction launch from its aten input shapes;
-    (nan, nan) when the shapes do not say."""
-    args = [a for a in shapes(op_shapes) if a]
-    if not args:
-        return np.nan, np.nan
-    tensors = [t for a in args for t in a]
-    read = sum(_elems(t) for t in tensors)
-    if op == "aten::cat":
-        return 2.0 * read * dtype_bytes, 0.0
-    if op == "aten::fill_":
-        return float(_elems(args[0][0])) * dtype_bytes, 0.0
-    if op == "aten::copy_":
-        return float(read) * dtype_bytes, 0.0
-    if op.endswith("_"):  # in place: reads its inputs, writes its first
-        out = _elems(args[0][0])
-    elif "reduction" in op or op in ("aten::mean", "aten::sum", "aten::_softmax", "aten::native_layer_norm"):
-        out = _elems(args[0][0]) if op in ("aten::_softmax", "aten::native_layer_norm") else 1
-    else:
-        out = _elems(_broadcast([a[0] for a in args]))
-    return float(read + out) * dtype_bytes, float(max(out, read))
-
-
-def attention_work(op_shapes: str) -> tuple[float, float] | None:
-    """(tensor FLOPs, bytes) of a fused attention forward from q, k, v (and mask) shapes B×H×S×D."""
-    args = [a[0] for a in shapes(op_shapes) if a]
-    if len(args) < 3 or any(len(t) != 4 for t in args[:3]):
-        return None
-    (b, h, sq, dh), k = args[0], args[1]
-    sk = k[2]
-    flops = 4.0 * b * h * sq * sk * dh
-    nbytes = 2.0 * (2 * _elems(args[0]) + _elems(k) + _elems(args[2]) + sum(_elems(t) for t in args[3:4]))
-    return flops, nbytes
 
 
 def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataFrame:
@@ -224,7 +163,7 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
             elif p_any is not None:  # shapes do not say (index tables, attention helpers): ncu's counts, for
                 # the configuration it profiled; another grid of the same kernel moves work in proportion
                 # to its blocks (decode's expert-weight gather: 6x1120 blocks move twice 6x560's bytes)
-                f = _blocks(r.grid) / _blocks(p_any.grid) if _blocks(p_any.grid) else 1.0
+                f = grid_blocks(r.grid) / grid_blocks(p_any.grid) if grid_blocks(p_any.grid) else 1.0
                 row = (f * p_any.flops_tensor, f * (p_any.flops_cuda or 0.0), f * p_any.dram_bytes,
                        f * p_any.l1_bytes, "ncu")
             else:
@@ -243,14 +182,6 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
     _helpers(g)
     _scale_missing(g)
     return g
-
-
-def _blocks(grid) -> float:
-    """Thread blocks of a grid written '6x1120x1' (0 when unreadable)."""
-    try:
-        return float(np.prod([int(v) for v in str(grid).split("x")]))
-    except ValueError:
-        return 0.0
 
 
 def _helpers(g: pd.DataFrame) -> None:
@@ -501,8 +432,6 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
 
 def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     """(trace, the run's GPU as a design, roofs, profiled kernels): what chapters 06 and 07 model a run with."""
-    from . import roofline as R
-
     k = R.profiled_kernels(run)
     dev, _, roofs = R.for_run(run, k)  # the device and roofs chapters 04 and 05 use
     gpu = run_gpu_design(dev, roofs)

@@ -17,15 +17,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from .contract.layout import RunLayout
 from .params import resolve_path
 from .escape import md
 
 CAPTURE_CMD = "python -m kernelbook capture --params <your.yaml> --out data/runs/<new-run-id>"
 
 
-def ncu_table(run_dir: str | Path) -> pd.DataFrame | None:
-    """The run's ncu kernel rows (phase, kernel_id, name, status), or None when it has no ncu stage."""
-    p = resolve_path(run_dir) / "ncu" / "kernels.parquet"
+def ncu_table(run_dir: str | Path, rank: int = 0) -> pd.DataFrame | None:
+    """Rank `rank`'s ncu kernel rows (phase, kernel_id, name, status), or None when it has no ncu stage: the
+    table the chapters read (`load.run.Run.ncu_dir`, both through contract.layout)."""
+    p = RunLayout(resolve_path(run_dir)).ncu_kernels(rank)
     if not p.exists():
         return None
     cols = [c for c in ("phase", "kernel_id", "name", "status", "share") if c in _columns(p)]
@@ -38,16 +40,16 @@ def _columns(p: Path) -> list[str]:
     return pq.read_schema(p).names
 
 
-def profiled_phases(run_dir: str | Path) -> dict[str, int]:
-    """Phase → number of profiled kernels, in the run's ncu tables (empty when none)."""
-    k = ncu_table(run_dir)
+def profiled_phases(run_dir: str | Path, rank: int = 0) -> dict[str, int]:
+    """Phase → number of profiled kernels, in rank `rank`'s ncu tables (empty when none)."""
+    k = ncu_table(run_dir, rank)
     if k is None or "status" not in k or "phase" not in k:
         return {}
     return k[k.status == "profiled"].groupby("phase", sort=False).size().to_dict()
 
 
 def _manifest(run_dir) -> dict:
-    return json.loads((resolve_path(run_dir) / "manifest.json").read_text())
+    return json.loads(RunLayout(resolve_path(run_dir)).manifest.read_text())
 
 
 def _list(xs) -> str:
@@ -62,7 +64,7 @@ def run_ranks(run_dir) -> list[int]:
     from .params import resolve_path
 
     try:
-        f = pq.ParquetFile(resolve_path(run_dir) / "timeline.parquet")
+        f = pq.ParquetFile(RunLayout(resolve_path(run_dir)).timeline)
         if "rank" not in f.schema_arrow.names:
             return [0]
         return sorted(set(f.read(columns=["rank"]).column("rank").to_pylist()))
@@ -80,6 +82,7 @@ def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[
         return key in params and (chapters is None or any(c in SCHEMA[key].feeds for c in chapters))
 
     run_dir = params["run_dir"]
+    rank = params["rank"] if feeds("rank") else 0  # the rank whose ncu tables the chapters read
     problems = []
     if feeds("rank") and params["rank"] != 0:
         ranks = run_ranks(run_dir)
@@ -87,7 +90,7 @@ def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[
             problems.append(f"rank: {run_dir} holds rank(s) {ranks}; set rank to one of them (a one-GPU run has "
                             "rank 0 only; tensor_parallel: N captures ranks 0 to N-1)")
     try:
-        phases = profiled_phases(run_dir) if feeds("phase") or feeds("kernel") else {}
+        phases = profiled_phases(run_dir, rank) if feeds("phase") or feeds("kernel") else {}
     except Exception:  # unreadable tables: the chapters that read them fail and show why
         return problems
     if not phases:
@@ -102,7 +105,7 @@ def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[
             f"[{', '.join(want)}]` in a params YAML, then `{CAPTURE_CMD}`.")
     elif feeds("kernel") and params.get("kernel"):
         kernel = str(params["kernel"])
-        k = ncu_table(run_dir)
+        k = ncu_table(run_dir, rank)
         k = k[(k.status == "profiled") & (k.phase == phase)]
         if not (k.kernel_id == kernel).any():
             ids = k.kernel_id.tolist()
@@ -113,22 +116,22 @@ def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[
     return problems
 
 
-def missing(run_dir: str | Path, needs: str, renders_without: bool = False) -> str | None:
+def missing(run_dir: str | Path, needs: str, renders_without: bool = False, rank: int = 0) -> str | None:
     """Why the run cannot serve a chapter that needs `needs` ("ncu"), in words with the manifest's
     status and reason (in the narrative language), or None when it can. `renders_without`: the note
-    of a chapter that renders without them. The note's first clause, up to its first colon, names
-    what is missing (the index's 'Not shown' line)."""
+    of a chapter that renders without them. `rank`: whose ncu tables the chapter reads. The note's first
+    clause, up to its first colon, names what is missing (the index's 'Not shown' line)."""
     from .i18n import tr
 
     if needs != "ncu":
         raise ValueError(f"unknown need {needs!r}")
-    if profiled_phases(run_dir):
+    if profiled_phases(run_dir, rank):
         return None
     m = _manifest(run_dir)
     status = m.get("status", "?")
     why = (tr("The run's capture is **{status}**: {reason}.", status=md(status), reason=md(m["reason"]))
            if m.get("reason") else tr("The run's capture is **{status}**.", status=md(status)))
-    k = ncu_table(run_dir)
+    k = ncu_table(run_dir, rank)
     if k is not None and len(k) and "status" in k:
         reasons = k.status.value_counts()
         held = tr("It selected {n} kernels for ncu and profiled none of them ({reasons}).", n=len(k),

@@ -132,6 +132,7 @@ def _diff_files(run: Path) -> None:
 
     import pyarrow.parquet as pq
 
+    from .contract.layout import RunLayout
     from .load.run import RunError
 
     try:
@@ -140,13 +141,10 @@ def _diff_files(run: Path) -> None:
         raise RunError(f"{str(run)[:200]!r} is no path ({e})") from None
     if not is_dir:
         raise RunError(f"{run} is not a folder: no run there")
-    mf = run / "manifest.json"
+    mf = RunLayout(run).manifest
     if not mf.exists():
-        raise RunError(f"{run} has no manifest.json: not a kernelbook run (or its capture never started)")
-    files = [mf] + sorted(run.glob("*.parquet"))
-    if (run / "ncu").is_dir():  # os.walk follows no link below ncu/: a link loop cannot keep it walking
-        files += sorted(Path(d) / n for d, dirs, names in os.walk(run / "ncu") for n in dirs + names
-                        if n.endswith(".parquet"))
+        raise RunError(f"{run} has no {mf.name}: not a kernelbook run (or its capture never started)")
+    files = [mf] + RunLayout(run).table_files()  # no link followed below ncu/: a link loop cannot keep it walking
     kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
     for f in files:

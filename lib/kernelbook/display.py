@@ -835,14 +835,19 @@ def sentence(text: str) -> Shown:
     return Shown(f'<p class="kb-empty">{esc_html(text)}</p>', None, text)
 
 
+def styled_cells(styler) -> dict[tuple[int, int], dict[str, str]]:
+    """(row, column) position → the CSS properties the Styler gives that cell. The one use of pandas' private
+    `Styler._compute().ctx` (pandas has no public reader of computed cell styles); tests/test_private_apis.py
+    fails when pandas changes it."""
+    return {ij: dict(props) for ij, props in styler._compute().ctx.items()}
+
+
 def styler_table(styler, caption: str | None = None, **kw) -> Shown:
     """A pandas Styler through the same layer: its data, with cells it styles as 'bad' (a background)
     or 'na' (greyed) carried over as classes."""
     df = styler.data
-    ctx = styler._compute().ctx  # {(row, col): [(prop, value), ...]}
     cls = pd.DataFrame("", index=df.index, columns=df.columns)
-    for (i, j), props in ctx.items():
-        d = dict(props)
+    for (i, j), d in styled_cells(styler).items():
         if "background-color" in d:
             cls.iat[i, j] = "bad"
         elif d.get("color") in ("#999", "#999999"):

@@ -17,7 +17,17 @@ must not be one click from an upload.
 from __future__ import annotations
 
 import plotly.io as pio
-from plotly.io._base_renderers import PlotlyRenderer
+
+
+def _plotly_renderer_base():
+    """plotly's renderer that emits its JSON mimetype: the one use of the private `plotly.io._base_renderers`
+    (plotly exports no public base class for a renderer); tests/test_private_apis.py fails when plotly moves it."""
+    from plotly.io._base_renderers import PlotlyRenderer
+
+    return PlotlyRenderer
+
+
+PlotlyRenderer = _plotly_renderer_base()
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 # plotly.js 3 shows "Share chart..." (sendChartToCloud, an upload to plotlyServerURL) unless told not to;
@@ -252,7 +262,7 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
         raise ChapterStop(tr("This chapter cannot be shown with these parameters:") + "\n" +
                           "\n".join(f"  - {p}" for p in problems)) from None
     if needs is not None:
-        note = missing(run_dir, needs)
+        note = missing(run_dir, needs, rank=params.get("rank", 0))
         if note:
             raise ChapterNotServed(plain(note)) from None
     try:

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .contract.layout import RunLayout
 from .params import REPO
 
 MARKER = ".kernelbook-report.json"
@@ -64,7 +65,7 @@ def _within(a: Path, b: Path) -> bool:
 
 def _is_run(q: Path) -> bool:
     """A folder holding a kernelbook run's manifest (another program's manifest.json is no run)."""
-    m = q / "manifest.json"
+    m = RunLayout(q).manifest
     if not m.is_file():  # never open a FIFO or a device
         return False
     try:

@@ -107,7 +107,9 @@ def _run_dir(v) -> str | None:
     if not _on_disk(p, "dir"):
         return (f"run directory {shown(v, bare=True)} does not exist (capture one with `python -m kernelbook "
                 f"capture`, or use {BUNDLED_RUN})")
-    if not _on_disk(p / "manifest.json", "file"):
+    from .contract.layout import RunLayout
+
+    if not _on_disk(RunLayout(p).manifest, "file"):
         return f"run directory {shown(v, bare=True)} has no manifest.json: it is not a kernelbook run"
     return None
 

@@ -39,12 +39,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import escape, outdir
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import SKIPPED
+from .contract.layout import RunLayout
 from .contract.session import BookSession
 from .clocks import clock_lock
 from .watch import execute_chapter, stop_all
@@ -66,7 +68,9 @@ def _kernel_manager(folder: str):
     - It does not interrupt a kernel it is shutting down. jupyter_client sends SIGINT before every
       shutdown request; a chapter's kernel is idle by then (or stopped by its own error), and the
       signal only made ipykernel log "KeyboardInterrupt caught in kernel" into the runner's output,
-      depending on timing. The shutdown request and, past the wait time, the kill still stop it."""
+      depending on timing. The shutdown request and, past the wait time, the kill still stop it. This overrides
+      jupyter_client's private `_async_interrupt_kernel` (what its shutdown awaits); test_book's
+      `test_chapter_kernels_are_shut_down_without_an_interrupt` fails when jupyter_client changes it."""
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import CaselessStrEnum
 
@@ -225,7 +229,7 @@ def check_runs(params: dict) -> None:
              params.get("one_gpu_run"), params.get("cross_run")]
     for i, v in enumerate(p for p in paths if p):
         p = P.resolve_path(v)
-        if i == 0 and not (p / "manifest.json").exists():
+        if i == 0 and not RunLayout(p).manifest.exists():
             continue  # a run the capture chapters will capture (the parameter check allowed it)
         try:
             check_run(p)
@@ -298,162 +302,217 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
         raise
 
 
+@dataclass
+class ChapterResult:
+    """One chapter of a rendering: its index entry (`entry()`, also a line of timings.json) and how it ended.
+    `note`: the run cannot serve it (its ChapterStop note; `broken`: the run is missing or broken, which stops the
+    book); `error`: a real failure; `kept`: taken from the earlier report (`--chapters` rendered others)."""
+
+    stem: str
+    title: str
+    seconds: float
+    summary: str = ""
+    note: str | None = None
+    broken: bool = False
+    error: BaseException | None = None
+    kept: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.broken
+
+    def outcome(self) -> str:
+        """The CLI's word for it: `ok (3.1 s)`, `stopped: …`, `FAILED (…)`."""
+        state = "ok" if self.note is None else ("STOPPED: the run is missing or broken (see its note)" if self.broken
+                                                else "stopped: the run cannot serve it (see its note)")
+        return f"{state if self.error is None else 'FAILED'} ({self.seconds:.1f} s)"
+
+    def failure(self) -> BaseException | None:
+        """What stops the book at this chapter: its error, or the note of a run missing or broken."""
+        if self.error is not None:
+            return self.error
+        if self.broken:
+            return BookError(f"stopped: {escape.terminal(self.note.strip().splitlines()[0])}", 2)
+        return None
+
+    def entry(self) -> dict:
+        return {"stem": self.stem, "title": self.title, "seconds": self.seconds, "ok": self.ok,
+                "summary": self.summary, **({"stopped": self.note} if self.note is not None else {}),
+                **({"kept": True} if self.kept else {})}
+
+    @classmethod
+    def from_entry(cls, e: dict, kept: bool = False) -> "ChapterResult":
+        return cls(e["stem"], e.get("title", e["stem"]), float(e.get("seconds", 0.0)), e.get("summary", ""),
+                   e.get("stopped"), kept=kept or bool(e.get("kept")))
+
+
+class _Rendering:
+    """One rendering's chapters into its staging folder: the capture chapters (under the locks, side by side when
+    more than one captures), then the chapters that read the run, `render_jobs` at a time."""
+
+    def __init__(self, params: dict, books: list[Path], language: str, run_dir: Path, capture_stems: list[str],
+                 stage: Path, ipc_folder: str, log):
+        self.params, self.books, self.language, self.run_dir = params, books, language, run_dir
+        self.capture_stems, self.stage, self.ipc_folder, self.log = capture_stems, stage, ipc_folder, log
+        self.km_class = _kernel_manager(ipc_folder)
+        self.pipelined = len(capture_stems) > 1
+        self.order = {nb.stem: i for i, nb in enumerate(books, 1)}
+
+    def _limit(self, stem: str) -> float:
+        """A capture chapter that captures may run as long as its ncu stage on top of the chapter's limit, and side
+        by side, as long as the capture chapters before it too (it waits for their parts)."""
+        p = self.params
+        limit = p["chapter_timeout_s"] + (p["ncu_timeout_s"] if stem in self.capture_stems else 0)
+        if self.pipelined and stem in self.capture_stems:
+            limit += p["chapter_timeout_s"] * self.capture_stems.index(stem)
+        return limit
+
+    def chapter(self, nb: Path, lines: "_ChapterLines | None") -> ChapterResult:
+        """Execute one chapter into the staging folder and convert it to HTML."""
+        t = time.perf_counter()
+        src = to_ipynb(nb, self.stage / f"{nb.stem}.src.ipynb", self.language)
+        executed = self.stage / f"{nb.stem}.ipynb"
+        declared = notebook_parameters(nb)
+        nb_params = {k: _to_nb(v) for k, v in self.params.items() if k in declared}
+        on_retry = lines.retry if lines else (
+            (lambda why: print(f"    {nb.stem}: " + tr("ended: {why}; trying once more", why=why), flush=True))
+            if self.log is print else None)
+        error = execute_chapter(src, executed, nb_params, self.km_class, limit_s=self._limit(nb.stem),
+                                cwd=str(P.REPO), on_progress=lines.progress if lines else None, on_retry=on_retry)
+        note = _stopped(error)
+        broken = note is not None and getattr(error, "ename", None) == STOP
+        if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
+            error = None
+        src.unlink()
+        if executed.exists():
+            try:
+                _html(executed, self.stage / f"{nb.stem}.html", self.language)
+            except Exception as e:  # e.g. nbconvert's templates missing: the book fails with its reason
+                error = error or e
+        summary = _summary(executed) if executed.exists() else ""
+        if note is not None:
+            with in_language(self.language):
+                # the note's first clause, up to its first colon (either language's), names what is missing
+                first = re.split(r"[:：]", note.replace("**", "").split("\n")[0], maxsplit=1)[0]
+                summary = tr("Not shown: {note}", note=first)
+        return ChapterResult(nb.stem, _title(nb, self.language), time.perf_counter() - t, summary, note, broken, error)
+
+    def capture_chapter(self, nb: Path) -> ChapterResult:
+        head = f"[{self.order[nb.stem]}/{len(self.books)}] {nb.stem}"
+        lines = _ChapterLines(head, lazy=self.pipelined) if self.log is print else None
+        if lines:
+            lines.start()
+        try:
+            r = self.chapter(nb, lines)
+        finally:
+            (Path(self.ipc_folder) / f"{nb.stem}.ended").touch()  # a part waiting on this chapter's stops waiting
+        if lines:
+            lines.end(r.outcome())
+        return r
+
+    def run(self, locks: ExitStack) -> list[ChapterResult]:
+        """Every chapter, in book order, up to and including the first that stops the book."""
+        serial = [nb for nb in self.books if nb.stem in self.capture_stems]
+        captured, captures, last_in = [], [], False
+        if self.pipelined:  # side by side; the reading chapters start once the last part is in
+            from .capture.chapters import part_done
+
+            cap_pool = ThreadPoolExecutor(max_workers=len(serial), thread_name_prefix="capture")
+            captures = [cap_pool.submit(self.capture_chapter, nb) for nb in serial]
+            last_part = CAPTURE_PARTS[serial[-1].stem]
+            try:
+                while not (all(f.done() for f in captures) or part_done(self.run_dir, last_part)):
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                cap_pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
+            last_in = part_done(self.run_dir, last_part)
+        else:  # one capture chapter, or none
+            for nb in serial:
+                captured.append(self.capture_chapter(nb))
+                if captured[-1].failure() is not None:
+                    break
+            if serial:
+                locks.close()  # the analysis chapters need no lock
+        go_on = last_in if self.pipelined else not any(r.failure() for r in captured)
+        rest = [nb for nb in self.books if nb.stem not in self.capture_stems] if go_on else []
+        done = self._reading(rest, captures, cap_pool if captures else None)
+        if captures:
+            cap_pool.shutdown()
+            locks.close()
+            captured = [f.result() for f in captures]
+        return _until_failure(captured, sorted(done, key=lambda r: self.order[r.stem]))
+
+    def _reading(self, rest: list[Path], captures: list, cap_pool) -> list[ChapterResult]:
+        """The chapters that read the run: each in its own kernel, `render_jobs` at a time (the longest first, so no
+        long chapter starts last while the other workers sit idle), reported as they finish."""
+        jobs = max(1, min(_jobs(self.params), max(1, len(rest))))
+        done = []
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chapter") as pool:
+            ahead = sorted(rest, key=lambda nb: LONGEST_FIRST.index(nb.stem) if nb.stem in LONGEST_FIRST
+                           else len(LONGEST_FIRST))
+            futures = [pool.submit(self.chapter, nb, None) for nb in ahead]
+            try:
+                for f in as_completed(futures):
+                    r = f.result()
+                    done.append(r)
+                    if self.log is print:
+                        _ChapterLines.say(f"[{self.order[r.stem]}/{len(self.books)}] {r.stem} ... {r.outcome()}")
+                for f in captures:  # the capture chapters side by side: wait for each to end (render)
+                    f.result()
+            except KeyboardInterrupt:  # Ctrl-C: no chapter starts, the running ones' kernels end now
+                pool.shutdown(wait=False, cancel_futures=True)
+                if cap_pool is not None:
+                    cap_pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
+        return done
+
+
+def _until_failure(captured: list[ChapterResult], reading: list[ChapterResult]) -> list[ChapterResult]:
+    """The capture chapters, then (when none stopped the book) the reading ones, up to the first that stops it."""
+    out = []
+    for r in captured:
+        out.append(r)
+        if r.failure() is not None:
+            return out
+    for r in reading:
+        out.append(r)
+        if r.failure() is not None:
+            break
+    return out
+
+
 def _render(params, books, only, language, run_dir, run_id, capture_stems, out, earlier, stage, log,
             run_as_given, params_as_given) -> Path:
     """render_book's work once the report folder is checked and its staging folder made."""
     from plotly.offline import get_plotlyjs
 
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
-    entries, failed = [], None
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"{outdir.IPC_PREFIX}{os.getpid()}-") as ipc_folder, \
             ExitStack() as locks:
-        km_class = _kernel_manager(ipc_folder)
-        pipelined = len(capture_stems) > 1
+        book = _Rendering(params, books, language, run_dir, capture_stems, stage, ipc_folder, log)
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
             state = locks.enter_context(clock_lock(params["lock_clocks"]))
-            # more than one capture chapter: side by side, each part waiting for the one before (the session's pipeline)
-            if pipelined:
+            # more than one capture chapter: side by side, each part waiting for the one before (the session's
+            # pipeline)
+            if book.pipelined:
                 for stem in CAPTURE_PARTS:  # a chapter that does not capture here is no part to wait for
                     if stem not in capture_stems:
                         (Path(ipc_folder) / f"{stem}.ended").write_text(SKIPPED)
             locks.enter_context(_env(BookSession(locks_held=True, command=_command(), clock_state=state,
                                                  params_as_given=params_as_given or "",
-                                                 pipeline=ipc_folder if pipelined else "").env()))
+                                                 pipeline=ipc_folder if book.pipelined else "").env()))
             if log is print:
                 print(f"capture: {', '.join(capture_stems)} will capture into {run_dir} (locks held until the "
                       "last of them ends)", flush=True)
-        order = {nb.stem: i for i, nb in enumerate(books, 1)}
-
-        def run(nb: Path, lines: "_ChapterLines | None") -> dict:
-            """Execute one chapter into the staging folder and convert it: its index entry, with `error` (a
-            failure) and `broken` (the run is missing or broken) for the loop below."""
-            t = time.perf_counter()
-            src = to_ipynb(nb, stage / f"{nb.stem}.src.ipynb", language)
-            executed = stage / f"{nb.stem}.ipynb"
-            declared = notebook_parameters(nb)
-            nb_params = {k: _to_nb(v) for k, v in params.items() if k in declared}
-            # a capture chapter that captures may run as long as its ncu stage on top of the chapter's limit, and
-            # side by side, as long as the capture chapters before it too (it waits for their parts)
-            limit = params["chapter_timeout_s"] + (params["ncu_timeout_s"] if nb.stem in capture_stems else 0)
-            if pipelined and nb.stem in capture_stems:
-                limit += params["chapter_timeout_s"] * capture_stems.index(nb.stem)
-            error = execute_chapter(src, executed, nb_params, km_class, limit_s=limit, cwd=str(P.REPO),
-                                    on_progress=lines.progress if lines else None,
-                                    on_retry=lines.retry if lines else (
-                                        (lambda why: print(f"    {nb.stem}: " + tr("ended: {why}; trying once more",
-                                                                                   why=why), flush=True))
-                                        if log is print else None))
-            note = _stopped(error)
-            broken = note is not None and getattr(error, "ename", None) == STOP
-            if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
-                error = None
-            src.unlink()
-            if executed.exists():
-                try:
-                    _html(executed, stage / f"{nb.stem}.html", language)
-                except Exception as e:  # e.g. nbconvert's templates missing: the book fails with its reason
-                    error = error or e
-            dt = time.perf_counter() - t
-            summary = _summary(executed) if executed.exists() else ""
-            if note is not None:
-                with in_language(language):
-                    # the note's first clause, up to its first colon (either language's), names what is missing
-                    first = re.split(r"[:：]", note.replace("**", "").split("\n")[0], maxsplit=1)[0]
-                    summary = tr("Not shown: {note}", note=first)
-            return {"stem": nb.stem, "title": _title(nb, language), "seconds": dt, "ok": error is None and not broken,
-                    "summary": summary, **({"stopped": note} if note is not None else {}),
-                    "_error": error, "_note": note, "_broken": broken}
-
-        def outcome(e: dict) -> str:
-            note, error = e["_note"], e["_error"]
-            state = "ok" if note is None else ("STOPPED: the run is missing or broken (see its note)" if e["_broken"]
-                                               else "stopped: the run cannot serve it (see its note)")
-            return f"{state if error is None else 'FAILED'} ({e['seconds']:.1f} s)"
-
-        def settle(e: dict) -> bool:
-            """Add a finished chapter to the index; False when the book stops at it."""
-            nonlocal failed
-            error = e.pop("_error")
-            note, broken = e.pop("_note"), e.pop("_broken")
-            entries.append(e)
-            if error is not None:
-                failed = (e["stem"], error)
-            elif broken:  # the run is missing or broken: the book stops here, not a stop by design
-                failed = (e["stem"], BookError(f"stopped: {escape.terminal(note.strip().splitlines()[0])}", 2))
-            return failed is None
-
-        serial = [nb for nb in books if nb.stem in capture_stems]
-
-        def run_capture(nb: Path) -> dict:
-            head = f"[{order[nb.stem]}/{len(books)}] {nb.stem}"
-            lines = _ChapterLines(head, lazy=pipelined) if log is print else None
-            if lines:
-                lines.start()
-            try:
-                e = run(nb, lines)
-            finally:
-                (Path(ipc_folder) / f"{nb.stem}.ended").touch()  # a part waiting on this chapter's stops waiting
-            if lines:
-                lines.end(outcome(e))
-            return e
-
-        captures, last_in = [], False
-        if pipelined:  # side by side; the reading chapters start once the last part is in
-            from .capture.chapters import part_done
-
-            cap_pool = ThreadPoolExecutor(max_workers=len(serial), thread_name_prefix="capture")
-            captures = [cap_pool.submit(run_capture, nb) for nb in serial]
-            last_part = CAPTURE_PARTS[serial[-1].stem]
-            try:
-                while not (all(f.done() for f in captures) or part_done(run_dir, last_part)):
-                    time.sleep(0.2)
-            except KeyboardInterrupt:
-                cap_pool.shutdown(wait=False, cancel_futures=True)
-                stop_all()
-                raise
-            last_in = part_done(run_dir, last_part)
-        else:  # one capture chapter, or none
-            for nb in serial:
-                if not settle(run_capture(nb)):
-                    break
-            if serial:
-                locks.close()  # the analysis chapters need no lock
-        # the chapters that read the run: each in its own kernel, `jobs` at a time, reported as they finish
-        go_on = last_in if pipelined else failed is None
-        rest = [nb for nb in books if nb.stem not in capture_stems] if go_on else []
-        jobs = max(1, min(_jobs(params), max(1, len(rest))))
-        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chapter") as pool:
-            # the longest first, so that no long chapter starts last while the other workers sit idle
-            ahead = sorted(rest, key=lambda nb: LONGEST_FIRST.index(nb.stem) if nb.stem in LONGEST_FIRST
-                           else len(LONGEST_FIRST))
-            futures = {pool.submit(run, nb, None): nb for nb in ahead}
-            done = []
-            try:
-                for f in as_completed(futures):
-                    e = f.result()
-                    done.append(e)
-                    if log is print:
-                        _ChapterLines.say(f"[{order[e['stem']]}/{len(books)}] {e['stem']} ... {outcome(e)}")
-                for f in captures:  # the capture chapters side by side: each ends (renders) on its own
-                    e = f.result()
-                    if not settle(e):
-                        break
-            except KeyboardInterrupt:  # Ctrl-C: no chapter starts, the running ones' kernels end now
-                pool.shutdown(wait=False, cancel_futures=True)
-                if captures:
-                    cap_pool.shutdown(wait=False, cancel_futures=True)
-                stop_all()
-                raise
-        if captures:
-            cap_pool.shutdown()
-            locks.close()
-        for e in sorted(done, key=lambda e: order[e["stem"]]) if failed is None else []:
-            if not settle(e):
-                break
+        results = book.run(locks)
+    failed = next((r for r in results if r.failure() is not None), None)
     if only and not failed and earlier is not None:
-        entries = _keep_other_chapters(out, stage, entries)
-    if not failed and any(e["stem"] == "05_classification" and "kept" not in e for e in entries):
+        results = _keep_other_chapters(out, stage, results)
+    if not failed and any(r.stem == "05_classification" and not r.kept for r in results):
         from dataclasses import fields
 
         from .analyze.classify import Rules, report_for_run
@@ -464,6 +523,7 @@ def _render(params, books, only, language, run_dir, run_id, capture_stems, out, 
             text = report_for_run(run_dir, rules)
         if text:
             (stage / "report.md").write_text(text, encoding="utf-8")
+    entries = [r.entry() for r in results]
     with in_language(language):
         _index(stage, run_id, params, entries, time.perf_counter() - t_all, run_as_given or params["run_dir"])
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
@@ -471,13 +531,13 @@ def _render(params, books, only, language, run_dir, run_id, capture_stems, out, 
         dest = outdir.failed_dest(out)
         outdir.mark(stage, run_id, language)
         os.replace(stage, dest)
-        name, err = failed
+        err = failed.failure()
         if isinstance(err, BookError):  # a chapter stopped because the run is missing or broken
-            raise BookError(f"chapter {name} {err}\n  its notebook and HTML (with the note) are in {dest}; the "
-                            f"previous report in {out} is unchanged", 2)
+            raise BookError(f"chapter {failed.stem} {err}\n  its notebook and HTML (with the note) are in {dest}; "
+                            f"the previous report in {out} is unchanged", 2)
         last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise BookError(f"chapter {name} failed: {last}\n  its executed notebook and HTML (error visible) are in "
-                        f"{dest}; the previous report in {out} is unchanged")
+        raise BookError(f"chapter {failed.stem} failed: {last}\n  its executed notebook and HTML (error visible) are "
+                        f"in {dest}; the previous report in {out} is unchanged")
     outdir.swap(stage, out, earlier, run_id, language)
     return out
 
@@ -588,10 +648,10 @@ def _command() -> str:
         else "kernelbook.runner.render_book"
 
 
-def _keep_other_chapters(out: Path, stage: Path, entries: list[dict]) -> list[dict]:
+def _keep_other_chapters(out: Path, stage: Path, results: list[ChapterResult]) -> list[ChapterResult]:
     """Rendering some chapters keeps the others the existing report has (HTML, notebook, report.md),
     so a partial render never drops finished chapters; the index lists all of them in book order."""
-    done = {e["stem"] for e in entries}
+    done = {r.stem for r in results}
     prev = json.loads((out / "timings.json").read_text()) if (out / "timings.json").exists() else []
     kept = []
     for e in prev:
@@ -600,11 +660,11 @@ def _keep_other_chapters(out: Path, stage: Path, entries: list[dict]) -> list[di
         for ext in (".html", ".ipynb"):
             if (out / f"{e['stem']}{ext}").exists():
                 shutil.copy2(out / f"{e['stem']}{ext}", stage / f"{e['stem']}{ext}")
-        kept.append({**e, "kept": True})
+        kept.append(ChapterResult.from_entry(e, kept=True))
         if e["stem"] == "05_classification" and (out / "report.md").exists():
             shutil.copy2(out / "report.md", stage / "report.md")
     order = [nb.stem for nb in list_chapters(None)]
-    return sorted(entries + kept, key=lambda e: order.index(e["stem"]) if e["stem"] in order else len(order))
+    return sorted(results + kept, key=lambda r: order.index(r.stem) if r.stem in order else len(order))
 
 
 # the reading chapters by their render time on the bundled run, longest first (bench/book_render.py, two at a time
@@ -629,7 +689,7 @@ def _to_nb(v):
 
 def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float, run_shown: str) -> None:
     """index.html: one row per chapter with its summary, in the current language (`i18n`)."""
-    manifest = json.loads((P.resolve_path(params["run_dir"]) / "manifest.json").read_text())
+    manifest = json.loads(RunLayout(P.resolve_path(params["run_dir"])).manifest.read_text())
     gpu = manifest.get("environment", {}).get("gpu", {})
     gpu_name = gpu.get("name", "?") if isinstance(gpu, dict) else gpu
     esc = escape.html

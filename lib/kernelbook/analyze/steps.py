@@ -18,10 +18,9 @@ from .timeline import busy_ns
 def plain_steps(run) -> pd.DataFrame | None:
     """Plain wall ms per decode step (median over the timing trials), or None for a run captured before
     steps were timed. Columns: step, wall_ms."""
-    p = run.path / "steps.parquet"
-    if not p.exists():
+    s = run.steps()
+    if s is None:
         return None
-    s = pd.read_parquet(p)
     s = s[s.phase == "decode"]
     return s.groupby("step", as_index=False)["wall_ms"].median() if len(s) else None
 

@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..contract import session
+from ..contract.layout import RunLayout, landing
 from ..env import can_capture
 from ..i18n import N_, text, tr
 from ..params import resolve_path
@@ -43,12 +44,12 @@ TIMED = "timeline.timed"  # in the pipeline folder: the timeline's timed passes 
 
 def present(run_dir: Path, part: str) -> bool:
     """Whether the run directory already holds `part` (`run_dir` resolved as every reader resolves it)."""
-    run_dir = resolve_path(run_dir)
+    lay = RunLayout(resolve_path(run_dir))
     if part == "setup":
-        return (run_dir / "manifest.json").exists()
+        return lay.manifest.exists()
     if part == "timeline":
-        return (run_dir / "timeline.parquet").exists()
-    return (run_dir / "ncu" / "kernels.parquet").exists()
+        return lay.timeline.exists()
+    return lay.ncu_kernels().exists()
 
 
 # the parts a capture chapter writes, as its decision line names them (in the narrative language)
@@ -190,7 +191,7 @@ def await_prior(run_dir: Path, which: str, gate: Path) -> None:
 def part_done(run_dir: Path, which: str) -> bool:
     """Whether `which` was captured into the run and its manifest entry written (the part's last step)."""
     try:
-        return _timing_key(which) in json.loads((Path(run_dir) / "manifest.json").read_text()).get("timings_s", {})
+        return _timing_key(which) in json.loads(RunLayout(run_dir).manifest.read_text()).get("timings_s", {})
     except (OSError, ValueError):
         return False
 
@@ -222,11 +223,11 @@ def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
     from .. import env as envmod
     from ..params import CAPTURE, for_consumer
 
-    mf = run_dir / "manifest.json"
-    if mf.exists():
-        return json.loads(mf.read_text())
+    lay = RunLayout(run_dir)
+    if lay.manifest.exists():
+        return json.loads(lay.manifest.read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "raw").mkdir(exist_ok=True)
+    lay.raw.mkdir(exist_ok=True)
     manifest = {"kernelbook_run": 1, "run_id": run_dir.name, "status": "partial", "reason": "capture in progress",
                 "params": for_consumer(params, CAPTURE),
                 "params_source": session.current().params_as_given or params_file,
@@ -255,14 +256,14 @@ def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quie
     if which == "timeline":
         from .run import timeline_stage
 
-        stage = run_dir / ".timeline-staging"
+        stage = RunLayout(run_dir).timeline_staging
         if stage.exists():
             shutil.rmtree(stage)
-        (stage / "raw").mkdir(parents=True)
+        RunLayout(stage).raw.mkdir(parents=True)
         try:
             timeline_stage(params, stage, manifest, progress, quiet, timed)
         except BaseException:  # stopped mid-way: what the stage holds (e.g. a long generation's windows) lands
-            if not (stage / "timeline.parquet").exists():
+            if not RunLayout(stage).timeline.exists():
                 raise
             _land_timeline(stage, run_dir)
             raise
@@ -273,20 +274,21 @@ def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quie
 
 def _land_timeline(stage: Path, run_dir: Path) -> None:
     """Move the timeline stage's files into the run, the parquet files last: their presence marks the part."""
-    for f in ("timeline.parquet", "phases.parquet"):
-        os.replace(stage / f, run_dir / f".{f}.tmp")
-    for f in (stage / "raw").iterdir():
-        os.replace(f, run_dir / "raw" / f.name)
-    if (stage / "steps.parquet").exists():  # every plain step's time (long generations: the whole curve)
-        os.replace(stage / "steps.parquet", run_dir / "steps.parquet")
-    for f in ("phases.parquet", "timeline.parquet"):
-        os.replace(run_dir / f".{f}.tmp", run_dir / f)
+    src, dst = RunLayout(stage), RunLayout(run_dir)
+    for a, b in ((src.timeline, dst.timeline), (src.phases, dst.phases)):
+        os.replace(a, landing(b))
+    for f in src.raw.iterdir():
+        os.replace(f, dst.raw / f.name)
+    if src.steps.exists():  # every plain step's time (long generations: the whole curve)
+        os.replace(src.steps, dst.steps)
+    for b in (dst.phases, dst.timeline):
+        os.replace(landing(b), b)
     shutil.rmtree(stage)
 
 
 def _fresh_ncu_stage(run_dir: Path) -> Path:
     """An empty staging folder for the ncu part (it lands in the run from there)."""
-    stage = run_dir / ".ncu-staging"
+    stage = RunLayout(run_dir).ncu_staging
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir()
@@ -297,15 +299,17 @@ def _run_ncu(params: dict, run_dir: Path, manifest: dict, progress, early=None) 
     """`early`: the ncu `_start_early_ncu` started in the staging folder."""
     from .ncu_stage import ncu_stage
 
-    stage = run_dir / ".ncu-staging" if early is not None else _fresh_ncu_stage(run_dir)
-    shutil.copy(run_dir / "timeline.parquet", stage / "timeline.parquet")
+    run = RunLayout(run_dir)
+    stage = run.ncu_staging if early is not None else _fresh_ncu_stage(run_dir)
+    shutil.copy(run.timeline, RunLayout(stage).timeline)
     try:
         ncu_stage(params, stage, manifest, say=progress, early=early)
     finally:  # what ncu wrote lands even when it failed half-way (the manifest says partial)
-        if (stage / "ncu").exists():
-            if (run_dir / "ncu").exists():
-                shutil.rmtree(run_dir / "ncu")
-            os.replace(stage / "ncu", run_dir / "ncu")
+        staged = RunLayout(stage).ncu_dir()
+        if staged.exists():
+            if run.ncu_dir().exists():
+                shutil.rmtree(run.ncu_dir())
+            os.replace(staged, run.ncu_dir())
         shutil.rmtree(stage, ignore_errors=True)
 
 

@@ -12,12 +12,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..contract.layout import RunLayout
 
 PARQUET = dict(compression="zstd", index=False)
 
 
 class CaptureError(RuntimeError):
     """A capture that cannot start (exit code 2): the message says what to fix."""
+
+
+class InputsError(CaptureError):
+    """The model's inputs cannot be built (exit code 2, before any GPU work): names the model class and
+    what is missing."""
 
 
 class CaptureStopped(BaseException):
@@ -52,7 +58,7 @@ def land(tmp: Path, out_dir: Path, manifest: dict, body, progress=None) -> Path:
     except BaseException as e:
         manifest["status"] = "partial"
         manifest["reason"] = f"{stage[0]}: {type(e).__name__}: {e}"
-        (tmp / "capture-error.txt").write_text(traceback.format_exc())
+        RunLayout(tmp).capture_error.write_text(traceback.format_exc())
         write_manifest(tmp, manifest)
         os.replace(tmp, out_dir)
         if progress:
@@ -74,13 +80,14 @@ def _main_thread() -> bool:
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     """Atomically (write + rename): a reader never sees half a manifest."""
-    tmp = run_dir / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str))
-    os.replace(tmp, run_dir / "manifest.json")
+    lay = RunLayout(run_dir)
+    lay.manifest_tmp.write_text(json.dumps(manifest, indent=2, default=str))
+    os.replace(lay.manifest_tmp, lay.manifest)
 
 
 def _write_timeline(run_dir: Path, timeline: pd.DataFrame, phases: pd.DataFrame) -> None:
     from ..analyze.kernels import annotate
 
-    (annotate(timeline) if len(timeline) else timeline).to_parquet(run_dir / "timeline.parquet", **PARQUET)
-    phases.to_parquet(run_dir / "phases.parquet", **PARQUET)
+    lay = RunLayout(run_dir)
+    (annotate(timeline) if len(timeline) else timeline).to_parquet(lay.timeline, **PARQUET)
+    phases.to_parquet(lay.phases, **PARQUET)

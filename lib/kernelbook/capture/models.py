@@ -118,7 +118,7 @@ def _processor(source: str, vlm: bool, trust_remote_code: bool):
     except Exception as e:  # noqa: BLE001 - a missing or unreadable processor file means "no processor"
         missing = missing_dependency(e)
         if missing:  # the files are there: a library they need is not, and that is what to say
-            from .workload import InputsError
+            from .common import InputsError
 
             raise InputsError(f"the processor of {source} cannot be loaded on this machine: {missing}. Install "
                               "it (pip install <package>) and capture again") from e

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..contract.layout import NcuDir, RunLayout, log_file, report_file
 from . import ncu as _ncu  # read `_ncu.PROFILE_GATE` at call time (bench/ncu_stage.py compares both)
 from .ncu import (NcuError, NcuProcess, NcuStopped, expected_launches, finish_ncu, graph_launches, graph_phase,
                   ncu_command, representative_launches, select_kernels, targets_json, worker_command)
@@ -45,23 +46,22 @@ def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
             or params.get("cache_implementation", "dynamic") == "static"
             or pick_backend(params["timeline_backend"])[0] != "torch"):
         return None
-    ncu_dir = run_dir / "ncu"
-    ncu_dir.mkdir(parents=True, exist_ok=True)
-    params_file = ncu_dir / "params.json"
-    params_file.write_text(json.dumps(params))
-    worker = worker_command(params_file, targets_file=ncu_dir / "targets.json", early=f"{gate}:{os.getpid()}",
+    nd = RunLayout(run_dir).ncu()
+    nd.path.mkdir(parents=True, exist_ok=True)
+    nd.params.write_text(json.dumps(params))
+    worker = worker_command(nd.params, targets_file=nd.targets, early=f"{gate}:{os.getpid()}",
                             gated=_ncu.PROFILE_GATE)
-    return NcuProcess(ncu_command(ncu_dir / "ncu", None, worker, params["clock_control"], params["cache_control"]))
+    return NcuProcess(ncu_command(nd.report(), None, worker, params["clock_control"], params["cache_control"]))
 
 
 def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
     """`say(line)` gets the progress lines (stderr by default; a chapter passes its progress bar). `wrap(cmd,
     worker)`: the command that actually runs (tensor parallelism: torchrun around it). `early`: the ncu that
     `early_ncu` started for this stage (ended here when the stage does not profile by op call after all)."""
-    timeline = pd.read_parquet(run_dir / "timeline.parquet")
-    ncu_dir = run_dir / "ncu"
-    ncu_dir.mkdir(exist_ok=True)
-    params_file = ncu_dir / "params.json"
+    lay = RunLayout(run_dir)
+    timeline = pd.read_parquet(lay.timeline)
+    lay.ncu_dir().mkdir(exist_ok=True)
+    params_file = lay.ncu().params
     params_file.write_text(json.dumps(params))
     info = manifest.setdefault("ncu", {"clock_control": params["clock_control"],
                                        "cache_control": params["cache_control"], "phases": {}})
@@ -104,7 +104,7 @@ def _profile(cmd, log: Path, report: Path, timeout_s: int, progress, expected: i
     except NcuError as e:
         error = str(e)
     wall = time.perf_counter() - t
-    metrics, results, error = _read(report.with_suffix(".ncu-rep"), log.parent, error)
+    metrics, results, error = _read(report_file(report), log.parent, error)
     return metrics, results, error, stop, wall
 
 
@@ -135,22 +135,23 @@ def tp_ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
 
     from ..analyze.kernels import is_nccl
 
-    timeline = pd.read_parquet(run_dir / "timeline.parquet")
+    lay = RunLayout(run_dir)
+    timeline = pd.read_parquet(lay.timeline)
     n = params["tensor_parallel"]
     ranks = {}
     for r in range(n):
-        sub = run_dir / f".ncu-rank{r}"  # shaped like a run: rank r's timeline without its NCCL kernels
+        stage = lay.tp_ncu_stage(r)  # shaped like a run: rank r's timeline without its NCCL kernels
+        sub = stage.root
         sub.mkdir()
         tl = timeline[timeline["rank"] == r].drop(columns="rank")
-        tl[~tl.name.map(is_nccl)].to_parquet(sub / "timeline.parquet", **PARQUET)
+        tl[~tl.name.map(is_nccl)].to_parquet(stage.timeline, **PARQUET)
         m: dict = {}
         say(f"  ncu rank {r} of {n}")
         try:
             ncu_stage(params, sub, m, say, wrap=lambda cmd, worker, r=r: _tp_command(cmd, worker, r, n, sub))
         finally:
-            dest = run_dir / "ncu" if r == 0 else run_dir / "ncu" / f"rank{r}"
-            if (sub / "ncu").exists():
-                shutil.move(str(sub / "ncu"), str(dest))
+            if stage.ncu_dir().exists():
+                shutil.move(str(stage.ncu_dir()), str(lay.ncu_dir(r)))
             ranks[str(r)] = m.get("ncu", {})
             shutil.rmtree(sub, ignore_errors=True)
             manifest["ncu"] = {**ranks["0"], "ranks": ranks, "nccl": NCCL_REASON,
@@ -160,7 +161,7 @@ def tp_ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
 
 def _tp_command(ncu_cmd: list[str], worker: list[str], rank: int, n: int, where: Path) -> list[str]:
     """torchrun with `n` ranks: rank `rank` runs `ncu_cmd` (ncu around the worker), the others `worker`."""
-    f = where / "launch.json"
+    f = RunLayout(where).tp_launch
     f.write_text(json.dumps({"ncu_rank": rank, "ncu": ncu_cmd, "plain": worker}))
     return torchrun_worker(n, "--mode", "tp-exec", "--params", str(f))
 
@@ -168,14 +169,14 @@ def _tp_command(ncu_cmd: list[str], worker: list[str], rank: int, n: int, where:
 def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None, early=None) -> None:
     from ..analyze.ncu_metrics import kernel_table_by_position
 
-    ncu_dir, info = run_dir / "ncu", manifest["ncu"]
+    nd, info = RunLayout(run_dir).ncu(), manifest["ncu"]
     reps = pd.concat([representative_launches(timeline, s) for s in sels], ignore_index=True)
     exp = expected_launches(timeline, reps)
-    targets = ncu_dir / "targets.json"
-    tmp = targets.with_suffix(".json.tmp")  # whole or not at all: a worker started early reads it when it appears
-    tmp.write_text(json.dumps(targets_json(reps)))
-    os.replace(tmp, targets)
-    report = ncu_dir / "ncu"
+    targets = nd.targets
+    # whole or not at all: a worker started early reads it when it appears
+    nd.targets_tmp.write_text(json.dumps(targets_json(reps)))
+    os.replace(nd.targets_tmp, targets)
+    report = nd.report()
     worker = worker_command(params_file, targets_file=targets, gated=_ncu.PROFILE_GATE)
     cmd = early.cmd if early is not None else ncu_command(report, None, worker, params["clock_control"],
                                                           params["cache_control"])
@@ -184,7 +185,7 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     label = "+".join(s.phase for s in sels)
     say(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
         f"op calls for {len(reps)} kernels")
-    metrics, results, error, stop, wall = _profile(cmd, ncu_dir / "ncu.log", report, params["ncu_timeout_s"],
+    metrics, results, error, stop, wall = _profile(cmd, log_file(report), report, params["ncu_timeout_s"],
                                                     ncu_progress(label, say), len(exp), early)
     selected = pd.concat([s.kernels.assign(phase=s.phase) for s in sels], ignore_index=True)
     selected = selected[["phase"] + [c for c in selected.columns if c != "phase"]]
@@ -194,14 +195,14 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     if metrics is not None:
         phase_of = launches[launches.result_id >= 0].set_index("result_id")["phase"]
         results = results.assign(phase=results.result_id.map(phase_of).fillna("unexpected"))
-        metrics.merge(results[["result_id", "phase"]], on="result_id").to_parquet(ncu_dir / "metrics.parquet", **PARQUET)
-        results.to_parquet(ncu_dir / "results.parquet", **PARQUET)
-    kernels.to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
-    launches.to_parquet(ncu_dir / "launches.parquet", **PARQUET)
-    seen_file = targets.with_suffix(".seen.json")
+        metrics.merge(results[["result_id", "phase"]], on="result_id").to_parquet(nd.metrics, **PARQUET)
+        results.to_parquet(nd.results, **PARQUET)
+    kernels.to_parquet(nd.kernels, **PARQUET)
+    launches.to_parquet(nd.launches, **PARQUET)
+    seen_file = nd.targets_seen
     seen = pd.DataFrame(json.loads(seen_file.read_text())) if seen_file.exists() else pd.DataFrame()
     n_results = 0 if results is None else len(results)
-    ran = targets.with_suffix(".worker.json")  # how the worker ran the workload (see capture.ncu_worker.worker)
+    ran = nd.worker_run  # how the worker ran the workload (see capture.ncu_worker.worker)
     info.update({"worker": json.loads(ran.read_text())} if ran.exists() else {})
     info.update({
         "mode": "by position: NVTX range around each selected kernel's op call, no name filter",
@@ -210,7 +211,7 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
         "op_calls_marked_by_worker": len(seen), "op_check": _op_check(reps, seen),
         "command": (" ".join("<report>" if c == str(report) else c for c in cmd[:cmd.index(worker[0])])
                     if wrap is None else "torchrun: ncu (as below) around one rank's worker, the others plain")
-        + " python -m kernelbook _worker --mode ncu --targets ncu/targets.json"
+        + f" python -m kernelbook _worker --mode ncu --targets {RunLayout(run_dir).rel(targets)}"
         + (" --profile-gate" if "--profile-gate" in worker else ""),
     })
     for s in sels:
@@ -247,19 +248,19 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
     `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step)."""
     from ..analyze.ncu_metrics import same_launch_elsewhere
 
-    ncu_dir, info = run_dir / "ncu", manifest["ncu"]
+    nd, info = RunLayout(run_dir).ncu(), manifest["ncu"]
     mode = GRAPH_MODE if graph else "by name: --kernel-name filter per phase (timeline without op numbering)"
     info["mode"] = f"{info['mode']}; {mode}" if info.get("mode") and graph else mode
-    all_metrics, all_kernels, all_results = _tables(ncu_dir) if graph else ([], [], [])
+    all_metrics, all_kernels, all_results = _tables(nd) if graph else ([], [], [])
     next_id = int(all_results[0].result_id.max()) + 1 if all_results and len(all_results[0]) else 0
     for sel in sels:
         phase = sel.phase
-        report = ncu_dir / f"{phase}"
+        report = nd.report(phase)
         cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, phase, sel.step),
                           params["clock_control"], params["cache_control"], graph=graph)
         say(f"  ncu {phase}: {len(sel.kernels)} kernels by name in step {sel.step}"
             + (" (CUDA-graph replay, node by node)" if graph else ""))
-        metrics, results, error, stop, wall = _profile(cmd, ncu_dir / f"{phase}.log", report,
+        metrics, results, error, stop, wall = _profile(cmd, log_file(report), report,
                                                         params["ncu_timeout_s"], ncu_progress(phase, say))
         if metrics is not None:  # result ids stay unique across the stage's ncu processes
             metrics = metrics.assign(result_id=metrics.result_id + next_id)
@@ -285,14 +286,14 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
         if stop is not None:
             break
     if all_metrics:
-        pd.concat(all_metrics, ignore_index=True).to_parquet(ncu_dir / "metrics.parquet", **PARQUET)
-        pd.concat(all_results, ignore_index=True).to_parquet(ncu_dir / "results.parquet", **PARQUET)
+        pd.concat(all_metrics, ignore_index=True).to_parquet(nd.metrics, **PARQUET)
+        pd.concat(all_results, ignore_index=True).to_parquet(nd.results, **PARQUET)
     kernels = pd.concat(all_kernels, ignore_index=True)
     if graph:  # an eager phase's kernel with no op call takes the graph step's counters of the same launch
         same_launch_elsewhere(kernels, timeline)
         for ph in info["phases"]:
             info["phases"][ph]["profiled"] = int(((kernels.phase == ph) & (kernels.status == "profiled")).sum())
-    kernels.to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
+    kernels.to_parquet(nd.kernels, **PARQUET)
     n_sel = len(kernels)
     n_res = sum(len(r) for r in all_results)
     info.update(selected=n_sel, results=n_res, results_per_selected=n_res / max(1, n_sel))
@@ -324,12 +325,13 @@ def rederive_graph_phases(run_dir: Path) -> dict:
     from ..analyze.ncu_metrics import same_launch_elsewhere
 
     run_dir = Path(run_dir)
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    lay = RunLayout(run_dir)
+    manifest = json.loads(lay.manifest.read_text())
     info = manifest["ncu"]
-    timeline = pd.read_parquet(run_dir / "timeline.parquet")
-    ncu_dir = run_dir / "ncu"
-    metrics, results = pd.read_parquet(ncu_dir / "metrics.parquet"), pd.read_parquet(ncu_dir / "results.parquet")
-    kernels = pd.read_parquet(ncu_dir / "kernels.parquet")
+    timeline = pd.read_parquet(lay.timeline)
+    nd = lay.ncu()
+    metrics, results = pd.read_parquet(nd.metrics), pd.read_parquet(nd.results)
+    kernels = pd.read_parquet(nd.kernels)
     top_n = manifest["params"]["ncu_top_n"]
     for ph, v in info["phases"].items():
         if not v.get("graph_replay"):
@@ -344,7 +346,7 @@ def rederive_graph_phases(run_dir: Path) -> dict:
     same_launch_elsewhere(kernels, timeline)
     for ph, v in info["phases"].items():
         v["profiled"] = int(((kernels.phase == ph) & (kernels.status == "profiled")).sum())
-    kernels.to_parquet(ncu_dir / "kernels.parquet", **PARQUET)
+    kernels.to_parquet(nd.kernels, **PARQUET)
     info.update(selected=len(kernels), results_per_selected=info["results"] / max(1, len(kernels)),
                 processes=int("expected_launches" in info)
                 + sum(bool(v.get("graph_replay")) for v in info["phases"].values()))
@@ -352,9 +354,8 @@ def rederive_graph_phases(run_dir: Path) -> dict:
     return info
 
 
-def _tables(ncu_dir: Path) -> tuple[list, list, list]:
+def _tables(nd: NcuDir) -> tuple[list, list, list]:
     """The tables an earlier ncu process of this stage wrote (eager phases), to which graph phases add."""
-    def read(name):
-        f = ncu_dir / f"{name}.parquet"
+    def read(f):
         return [pd.read_parquet(f)] if f.exists() else []
-    return read("metrics"), read("kernels"), read("results")
+    return read(nd.metrics), read(nd.kernels), read(nd.results)

@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..contract.layout import seen_file, worker_file
 from .phases import EnoughSteps, require_vision_work
 from .torch_backend import _timed_generate, prepare
 
@@ -110,8 +111,8 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
     if targets_file and os.environ.get("KB_NCU_PLAIN_RANK") != "1":  # the profiled rank writes what it marked
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
-        Path(targets_file).with_suffix(".seen.json").write_text(json.dumps(seen))
-        Path(targets_file).with_suffix(".worker.json").write_text(json.dumps({
+        seen_file(Path(targets_file)).write_text(json.dumps(seen))
+        worker_file(Path(targets_file)).write_text(json.dumps({
             "started_early": bool(early), "warmup_generates": warmups if early else params["warmup"],
             "warmup_tokens": warmup_tokens,
             "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps,

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..contract.layout import RunLayout
 from .common import CaptureError
 
 NVTX_PUSHPOP = 59  # NVTX_EVENTS.eventType of push/pop ranges
@@ -128,10 +129,10 @@ def nsys_timeline(params: dict, run_dir: Path):
     import sys
     import time
 
-    raw = run_dir / "raw"
-    pfile = raw / "params.json"
+    lay = RunLayout(run_dir)
+    pfile = lay.nsys_params
     pfile.write_text(json.dumps(params))
-    base = raw / "timeline"
+    base = lay.nsys_base
     cmd = ["nsys", "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi",
            "--capture-range-end=stop", "-o", str(base), "--force-overwrite", "true",
            sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys"]
@@ -141,17 +142,17 @@ def nsys_timeline(params: dict, run_dir: Path):
     prof = run_limited(cmd, params["capture_timeout_s"], "nsys profile (capture_timeout_s)", stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t
-    (raw / "nsys.log").write_text(prof.stdout + prof.stderr)
-    rep = base.with_suffix(".nsys-rep")
+    lay.nsys_log.write_text(prof.stdout + prof.stderr)
+    rep = lay.nsys_report
     if prof.returncode != 0 or not rep.exists():
-        raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see raw/nsys.log")
+        raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see {lay.rel(lay.nsys_log)}")
     exp = run_limited(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
-                       str(base.with_suffix(".sqlite")), str(rep)], params["capture_timeout_s"],
+                       str(lay.nsys_sqlite), str(rep)], params["capture_timeout_s"],
                       "nsys export (capture_timeout_s)", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if exp.returncode != 0:
         raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
     t = time.perf_counter()
-    tl, phases = read_nsys_sqlite(base.with_suffix(".sqlite"))
+    tl, phases = read_nsys_sqlite(lay.nsys_sqlite)
     return tl, phases, {"nsys_profile_wall_s": wall, "ingest_s": time.perf_counter() - t,
                         "kernels": int((tl.kind == "kernel").sum())}
 

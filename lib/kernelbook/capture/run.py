@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import env as envmod
 from ..clocks import clock_lock
+from ..contract.layout import RunLayout, capture_staging
 from ..devices import UnknownDeviceError, lookup
 from .common import CaptureError, Progress, _write_timeline, land, write_manifest
 from .nsys import pick_backend
@@ -48,10 +49,10 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None,
     # be built stops here (InputsError, exit 2), before a GPU is asked for or a weight is loaded
     check_inputs(params)
     require_gpu()
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    tmp = capture_staging(out_dir, os.getpid())
     if tmp.exists():
         shutil.rmtree(tmp)
-    (tmp / "raw").mkdir(parents=True)
+    RunLayout(tmp).raw.mkdir(parents=True)
     from ..params import CAPTURE, for_consumer
 
     # the manifest records this capture's own parameters only: book parameters (run_dir, top_n, ...)

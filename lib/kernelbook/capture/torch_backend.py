@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..contract.layout import RunLayout, rank_run, trace_json, window_json
 from ..i18n import N_
 from .phases import PhaseTracker, require_vision_work
 from .common import PARQUET, CaptureError, _write_timeline
@@ -108,12 +109,13 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet
     progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
     wl, tracker, load_s = prepare({**params, "warmup": 0} if shapes_first else params)
     shaped = shapes = None
+    lay = RunLayout(run_dir)
 
     def shapes_pass():
         tracker.op_record = True
         progress("  shapes pass (record_shapes, op numbering, module ranges)"
                  + (": also the warmup" if shapes_first else ""))
-        out = _profiled_pass(wl, tracker, True, run_dir / "raw" / "trace-shapes", sampling, progress)
+        out = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), sampling, progress)
         tracker.op_record = False
         return out
 
@@ -122,13 +124,13 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet
     quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
     progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
     plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params["timing_trials"])
-    plain_steps.to_parquet(run_dir / "steps.parquet", **PARQUET)
+    plain_steps.to_parquet(lay.steps, **PARQUET)
     what = (f"{len(sampling.windows)} windows, {len(sampling.steps) - 1} of {sampling.decode_steps} decode steps"
             if sampling else "every step")
     progress(f"  profiled generate (timeline pass, {what})")
     tracker.op_record = not two_pass  # op calls are numbered in the pass that records shapes
     timeline, phases, profiled_s, export_s, ingest_s = _profiled_pass(
-        wl, tracker, not two_pass, run_dir / "raw" / "trace", sampling, progress)
+        wl, tracker, not two_pass, lay.trace_base(), sampling, progress)
     require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
     timed()  # the timed passes are over: an ncu worker started early may build its model beside the shapes pass
     if two_pass:  # aten shapes, op numbering and modules from a second generate, joined launch by launch
@@ -177,12 +179,12 @@ def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling,
     if sampling is None:
         with profile(activities=acts, record_shapes=record_shapes) as prof:
             gen_s = _timed_generate(wl, tracker)
-        timeline, phases, export_s, ingest_s = _export_ingest(prof, trace_base.with_suffix(".json"))
+        timeline, phases, export_s, ingest_s = _export_ingest(prof, trace_json(trace_base))
         return timeline, phases, gen_s, export_s, ingest_s
     parts, cost = [], [0.0, 0.0]
 
     def ready(prof):
-        trace = trace_base.with_name(f"{trace_base.name}-w{len(parts)}.json")
+        trace = window_json(trace_base, len(parts))
         tl, ph, e, i = _export_ingest(prof, trace, keep=False)
         parts.append((tl, ph))
         cost[0] += e
@@ -196,7 +198,7 @@ def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling,
             gen_s = _timed_generate(wl, tracker)
     except BaseException:  # stopped during a long generate: the windows already read land with the run
         if parts and not record_shapes:
-            _write_timeline(trace_base.parent.parent, pd.concat([p[0] for p in parts], ignore_index=True),
+            _write_timeline(RunLayout.holding(trace_base).root, pd.concat([p[0] for p in parts], ignore_index=True),
                             pd.concat([p[1] for p in parts], ignore_index=True))
         raise
     finally:
@@ -221,8 +223,9 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
     if torch.cuda.device_count() < n:
         raise CaptureError(f"tensor_parallel: {n} needs {n} GPUs and torch sees {torch.cuda.device_count()}. "
                            "Run on a machine with that many, or lower tensor_parallel.")
-    raw = run_dir / "raw"
-    pfile = raw / "tp-params.json"
+    lay = RunLayout(run_dir)
+    raw = lay.raw
+    pfile = lay.tp_params
     pfile.write_text(json.dumps(params))
     cmd = torchrun_worker(n, "--params", str(pfile), "--mode", "tp-timeline", "--out", str(raw))
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
@@ -235,13 +238,13 @@ def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
         raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
                            f"{time.perf_counter() - t:.0f} s (its output is above)")
     tls, phs, ranks = [], [], {}
-    if (raw / "rank0" / "steps.parquet").exists():  # rank 0's plain step times stand for the run
-        shutil.copy(raw / "rank0" / "steps.parquet", run_dir / "steps.parquet")
+    if lay.tp_rank(0).steps.exists():  # rank 0's plain step times stand for the run
+        shutil.copy(lay.tp_rank(0).steps, lay.steps)
     for r in range(n):
-        d = raw / f"rank{r}"
-        tls.append(pd.read_parquet(d / "timeline.parquet").assign(rank=r))
-        phs.append(pd.read_parquet(d / "phases.parquet").assign(rank=r))
-        ranks[r] = json.loads((d / "info.json").read_text())
+        d = lay.tp_rank(r)
+        tls.append(pd.read_parquet(d.timeline).assign(rank=r))
+        phs.append(pd.read_parquet(d.phases).assign(rank=r))
+        ranks[r] = json.loads(d.info.read_text())
     info = dict(ranks[0])
     info.update(tensor_parallel=n, torchrun_s=time.perf_counter() - t,
                 ranks={str(r): {k: v.get(k) for k in TP_RANK_KEYS} for r, v in ranks.items()},
@@ -274,13 +277,13 @@ def tp_rank_worker(params: dict, out: str) -> None:
     import torch.distributed as dist
 
     rank = init_rank()
-    d = Path(out) / f"rank{rank}"
-    (d / "raw").mkdir(parents=True, exist_ok=True)
+    d = rank_run(Path(out), rank)
+    d.raw.mkdir(parents=True, exist_ok=True)
     say = (lambda msg: print(f"  [rank 0] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
-    timeline, phases, info = torch_timeline(params, d, say)
-    timeline.to_parquet(d / "timeline.parquet", **PARQUET)
-    phases.to_parquet(d / "phases.parquet", **PARQUET)
-    (d / "info.json").write_text(json.dumps(info, default=str))
+    timeline, phases, info = torch_timeline(params, d.root, say)
+    timeline.to_parquet(d.timeline, **PARQUET)
+    phases.to_parquet(d.phases, **PARQUET)
+    d.info.write_text(json.dumps(info, default=str))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -25,12 +25,7 @@ from typing import Any
 from .inputs import (INSTRUCTION, deepseek_ocr2_image_tokens, exactly, omnidocbench_pages, prompt_token_ids,
                      synthetic_pages)
 from .models import LoadedModel, ModelSpec, model_spec
-from .common import CaptureError
-
-
-class InputsError(CaptureError):
-    """The model's inputs cannot be built (exit code 2, before any GPU work): names the model class and
-    what is missing."""
+from .common import InputsError
 
 
 @dataclass

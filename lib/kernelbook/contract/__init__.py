@@ -4,13 +4,17 @@
     narrate/  plots/                         sentences and figures
     analyze/                                 pure functions on the run's tables
     capture/  load/                          write the run directory / read it
-    contract/                                names (this package): what capture writes and load parses
+    contract/                                names, layout, shapes … (this package): what capture writes, load reads
     base: devices · escape · i18n · env …    no kernelbook import above them
 
 - `names`: the phases, the profiler and NVTX range grammar and the module attributes capture marks and load
   parses;
+- `layout`: where each artifact of a run directory lies (manifest, tables, raw traces, each rank's ncu folder, the
+  capture's staging folders): the one module that names them;
 - `sampling`: which decode steps a long generation's profiler records (the parameters' check and the capture);
-- `session`: what the book runner tells the chapters it runs (locks held, its command, the side-by-side pipeline).
+- `session`: what the book runner tells the chapters it runs (locks held, its command, the side-by-side pipeline);
+- `shapes`: what an aten op's recorded shapes and a launch's dimensions say: matrix dims, 2·M·N·K, implied bytes,
+  attention and elementwise work (the FLOP and byte checks, the roofline's useful work and the what-if).
 
 A module here imports nothing above the base floor.
 """

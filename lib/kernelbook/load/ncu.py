@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..contract.layout import READER_METRICS, READER_RESULTS
+
 
 class NcuReportError(ValueError):
     """The file is not a readable Nsight Compute report."""
@@ -170,7 +172,7 @@ def read_ncu_report_isolated(path: str | Path, work_dir: str | Path,
     from ..proc import TimeLimitExceeded, run_limited
 
     work_dir = Path(work_dir)
-    out_m, out_r = work_dir / ".read_metrics.parquet", work_dir / ".read_results.parquet"
+    out_m, out_r = work_dir / READER_METRICS, work_dir / READER_RESULTS
     code = ("import sys; from kernelbook.load.ncu import read_ncu_report as r; m, k = r(sys.argv[1]); "
             "m.to_parquet(sys.argv[2]); k.to_parquet(sys.argv[3])")
     try:

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..contract import layout
+from ..contract.layout import NCU_TABLES, NcuDir, RunLayout
 from ..params import resolve_path
 
 
@@ -23,16 +25,15 @@ class RunDamaged(RunError):
 
 
 PHASES = ("vision_encode", "prefill", "decode", "other")
-NCU_TABLES = ("kernels.parquet", "metrics.parquet", "results.parquet", "launches.parquet")
-# the columns each table must hold for the chapters to read it; the ncu tables' names stand for them in ncu/ and
-# in each rank's ncu/rank<r>/ (a tensor-parallel run)
-REQUIRED = {"timeline.parquet": ("name", "phase", "start_ns", "end_ns", "duration_ns"),
-            "phases.parquet": ("phase", "step", "start_ns", "end_ns", "duration_ns"),
-            "steps.parquet": ("phase", "step", "wall_ms"),
-            "ncu/kernels.parquet": ("phase", "kernel_id", "name", "status"),
-            "ncu/metrics.parquet": ("result_id", "metric", "value"),
-            "ncu/results.parquet": ("result_id",),
-            "ncu/launches.parquet": ()}
+# the columns each table must hold for the chapters to read it: the tables beside the manifest, and those of each
+# ncu folder (ncu/, and each rank's ncu/rank<r>/ in a tensor-parallel run; contract.layout names them all)
+REQUIRED = {layout.TIMELINE: ("name", "phase", "start_ns", "end_ns", "duration_ns"),
+            layout.PHASES: ("phase", "step", "start_ns", "end_ns", "duration_ns"),
+            layout.STEPS: ("phase", "step", "wall_ms")}
+NCU_REQUIRED = {layout.KERNELS: ("phase", "kernel_id", "name", "status"),
+                layout.METRICS: ("result_id", "metric", "value"),
+                layout.RESULTS: ("result_id",),
+                layout.LAUNCHES: ()}
 # the manifest's sections the chapters read by key: each an object where present
 SECTIONS = ("environment", "ncu", "timeline_info", "timeline_backend", "clock_state", "timings_s", "measured_peaks")
 # columns that hold numbers wherever they appear (a text column there is damage)
@@ -52,7 +53,7 @@ _FROM_TIMELINE = ("total_ns", "launches", "median_ns", "share")
 
 
 def _read_manifest(p: Path) -> dict:
-    mf = p / "manifest.json"
+    mf = RunLayout(p).manifest
     if not mf.exists():
         raise RunError(f"{p} has no manifest.json: not a kernelbook run (or its capture never started)")
     try:
@@ -146,7 +147,7 @@ def _positive(v, at_least: float | None = None) -> bool:
 
 def _required(rel: str) -> tuple[str, ...]:
     parts = rel.split("/")
-    return REQUIRED.get(rel, REQUIRED.get(f"ncu/{parts[-1]}", ()) if parts[0] == "ncu" else ())
+    return NCU_REQUIRED.get(parts[-1], ()) if parts[0] == layout.NCU else REQUIRED.get(rel, ())
 
 
 def _schema(p: Path, rel: str) -> list[str]:
@@ -166,7 +167,7 @@ def _schema(p: Path, rel: str) -> list[str]:
     lacking = [c for c in _required(rel) if c not in names]
     if lacking:
         raise RunDamaged(f"{f}: lacks column(s) {', '.join(lacking)}")
-    if meta.num_rows == 0 and rel in ("timeline.parquet", "phases.parquet"):
+    if meta.num_rows == 0 and rel in (layout.TIMELINE, layout.PHASES):
         raise RunDamaged(f"{f}: has no rows")
     return names
 
@@ -264,7 +265,7 @@ def _intervals(tab: _Table, what: str) -> None:
 
 
 def _check_timeline(p: Path, names: list[str]) -> _Table:
-    tl = _Table(p, "timeline.parquet", ["name", "phase", "start_ns", "end_ns", "duration_ns", "step", "rank"], names)
+    tl = _Table(p, layout.TIMELINE, ["name", "phase", "start_ns", "end_ns", "duration_ns", "step", "rank"], names)
     _intervals(tl, "a kernel's times")
     # launch_ns (the CPU launch) is not read here: NaN there is a GPU event without a launch record, which the
     # timeline places by its GPU start
@@ -277,7 +278,7 @@ def _check_phases(p: Path, names: list[str]) -> None:
     """phases.parquet: valid intervals, and the phase ranges of one rank do not overlap. Prefill and decode
     steps follow each other (ends may touch); a vision_encode range nests inside the prefill range that runs it
     (the processor's encoder inside the first forward) or lies outside every other range, never across one."""
-    ph = _Table(p, "phases.parquet", ["phase", "step", "start_ns", "end_ns", "duration_ns", "rank"], names)
+    ph = _Table(p, layout.PHASES, ["phase", "step", "start_ns", "end_ns", "duration_ns", "rank"], names)
     _intervals(ph, "a phase's range")
     ph.finite("step", "a step is a whole number")
     ph.finite("rank", "a rank is a whole number ≥ 0", low=0)
@@ -316,7 +317,7 @@ def _overlap(f: Path, a: str, b: str, by_ns, rank, ranked: bool) -> None:
 
 
 def _check_steps(p: Path, names: list[str]) -> None:
-    st = _Table(p, "steps.parquet", ["phase", "step", "wall_ms", "trial"], names)
+    st = _Table(p, layout.STEPS, ["phase", "step", "wall_ms", "trial"], names)
     st.finite("wall_ms", "a plain step's wall time is a finite number of ms ≥ 0", low=0)
     st.finite("step", "a step is a whole number")
     st.finite("trial", "a timing trial is a whole number ≥ 0", low=0)
@@ -328,20 +329,20 @@ def _check_ncu(p: Path, folder: str, columns: dict, tl: _Table | None, complete:
     rel = {t: f"{folder}/{t}" for t in NCU_TABLES if f"{folder}/{t}" in columns}
     names = {t: columns[r] for t, r in rel.items()}
     results = None
-    if "results.parquet" in rel:
-        res = _Table(p, rel["results.parquet"], ["result_id"], names["results.parquet"])
+    if layout.RESULTS in rel:
+        res = _Table(p, rel[layout.RESULTS], ["result_id"], names[layout.RESULTS])
         res.finite("result_id", "a result id is a whole number ≥ 0", low=0)
         rid = res.numbers("result_id")
         res.rows("result_id", _duplicated(rid), "a result id again", "each profiled launch has one id")
         results = set(rid.tolist())
-    if "metrics.parquet" in rel:
-        _check_metrics(p, rel["metrics.parquet"], names["metrics.parquet"], results)
-    if "kernels.parquet" in rel:
-        k = _check_kernels(p, rel["kernels.parquet"], names["kernels.parquet"], results)
+    if layout.METRICS in rel:
+        _check_metrics(p, rel[layout.METRICS], names[layout.METRICS], results)
+    if layout.KERNELS in rel:
+        k = _check_kernels(p, rel[layout.KERNELS], names[layout.KERNELS], results)
         if tl is not None:
-            _kernels_ran(p / rel["kernels.parquet"], k, tl)
-        if "launches.parquet" in rel and complete:  # a partial ncu stage may end between its files
-            lp = _Table(p, rel["launches.parquet"], ["kernel_id", "result_id"], names["launches.parquet"])
+            _kernels_ran(p / rel[layout.KERNELS], k, tl)
+        if layout.LAUNCHES in rel and complete:  # a partial ncu stage may end between its files
+            lp = _Table(p, rel[layout.LAUNCHES], ["kernel_id", "result_id"], names[layout.LAUNCHES])
             lp.finite("result_id", "a launch's result id is a whole number (−1: not profiled)", low=-1)
             if "kernel_id" in lp:
                 ids = set(lp.t.column("kernel_id").unique().drop_null().to_pylist()) - set(k["kernel_id"])
@@ -455,35 +456,36 @@ def check_run(path: str | Path) -> dict:
     if not p.is_dir():
         raise RunError(f"{p} is not a folder: no run there")
     manifest = _read_manifest(p)
-    mf = p / "manifest.json"
-    has_tl = (p / "timeline.parquet").exists()
+    lay = RunLayout(p)
+    mf = lay.manifest
+    has_tl = lay.timeline.exists()
     complete = manifest["status"] == "complete"
     if complete:
-        asked = ["timeline.parquet", "phases.parquet"]
+        asked = [lay.timeline, lay.phases]
         prm = manifest["params"]
         if prm.get("ncu_top_n", 0) and prm.get("ncu_phases", ["decode"]):
-            asked += ["ncu/kernels.parquet", "ncu/metrics.parquet"]
-        lacking = [a for a in asked if not (p / a).exists()]
+            asked += [lay.ncu_kernels(), lay.ncu_metrics()]
+        lacking = [lay.rel(a) for a in asked if not a.exists()]
         if lacking:
             raise RunDamaged(f"{mf}: says the run is complete, but {', '.join(lacking)} "
                              f"{'is' if len(lacking) == 1 else 'are'} missing")
-    elif has_tl and not (p / "phases.parquet").exists():
-        raise RunDamaged(f"{p / 'phases.parquet'}: missing beside timeline.parquet")
+    elif has_tl and not lay.phases.exists():
+        raise RunDamaged(f"{lay.phases}: missing beside {layout.TIMELINE}")
     for key in SECTIONS:
         if manifest.get(key) is not None and not isinstance(manifest[key], dict):
             raise RunDamaged(f"{mf}: {key} is {type(manifest[key]).__name__}, expected an object (the chapters read "
                              "its keys)")
     _check_device(mf, manifest, needed=complete or has_tl)
     _check_measured_peaks(mf, manifest)
-    folders = sorted({str(f.parent.relative_to(p)) for t in NCU_TABLES for f in p.glob(f"ncu/**/{t}")})
-    tables = ["timeline.parquet", "phases.parquet", "steps.parquet", *(f"{d}/{t}" for d in folders for t in NCU_TABLES)]
+    folders = lay.ncu_folders()
+    tables = [layout.TIMELINE, layout.PHASES, layout.STEPS, *(f"{d}/{t}" for d in folders for t in NCU_TABLES)]
     # every table readable, with its columns, before any content is judged
     names = {rel: _schema(p, rel) for rel in tables if (p / rel).exists()}
-    tl = _check_timeline(p, names["timeline.parquet"]) if has_tl else None
-    if "phases.parquet" in names:
-        _check_phases(p, names["phases.parquet"])
-    if "steps.parquet" in names:
-        _check_steps(p, names["steps.parquet"])
+    tl = _check_timeline(p, names[layout.TIMELINE]) if has_tl else None
+    if layout.PHASES in names:
+        _check_phases(p, names[layout.PHASES])
+    if layout.STEPS in names:
+        _check_steps(p, names[layout.STEPS])
     for folder in folders:
         _check_ncu(p, folder, names, tl, complete)
     return manifest
@@ -515,21 +517,27 @@ class Run:
     @property
     def ncu_dir(self) -> Path:
         """This rank's ncu tables: ncu/ (rank 0, or a one-GPU run), ncu/rank<r>/ for another rank."""
-        return self.path / "ncu" if self.rank == 0 else self.path / "ncu" / f"rank{self.rank}"
+        return RunLayout(self.path).ncu_dir(self.rank)
 
     def ncu_kernels(self) -> pd.DataFrame | None:
-        p = self.ncu_dir / "kernels.parquet"
+        p = NcuDir(self.ncu_dir).kernels
         return read_table(p) if p.exists() else None  # names cut as the timeline's are
 
     def ncu_metrics(self) -> pd.DataFrame | None:
-        p = self.ncu_dir / "metrics.parquet"
+        p = NcuDir(self.ncu_dir).metrics
         return pd.read_parquet(p) if p.exists() else None
 
     def ncu_results(self) -> pd.DataFrame | None:
         """One row per profiled launch (result_id, name, grid, block; `rules` in captures that keep
         NVIDIA's rule results), or None without an ncu stage."""
-        p = self.ncu_dir / "results.parquet"
+        p = NcuDir(self.ncu_dir).results
         return read_table(p) if p.exists() else None
+
+    def steps(self) -> pd.DataFrame | None:
+        """Every plain step's wall time (trial, phase, step, wall_ms: ms), or None for a run captured before steps
+        were timed. A tensor-parallel run holds rank 0's, which stand for the run."""
+        p = RunLayout(self.path).steps
+        return pd.read_parquet(p) if p.exists() else None
 
 
 def load_run(path: str | Path, require_timeline: bool = True, rank: int = 0) -> Run:
@@ -574,14 +582,15 @@ def _load_run(p: Path, require_timeline: bool, rank: int) -> Run:
     from ..analyze.kernels import annotate
 
     manifest = check_run(p)
-    tl = p / "timeline.parquet"
+    lay = RunLayout(p)
+    tl = lay.timeline
     if not tl.exists() and not require_timeline:
         return Run(p, manifest, pd.DataFrame(), pd.DataFrame())
     if not tl.exists():
-        raise RunError(f"{p} has no timeline.parquet (status: {manifest.get('status')}, "
+        raise RunError(f"{p} has no {layout.TIMELINE} (status: {manifest.get('status')}, "
                        f"reason: {manifest.get('reason', '-')})")
     timeline = annotate(read_table(tl))
-    phases = pd.read_parquet(p / "phases.parquet")
+    phases = pd.read_parquet(lay.phases)
     if "rank" not in timeline:
         if rank != 0:
             raise RunError(f"rank: {rank} asked for, but {p.name} is a one-GPU run (rank 0 only)")

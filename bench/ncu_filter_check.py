@@ -29,7 +29,7 @@ from _common import save_json
 def short_name_regex(names: list[str]) -> str:
     """The filter kernelbook used before: function short names, so every sibling instantiation of a
     selected function matched too (kept here to compare)."""
-    from kernelbook.analyze.kernels import short_name
+    from kernelbook.contract.kernels import short_name
     from kernelbook.capture.ncu import _REGEX_SPECIAL
 
     alts = [_REGEX_SPECIAL.sub(r"\\\1", short_name(n)) for n in names]
@@ -63,7 +63,7 @@ def run_timed(cmd: list[str], timeout_s: int = 600) -> tuple[float, list[dict], 
 def main(run: str, top_n: str, *variants: str) -> None:
     import pandas as pd
 
-    from kernelbook.analyze.kernels import name_key
+    from kernelbook.contract.kernels import name_key
     from kernelbook.capture import ncu as N
 
     params = {**json.loads((Path(run) / "manifest.json").read_text())["params"], "ncu_top_n": int(top_n)}

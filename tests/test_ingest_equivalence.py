@@ -16,7 +16,7 @@ from kernelbook.load.trace import _KinetoReader, ingest_events, ingest_torch_tra
 
 # timeline.parquet's columns that come from the timed pass's trace; op_shapes, op_index and the modules are
 # joined from the shapes pass (load.trace.join_shapes), whose trace the run does not keep, and the identity
-# columns (short_name, category, ...) are added by analyze.kernels.annotate when the run is written
+# columns (short_name, category, ...) are added by contract.kernels.annotate when the run is written
 FROM_TRACE = ["name", "kind", "start_ns", "duration_ns", "launch_ns", "grid", "block", "registers", "shared_bytes",
               "stream", "op", "graph", "end_ns", "phase", "step"]
 

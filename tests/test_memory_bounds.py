@@ -65,7 +65,7 @@ def test_real_names_stay_whole():
 
 
 def test_long_names_are_cut_once_at_load_in_every_table(long_names):
-    from kernelbook.analyze.kernels import with_identity
+    from kernelbook.contract.kernels import with_identity
     from kernelbook.load.run import NAME_LIMIT, cut_name, load_run
 
     run, names, rows = long_names

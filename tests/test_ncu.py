@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURE_REP
-from kernelbook.analyze.kernels import name_key
+from kernelbook.contract.kernels import name_key
 from kernelbook.analyze.ncu_metrics import derive
 from kernelbook.load.ncu import NcuReportError, read_ncu_report
 

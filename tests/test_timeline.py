@@ -5,7 +5,7 @@ import pytest
 
 from conftest import RUN
 from kernelbook.analyze import timeline as T
-from kernelbook.analyze.kernels import Category, category_of, friendly_name, library_of, short_name
+from kernelbook.contract.kernels import Category, category_of, friendly_name, library_of, short_name
 from kernelbook.contract.shapes import is_matvec
 from kernelbook.load.trace import ingest_torch_trace
 
@@ -94,7 +94,7 @@ def test_every_bundled_kernel_has_identity(run):
 
 def test_nocast_elementwise_kernels_are_not_casts(run):
     """`gpu_kernel_impl_nocast<...MulFunctor...>` is a multiply, not a dtype cast (seen in the bundled run)."""
-    from kernelbook.analyze.kernels import category_of, friendly_name
+    from kernelbook.contract.kernels import category_of, friendly_name
 
     names = [n for n in run.timeline.name.unique() if "gpu_kernel_impl_nocast" in n and "MulFunctor" in n]
     assert names

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..i18n import tr
-from .kernels import is_nccl
+from ..contract.kernels import is_nccl
 from ..escape import md
 
 _NAME = re.compile(r"ncclDevKernel_(?P<collective>[A-Za-z]+?)(?:_(?P<reduce>Sum|Prod|Max|Min|PreMulSum|SumPostDiv))?"

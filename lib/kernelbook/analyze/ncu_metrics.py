@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..contract.shapes import dim3
-from .kernels import name_key
+from ..contract.kernels import name_key
 
 # column -> candidate metric names, first present wins (names differ little across families; the
 # tensor op paths are what differ and are matched by pattern below).

@@ -10,7 +10,7 @@ from ..contract.shapes import FLOPS_TOLERANCE, dim3, expected_gemm_flops, implie
 from ..display import phase_label
 from ..i18n import N_, tr
 
-from .kernels import with_identity
+from ..contract.kernels import with_identity
 from ..escape import md, md_code
 
 # How far an ncu duration may stray from the timeline median before the prose counts it (the FLOP target,

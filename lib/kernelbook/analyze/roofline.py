@@ -20,7 +20,7 @@ from ..contract.shapes import FLOPS_TOLERANCE, attention_work, expected_gemm_flo
 from ..display import eng, phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
-from .kernels import with_identity
+from ..contract.kernels import with_identity
 from .ncu_report import profiled_launch
 from ..escape import md
 

@@ -86,7 +86,7 @@ def write_manifest(run_dir: Path, manifest: dict) -> None:
 
 
 def _write_timeline(run_dir: Path, timeline: pd.DataFrame, phases: pd.DataFrame) -> None:
-    from ..analyze.kernels import annotate
+    from ..contract.kernels import annotate
 
     lay = RunLayout(run_dir)
     (annotate(timeline) if len(timeline) else timeline).to_parquet(lay.timeline, **PARQUET)

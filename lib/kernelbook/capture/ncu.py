@@ -125,7 +125,7 @@ def name_pattern(name: str) -> str:
     `?`, groups and bracket classes are used (no look-around or `\\b`). A C-linkage name (nvjet, cuDNN,
     Triton) is the same in both tools and is matched whole.
     """
-    from ..analyze.kernels import name_key
+    from ..contract.kernels import name_key
 
     if "<" not in name and "(" not in name:
         return "^" + _REGEX_SPECIAL.sub(r"\\\1", name) + "$"

@@ -133,7 +133,7 @@ def tp_ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
     limit, which ends ncu, torchrun and every rank by process group."""
     import shutil
 
-    from ..analyze.kernels import is_nccl
+    from ..contract.kernels import is_nccl
 
     lay = RunLayout(run_dir)
     timeline = pd.read_parquet(lay.timeline)

@@ -9,6 +9,8 @@
 
 - `names`: the phases, the profiler and NVTX range grammar and the module attributes capture marks and load
   parses;
+- `kernels`: a kernel's identity from its name (library, category, friendly name), which capture writes and load
+  recomputes;
 - `layout`: where each artifact of a run directory lies (manifest, tables, raw traces, each rank's ncu folder, the
   capture's staging folders): the one module that names them;
 - `sampling`: which decode steps a long generation's profiler records (the parameters' check and the capture);

@@ -579,7 +579,7 @@ def _fresh(run: Run) -> Run:
 
 
 def _load_run(p: Path, require_timeline: bool, rank: int) -> Run:
-    from ..analyze.kernels import annotate
+    from ..contract.kernels import annotate
 
     manifest = check_run(p)
     lay = RunLayout(p)

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..analyze.histograms import bin_labels
-from ..analyze.kernels import Category
+from ..contract.kernels import Category
 from ..display import eng, phase_label
 from ..escape import plot
 from ..i18n import text, tr

@@ -1,7 +1,8 @@
 """Kernel identity: library, category, a friendly name and a one-line description, from the name.
 
 Small pure predicates over the demangled kernel name (plus the aten op when the backend gives one),
-tested on names collected from real captures.
+tested on names collected from real captures. Part of the run's contract: capture writes these columns beside
+each kernel and load recomputes them on read, so naming improvements reach old runs.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from enum import Enum
 import numpy as np
 import pandas as pd
 
-from ..contract.shapes import matvec_rows
+from .shapes import matvec_rows
 from ..i18n import N_
 
 

@@ -62,7 +62,7 @@ kb.table(M.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "categ
          kb.tr("Each kernel's class and why"))
 
 # %%
-kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.manifest["ncu"]["cache_control"]))
+kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.info.ncu.cache_control))
 
 # %%
 kb.md(N.cache_control_note(r.manifest, "05"))
@@ -115,7 +115,7 @@ kb.md(W.occupancy_prose(occ))
 kb.table(W.clocks(cp, metrics, dev.sm_clock_max_mhz), kb.tr("SM clock per kernel"))
 
 # %%
-kb.md(W.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_name, r.manifest["ncu"]["clock_control"]))
+kb.md(W.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_name, r.info.ncu.clock_control))
 
 # %% [markdown]
 # ## NVIDIA's rules beside the book's class

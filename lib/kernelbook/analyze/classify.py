@@ -21,6 +21,7 @@ from ..display import phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
 from ..escape import md
+from ..contract.manifest import Manifest, read_manifest
 from .timeline import plain_ms_per_step
 
 MAX_WARPS_PER_SM = {"hopper": 64, "ampere": 64, "ada": 48, "blackwell": 64}
@@ -389,7 +390,8 @@ def class_definitions(classes, rules: Rules = Rules()) -> list[str]:
     return out
 
 
-def contract_legend(manifest: dict, summary: pd.DataFrame, rows: list[list[str]], rules: Rules = Rules()) -> str:
+def contract_legend(manifest: Manifest | dict, summary: pd.DataFrame, rows: list[list[str]],
+                    rules: Rules = Rules()) -> str:
     """What the Stages table's cells are: the Duration basis (plain run, µs, per decode step), the
     percentage columns, and each class its Bottleneck column names, defined in one line."""
     plain = plain_ms_per_step(manifest)
@@ -429,16 +431,16 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
     header lines and their stage and class values are the contract a tool reads: they stay as they
     are in every language; the prose around them (what each column and class means) is in the narrative
     language."""
-    m = run.manifest
-    info = m.get("timeline_info", {})
-    p = m.get("params", {})
+    m = run.info
+    inputs = m.timeline_info.inputs
+    p = m.params
     rows = contract_stage_rows(summary, c, opps, m)
     lines = [tr("Profile: {model} [{run}]", model=md(p.get("model", "?")), run=md(run.run_id)), "",
              tr("## Configuration"), "", "| b | s | t | dtype |", "|---|---|---|---|",
-             "| " + " | ".join(md(v) for v in (p.get("batch_size", "?"), info.get("inputs", {}).get("prompt_tokens", "?"),
+             "| " + " | ".join(md(v) for v in (p.get("batch_size", "?"), inputs.get("prompt_tokens", "?"),
                                                p.get("max_new_tokens", "?"), p.get("dtype", "bfloat16"))) + " |", "",
              tr("b: batch size; s: prompt tokens ({image} of them image tokens); t: new tokens generated; dtype: of "
-                "the weights and activations.", image=md(info.get("inputs", {}).get("image_tokens_per_prompt", "?"))),
+                "the weights and activations.", image=md(inputs.get("image_tokens_per_prompt", "?"))),
              "", tr("## Stages"), "", CONTRACT_HEADER, "|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
     return "\n".join(lines + ["", contract_legend(m, summary, rows, rules), "",
@@ -446,7 +448,7 @@ def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[st
 
 
 def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
-                        manifest: dict | None = None) -> list[list[str]]:
+                        manifest: Manifest | dict | None = None) -> list[list[str]]:
     """The contract's Stages rows, cells as written (the columns of CONTRACT_HEADER). The stage rows are
     read by tools: their values stay as the contract writes them in every language. Duration is in µs,
     per decode step and per call for the other stages: the plain (unprofiled) run's time where the capture
@@ -473,12 +475,12 @@ def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, 
 
 
 def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
-                      manifest: dict | None = None) -> str:
+                      manifest: Manifest | dict | None = None) -> str:
     """The contract's per-phase sections: bottleneck, root cause, top 3 opportunities (narrative language).
     Idle shares and gains are on `wall_basis`'s basis: the plain run's step where `manifest` timed it."""
-    manifest = manifest or {}
-    plain = plain_ms_per_step(manifest)
-    ratio = manifest.get("timeline_info", {}).get("overhead_ratio")
+    info = read_manifest(manifest or {})
+    plain = info.plain_ms_per_step()
+    ratio = info.timeline_info.overhead_ratio
     lines = []
     for ph, o in opps.items():
         s = summary.set_index("phase").loc[ph]
@@ -511,8 +513,8 @@ def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dic
     from .timeline import category_shares
 
     shares = category_shares(run.timeline)
-    ratio = run.manifest.get("timeline_info", {}).get("overhead_ratio")
-    plain = plain_ms_per_step(run.manifest)
+    ratio = run.info.timeline_info.overhead_ratio
+    plain = run.info.plain_ms_per_step()
     out = {}
     for ph in c.phase.unique():
         if ph not in set(summary.phase):

@@ -230,13 +230,13 @@ def _grid(g) -> str:
 
 def dram_bandwidth(run) -> tuple[float, str]:
     """(bytes/s, source) for the floors: the run's measured device-to-device copy, else the device's spec."""
-    mp = run.manifest.get("measured_peaks") or {}
-    if mp.get("d2d_copy_gbps"):
-        return mp["d2d_copy_gbps"] * 1e9, N_("measured device-to-device copy")
+    mp = run.info.measured_peaks
+    if mp and mp.d2d_copy_gbps:
+        return mp.d2d_copy_gbps * 1e9, N_("measured device-to-device copy")
     from ..devices import UnknownDeviceError, lookup
 
     try:
-        return lookup(run.manifest.get("device") or "").dram_bytes_per_s, N_("spec sheet")
+        return lookup(run.info.device or "").dram_bytes_per_s, N_("spec sheet")
     except UnknownDeviceError:
         return float("nan"), N_("unknown")
 
@@ -244,11 +244,9 @@ def dram_bandwidth(run) -> tuple[float, str]:
 def run_ledger(run) -> tuple[pd.DataFrame, str]:
     """A run's bytes ledger of one decode step and what it says (chapters 01 and 07): the floors at the run's DRAM
     bandwidth (`dram_bandwidth`), the step against the plain generate's."""
-    from .timeline import plain_ms_per_step
-
     bw = dram_bandwidth(run)
     ledger = bytes_ledger(run.timeline, run.ncu_kernels(), bw[0])
-    return ledger, ledger_prose(ledger, plain_ms_per_step(run.manifest).get("decode"), bw)
+    return ledger, ledger_prose(ledger, run.info.plain_ms_per_step().get("decode"), bw)
 
 
 def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[float, str]) -> str:

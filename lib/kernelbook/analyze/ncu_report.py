@@ -11,6 +11,7 @@ from ..display import phase_label
 from ..i18n import N_, tr
 
 from ..contract.kernels import with_identity
+from ..contract.manifest import Manifest, read_manifest
 from ..escape import md, md_code
 
 # How far an ncu duration may stray from the timeline median before the prose counts it (the FLOP target,
@@ -261,14 +262,15 @@ def element_bytes(kernel_name: str, default: int) -> int:
     return 4 if ("f32f32_f32f32" in n or "sgemm" in n.lower()) else default
 
 
-def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict) -> pd.DataFrame:
+def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest | dict) -> pd.DataFrame:
     """Per profiled matrix/attention kernel with shapes: the bytes its operands imply vs ncu's DRAM bytes
     (read + write), ratio and verdict: agrees (within ±BYTES_TOLERANCE of reads + writes); agrees with the
     reads (the output is still in L2 when the kernel ends: L2 is write-back, so those bytes reach DRAM
     later); below (under `--cache-control none`: the replay's warm L2; else operands served from L2); or
     over-fetching (operands read more than once, with the factor)."""
-    cache = manifest.get("ncu", {}).get("cache_control") or manifest.get("params", {}).get("cache_control")
-    elem = DTYPE_BYTES.get(manifest.get("params", {}).get("dtype", "bfloat16"), 2)
+    info = read_manifest(manifest)
+    cache = info.cache_control
+    elem = DTYPE_BYTES.get(info.params.get("dtype", "bfloat16"), 2)
     k = with_identity(kernels, timeline, ["friendly_name", "category"])
     rows = []
     for _, r in k[k.status == "profiled"].iterrows():
@@ -304,8 +306,9 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: dict)
                                        "verdict"])
 
 
-def byte_fidelity_prose(bf: pd.DataFrame, manifest: dict) -> str:
-    cache = manifest.get("ncu", {}).get("cache_control", "unknown")
+def byte_fidelity_prose(bf: pd.DataFrame, manifest: Manifest | dict) -> str:
+    ncu = read_manifest(manifest).ncu
+    cache = (ncu.cache_control if ncu else None) or "unknown"
     if bf.empty:
         return tr("No profiled matrix or attention kernel has shapes that say what it must move.")
     # the verdict's two 'agrees' cases, from the numbers (the verdict is prose in the narrative language)
@@ -335,10 +338,10 @@ _DISTORTED = {
 }
 
 
-def cache_control_note(manifest: dict, chapter: str) -> str:
+def cache_control_note(manifest: Manifest | dict, chapter: str) -> str:
     """One sentence on the run's ncu cache control: under `none`, which of this chapter's figures it
     distorts; under `all`, that the DRAM counters are what a cold launch moves."""
-    cache = (manifest.get("ncu") or {}).get("cache_control") or (manifest.get("params") or {}).get("cache_control")
+    cache = read_manifest(manifest).cache_control
     if cache == "none":
         return tr("**This run was captured with ncu `--cache-control none`.** ncu replays each kernel in several "
                   "passes; after the first, its operands sit in L2, so DRAM counters read a warm cache that the real "

@@ -21,6 +21,7 @@ from ..display import eng, phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
 from ..contract.kernels import with_identity
+from ..contract.manifest import Manifest, read_manifest
 from .ncu_report import profiled_launch
 from ..escape import md
 
@@ -68,7 +69,7 @@ class Roofs:
         return pd.DataFrame(rows)
 
 
-def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame | None = None,
+def roofs(device, manifest: Manifest | dict, kernels: pd.DataFrame, metrics: pd.DataFrame | None = None,
           device_sources: dict | None = None) -> Roofs:
     """The run's roofs. `device_sources`: where each of `device`'s facts came from (`devices.for_run`: the DRAM
     peak ncu measured on the GPU wins over devices.yaml's); without it every fact is devices.yaml's."""
@@ -78,13 +79,13 @@ def roofs(device, manifest: dict, kernels: pd.DataFrame, metrics: pd.DataFrame |
     bw = {"dram": device.dram_bytes_per_s}
     sources = {"dram": tr((device_sources or {}).get("dram_gbps", "devices.yaml (spec)"))}
     notes, estimates = [], set()
-    mp = manifest.get("measured_peaks") or {}
+    mp = read_manifest(manifest).measured_peaks
     measured = {}
-    if mp.get("bf16_gemm_tflops"):
+    if mp and mp.bf16_gemm_tflops:
         # labels are catalog keys: English in the data (chapter 07 reads the DRAM one), shown translated
-        measured[N_("bf16 GEMM (TFLOP/s, measured)")] = mp["bf16_gemm_tflops"] * 1e12
-    if mp.get("d2d_copy_gbps"):
-        measured[N_("DRAM copy (GB/s, measured)")] = mp["d2d_copy_gbps"] * 1e9
+        measured[N_("bf16 GEMM (TFLOP/s, measured)")] = mp.bf16_gemm_tflops * 1e12
+    if mp and mp.d2d_copy_gbps:
+        measured[N_("DRAM copy (GB/s, measured)")] = mp.d2d_copy_gbps * 1e9
     for lvl, peak_metric, clock_metric in (("l2", "lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"),
                                            ("l1", "l1tex__t_bytes.sum.peak_sustained",
                                             "l1tex__cycles_elapsed.avg.per_second")):
@@ -378,7 +379,7 @@ def for_run(run, kernels: pd.DataFrame | None = None) -> tuple[object, dict, Roo
 
     dev, sources = device_of(run)
     k = profiled_kernels(run) if kernels is None else kernels
-    return dev, sources, roofs(dev, run.manifest, k, run.ncu_metrics(), sources)
+    return dev, sources, roofs(dev, run.info, k, run.ncu_metrics(), sources)
 
 
 def profiled_kernels(run) -> pd.DataFrame:

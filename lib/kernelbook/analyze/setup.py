@@ -18,16 +18,16 @@ def device_for(run, name: str | None) -> Device | None:
 
 
 def headline(run, dev: Device | None) -> str:
-    tl = run.manifest.get("timeline_info", {})
-    peaks = run.manifest.get("measured_peaks", {})
-    parts = [tr("{model} on {gpu}", model=md(run.manifest["params"].get("model")), gpu=md(run.gpu_name))]
+    info = run.info
+    tl, peaks = info.timeline_info, info.measured_peaks
+    parts = [tr("{model} on {gpu}", model=md(info.params.get("model")), gpu=md(run.gpu_name))]
     if dev:
         parts.append(tr("bf16 ridge {ridge:.0f} FLOP/byte (spec)", ridge=dev.ridge("bf16")))
     if peaks:
-        parts.append(tr("measured {tflops:.0f} TFLOP/s bf16, {gbps:.0f} GB/s copy", tflops=peaks["bf16_gemm_tflops"],
-                        gbps=peaks["d2d_copy_gbps"]))
-    if tl.get("plain_generate"):
-        parts.append(tr("plain generate {seconds:.2f} s (no profiler)", seconds=tl["plain_generate"]["median_s"]))
+        parts.append(tr("measured {tflops:.0f} TFLOP/s bf16, {gbps:.0f} GB/s copy", tflops=peaks.bf16_gemm_tflops,
+                        gbps=peaks.d2d_copy_gbps))
+    if tl.plain_generate:
+        parts.append(tr("plain generate {seconds:.2f} s (no profiler)", seconds=tl.plain_generate.median_s))
     return tr("; ").join(parts)
 
 

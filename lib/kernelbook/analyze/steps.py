@@ -41,7 +41,7 @@ def profiled_steps(run) -> pd.DataFrame:
 
 def context_tokens(run) -> int:
     """Tokens in the KV cache at decode step 1 (the prompt, image tokens included)."""
-    return int(run.manifest.get("timeline_info", {}).get("inputs", {}).get("prompt_tokens") or 0)
+    return run.info.timeline_info.prompt_tokens
 
 
 def step_curve(run) -> pd.DataFrame:
@@ -157,7 +157,7 @@ def prose(run) -> str:
     q = max(1, len(plain) // 10)
     head, tail = plain.wall_ms.iloc[:q].median(), plain.wall_ms.iloc[-q:].median()
     ctx = context_tokens(run)
-    sampling = run.manifest.get("timeline_info", {}).get("sampling")
+    sampling = run.info.timeline_info.sampling
     what = (tr("the profiler recorded {n} of {total} decode steps in {w} windows", n=len(prof),
                total=len(plain), w=len(sampling["windows"])) if sampling else
             tr("the profiler recorded every decode step"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..contract.manifest import Manifest, read_manifest
 from ..contract.shapes import matvec_rows
 from ..display import phase_label
 from ..i18n import N_, tr
@@ -37,12 +38,11 @@ def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((block_end - block_start).sum())
 
 
-def plain_ms_per_step(manifest: dict) -> dict[str, float]:
+def plain_ms_per_step(manifest: Manifest | dict) -> dict[str, float]:
     """Per phase, the plain (unprofiled) wall ms per step the capture timed (`timeline_info.plain_phases`:
     the median of its timing trials; per decode step, per call for the others); empty for a run captured
     before plain phases were timed."""
-    pp = manifest.get("timeline_info", {}).get("plain_phases") or {}
-    return {ph: float(v["ms_per_step"]) for ph, v in pp.items() if v and v.get("ms_per_step") is not None}
+    return read_manifest(manifest).plain_ms_per_step()
 
 
 def phase_wall_ns(phases: pd.DataFrame) -> dict[str, int]:
@@ -189,12 +189,12 @@ def _row(summary: pd.DataFrame, phase: str):
     return None if s.empty else s.iloc[0]
 
 
-def headline(summary: pd.DataFrame, shares: pd.DataFrame, manifest: dict) -> str:
+def headline(summary: pd.DataFrame, shares: pd.DataFrame, manifest: Manifest | dict) -> str:
     d = _row(summary, "decode")
     if d is None:
         return tr("no decode phase in this run")
     top = shares[shares.phase == "decode"].iloc[0]
-    plain = (manifest.get("timeline_info", {}).get("plain_phases") or {}).get("decode", {}).get("ms_per_step")
+    plain = read_manifest(manifest).plain_ms_per_step().get("decode")
     if plain:
         return tr("decode: {plain:.1f} ms per token on the wall clock without the profiler ({ms_per_token:.1f} ms under "
                   "it), GPU busy {busy_ms:.2f} ms of it ({launches:.0f} kernel launches per token); {category} holds "
@@ -206,7 +206,8 @@ def headline(summary: pd.DataFrame, shares: pd.DataFrame, manifest: dict) -> str
               category=top.category, pct=top.pct)
 
 
-def phase_prose(summary: pd.DataFrame, manifest: dict) -> str:
+def phase_prose(summary: pd.DataFrame, manifest: Manifest | dict) -> str:
+    info = read_manifest(manifest)
     d = _row(summary, "decode")
     lines = []
     total_wall = summary.wall_ms.sum()
@@ -223,7 +224,7 @@ def phase_prose(summary: pd.DataFrame, manifest: dict) -> str:
                         ms=o.kernel_time_ms))
     if d is not None:
         bound = (tr("Decode is **launch-bound**") if d.idle_pct > 50 else tr("Decode is **GPU-bound**"))
-        plain = plain_ms_per_step(manifest).get("decode")
+        plain = info.plain_ms_per_step().get("decode")
         if plain:  # the step a reader should take: the plain generate's; GPU-busy from the profiled pass
             lines.append("\n" + bound + tr(
                 ": each token issues {launches:.0f} kernels in {ms:.2f} ms without the profiler ({profiled:.2f} ms "
@@ -240,17 +241,17 @@ def phase_prose(summary: pd.DataFrame, manifest: dict) -> str:
                 "the time. Fewer, larger kernels (fusion, CUDA graphs) would shorten decode more than faster "
                 "kernels would.", launches=d.launches_per_step, ms=d.wall_ms / d.steps,
                 us=(d.wall_ms * 1e3) / (d.launches_per_step * d.steps), idle_pct=d.idle_pct))
-    tl = manifest.get("timeline_info", {})
-    if tl.get("plain_generate"):
-        plain_s = tl["plain_generate"]["median_s"]
-        profiled_s = tl.get("profiled_generate_s", float("nan"))
+    tl = info.timeline_info
+    if tl.plain_generate:
+        plain_s = tl.plain_generate.median_s
+        profiled_s = tl.profiled_generate_s if tl.profiled_generate_s is not None else float("nan")
         lines.append("\n" + tr("One unprofiled generate took {seconds:.3f} s (median of {trials}); under the profiler "
                                "it took {profiled:.3f} s ({ratio:.2f}× the plain run), {phases:.3f} s of it in the "
                                "phases above and the rest in generate's own work between forwards.",
-                               seconds=plain_s, trials=tl["plain_generate"]["trials"], profiled=profiled_s,
+                               seconds=plain_s, trials=tl.plain_generate.trials, profiled=profiled_s,
                                ratio=profiled_s / plain_s, phases=total_wall / 1e3))
-    if tl.get("sampling"):
-        sm = tl["sampling"]
+    if tl.sampling:
+        sm = tl.sampling
         lines.append(tr("The profiler recorded {n} of the {total} decode steps, in {w} windows (a long generation): "
                         "the decode row and every table of the book hold those steps; the plain generate timed all "
                         "of them (the step-by-step section below).", n=sm["profiled_decode_steps"],
@@ -317,7 +318,7 @@ def reference_prose(cmp: pd.DataFrame, run) -> str:
     c = cmp.set_index("category")
     gemv = c.loc["GEMV"] if "GEMV" in c.index else None
     lines = [tr("The reference measured DeepSeek-OCR v1 on an RTX 5090; this run is {model} on {gpu}.",
-                model=md(run.manifest["params"].get("model")), gpu=md(run.gpu_name))]
+                model=md(run.info.params.get("model")), gpu=md(run.gpu_name))]
     if gemv is not None:
         lines.append(tr("- **GEMV**: {here:.1f} % here vs {reference:.1f} % ({difference:+.1f} points).",
                         here=gemv.this_run_pct, reference=gemv.reference_pct, difference=gemv.difference_pts)

@@ -40,6 +40,7 @@ from ..contract.shapes import (attention_work, elementwise_work, expected_gemm_f
                                implied_bytes)
 from . import roofline as R
 from .histograms import weighted_mean
+from ..contract.manifest import Manifest, read_manifest
 from .timeline import phase_summary, plain_ms_per_step, work_category
 
 NPUS_YAML = Path(__file__).resolve().parents[3] / "params" / "npus.yaml"
@@ -391,8 +392,8 @@ class Trace:
         return dict(zip(self.measured.phase, self.measured.steps))
 
 
-def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels: pd.DataFrame | None,
-          gpu: Design) -> Trace:
+def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: Manifest | dict,
+          kernels: pd.DataFrame | None, gpu: Design) -> Trace:
     work = work_table(timeline, kernels)
     key = ["phase", "name", "op_shapes", "grid"]
     t = timeline[timeline.phase.isin(PHASES) & timeline.kind.isin(["kernel", "memcpy", "memset"])]
@@ -410,14 +411,15 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: dict, kernels:
     seq = pd.DataFrame({"phase": t.phase.to_numpy(), "seg": seg, "row": row.astype(int),
                         "dur_s": t.duration_ns.to_numpy() * 1e-9, "gap_s": gap, "sync": sync})
     summary = phase_summary(timeline, phases)
-    ratio = manifest.get("timeline_info", {}).get("overhead_ratio") or 1.0
+    info = read_manifest(manifest)
+    ratio = info.overhead_ratio
     s = summary[summary.phase.isin(PHASES)].copy()
     s["n"] = np.where(s.phase == "decode", s.steps.clip(lower=1), 1)
     measured = pd.DataFrame({"phase": s.phase, "steps": s.n, "wall_ms_per_step": s.wall_ms / s.n,
                              "plain_wall_ms_per_step": s.wall_ms / s.n / ratio,
                              "busy_ms_per_step": s.gpu_busy_ms / s.n,
                              # the plain step the capture timed, where it did (NaN before plain phases were timed)
-                             "plain_timed_ms_per_step": s.phase.map(plain_ms_per_step(manifest)).astype(float)
+                             "plain_timed_ms_per_step": s.phase.map(info.plain_ms_per_step()).astype(float)
                              }).reset_index(drop=True)
     span = _segment_spans(seq, seq.dur_s.to_numpy(), seq.gap_s.to_numpy())
     remainder = {ph: float(measured.set_index("phase").loc[ph, "wall_ms_per_step"] * 1e-3
@@ -435,7 +437,7 @@ def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     k = R.profiled_kernels(run)
     dev, _, roofs = R.for_run(run, k)  # the device and roofs chapters 04 and 05 use
     gpu = run_gpu_design(dev, roofs)
-    tr = build(run.timeline, run.phases, run.manifest, k if len(k) else None, gpu)
+    tr = build(run.timeline, run.phases, run.info, k if len(k) else None, gpu)
     tr.device = dev.key
     return tr, tr.gpu, roofs, k
 
@@ -844,14 +846,14 @@ def cross_run_note(run, other) -> str:
 
     if other is None:
         return i18n.tr("No cross_run given: the model is checked on this run's GPU only.")
-    pa, pb = run.manifest.get("params", {}), other.manifest.get("params", {})
+    pa, pb = run.info.params, other.info.params
     differs = [k for k in WORKLOAD_KEYS if pa.get(k) != pb.get(k)]
     if differs:
         return i18n.tr("{other} is not this workload ({keys} differ): no cross-device check.", other=md(other.run_id),
                        keys=", ".join(differs))
-    if other.manifest.get("device") == run.manifest.get("device"):
+    if other.info.device == run.info.device:
         return i18n.tr("{other} ran on this run's GPU ({device}): no cross-device check.", other=md(other.run_id),
-                       device=md(run.manifest.get("device")))
+                       device=md(run.info.device))
     return ""
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..contract import layout
 from ..contract.layout import NCU_TABLES, NcuDir, RunLayout
+from ..contract.manifest import Manifest, read_manifest
 from ..params import resolve_path
 
 
@@ -508,6 +509,12 @@ class Run:
     @property
     def run_id(self) -> str:
         return self.path.name
+
+    @property
+    def info(self) -> Manifest:
+        """The manifest, typed (`contract.manifest`). Read from `manifest` at each use: the dict stays the source
+        while capture and chapter 00's parameter table still read it by key."""
+        return read_manifest(self.manifest)
 
     @property
     def gpu_name(self) -> str:

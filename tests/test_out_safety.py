@@ -132,9 +132,11 @@ def test_the_swap_replaces_only_what_the_runner_wrote(tmp_path):
     (out / outdir.MARKER).unlink()
     (out / "notes.txt").unlink()
     (out / "00_setup.html.orig").unlink()
+    (out / ".ipynb_checkpoints").mkdir()  # a reader opened the old report in JupyterLab
+    (out / ".ipynb_checkpoints" / "00_setup-checkpoint.ipynb").write_text("{}")
     proc = _book(tmp_path, "--chapters", "00_setup", "--out", "book")  # a report from before the marker
     assert proc.returncode == 0, proc.stderr
-    assert (out / outdir.MARKER).exists()
+    assert (out / outdir.MARKER).exists() and (out / ".ipynb_checkpoints" / "00_setup-checkpoint.ipynb").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["book"]  # no staging or old folder left
 
 

@@ -36,6 +36,7 @@ MARKER = ".kernelbook-report.json"
 # the file names a report holds (before the marker existed, a report was recognised by these alone)
 REPORT_FILE = re.compile(r"(index\.html|timings\.json|report\.md|plotly\.min\.js|\d\d_[A-Za-z0-9_]+\.(html|ipynb))")
 STAGING = ".{name}.staging-"
+JUPYTER_OWN = (".ipynb_checkpoints",)  # what JupyterLab leaves in a report a reader opened: carried over, never ours
 IPC_PREFIX = "kernelbook-ipc-"
 
 
@@ -89,12 +90,12 @@ def _earlier(p: Path) -> Earlier | None:
     if not entries:
         return Earlier(frozenset(), None, None)
     if "index.html" in names and all(REPORT_FILE.fullmatch(e.name) and e.is_file() for e in entries
-                                     if e.name != MARKER):
+                                     if e.name not in (MARKER, *JUPYTER_OWN)):
         # a report rendered before the marker: its index is kernelbook's, and it holds only report files
         head = (p / "index.html").read_text(errors="replace")[:4096]
         if "<title>kernelbook — " in head:
             run_id = re.search(r"<h1>kernelbook: (.*?)</h1>", head)
-            return Earlier(frozenset(names - {MARKER}), run_id.group(1) if run_id else None, None)
+            return Earlier(frozenset(names - {MARKER, *JUPYTER_OWN}), run_id.group(1) if run_id else None, None)
     return None
 
 
@@ -128,7 +129,8 @@ def guard(out: Path, runs: list[Path], run_id: str, language: str, some_chapters
                              f"{instead}")
         earlier = _earlier(p)
         if earlier is None:
-            foreign = sorted(e.name for e in p.iterdir() if e.name != MARKER and not REPORT_FILE.fullmatch(e.name))
+            foreign = sorted(e.name for e in p.iterdir() if e.name not in (MARKER, *JUPYTER_OWN)
+                             and not REPORT_FILE.fullmatch(e.name))
             shown = ", ".join(n[:40] for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise OutRefused(f"--out {_short(p)} holds files kernelbook did not write ({shown}): the book writes "
                              f"only into a new or empty folder or over an earlier kernelbook report; {instead}")

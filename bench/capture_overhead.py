@@ -22,8 +22,9 @@ def main(params_path: str = "params/default.yaml", pairs: str = "5") -> None:
 
     from kernelbook import params as P
     from kernelbook.capture.torch_backend import _timed_generate, prepare
+    from kernelbook.contract.config import CaptureConfig
 
-    params = P.load(params_path, consumer="capture")
+    params = CaptureConfig.of(P.load(params_path, consumer="capture"))
     wl, tracker, _ = prepare(params)
     configs = {
         "timed pass: cpu+cuda, no shapes (kernelbook)": dict(activities=[ProfilerActivity.CPU,

@@ -27,6 +27,7 @@ from kernelbook.capture.workload import build_workload
 from kernelbook.capture.phases import PhaseTracker
 from kernelbook.capture.torch_backend import _profiled_pass, _plain_trials
 from kernelbook.contract.sampling import plan
+from dataclasses import replace
 from test_capture_cpu import PARAMS, TINY_OCR2
 
 mode, n = sys.argv[1], int(sys.argv[2])
@@ -38,7 +39,7 @@ ckpt = base / "tiny"
 if not ckpt.exists():
     build_random(deepseek_ocr2_config(**TINY_OCR2), "cpu", torch.float32).save_pretrained(ckpt)
 lm = load_model(str(ckpt), "pretrained", "cpu", "float32")
-wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": n}, "cpu")
+wl = build_workload(lm, replace(PARAMS, crop_mode=False, max_new_tokens=n), "cpu")
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 1e6
 def peak():

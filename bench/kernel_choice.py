@@ -32,17 +32,23 @@ def one(run: str, variant: str) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from kernelbook.capture.ncu import select_kernels
-    from kernelbook.capture.torch_backend import _export_ingest, _timed_generate, prepare
+    from dataclasses import replace
 
-    params = json.loads((Path(run) / "manifest.json").read_text())["params"]
+    from kernelbook import params as P
+    from kernelbook.capture.torch_backend import _export_ingest, _timed_generate, prepare
+    from kernelbook.contract.config import CaptureConfig
+
+    # the run's capture parameters, the keys an older run lacks at their defaults
+    params = CaptureConfig.of(P.validate(json.loads((Path(run) / "manifest.json").read_text())["params"],
+                                         consumer="capture"))
     timeline = pd.read_parquet(Path(run) / "timeline.parquet")
     step = select_kernels(timeline, "decode", 20).step
     if variant.startswith("worker"):
-        params = {**params, "max_new_tokens": step + 1}
+        params = replace(params, max_new_tokens=step + 1)
     if variant == "worker-nowarmup":
-        params = {**params, "warmup": 0}
+        params = replace(params, warmup=0)
     wl, tracker, _ = prepare(params)
-    for _ in range(params["timing_trials"] if variant == "capture" else 0):
+    for _ in range(params.timing_trials if variant == "capture" else 0):
         _timed_generate(wl)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         _timed_generate(wl, tracker)

@@ -20,7 +20,9 @@ from _common import save_json
 def main(run: str, top: str = "5", *sizes: str) -> None:
     import pandas as pd
 
+    from kernelbook import params as P
     from kernelbook.capture.ncu_stage import ncu_stage
+    from kernelbook.contract.config import CaptureConfig
 
     base = json.loads((Path(run) / "manifest.json").read_text())
     here = str(Path(__file__).resolve().parent / "ballast")
@@ -35,7 +37,7 @@ def main(run: str, top: str = "5", *sizes: str) -> None:
             params = {**base["params"], "ncu_phases": ["decode"], "ncu_top_n": int(top)}
             manifest = {"params": params}
             t = time.perf_counter()
-            ncu_stage(params, d, manifest)
+            ncu_stage(CaptureConfig.of(P.validate(params, consumer="capture")), d, manifest)
             wall = time.perf_counter() - t
             log = (d / "ncu" / "ncu.log").read_text().splitlines()
             row = {"ballast_gib": float(gb), "stage_wall_s": wall, "results": manifest["ncu"]["results"],

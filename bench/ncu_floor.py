@@ -74,13 +74,18 @@ def worker(gib: str, pieces: str, size: str, n: str, libs: str, model: str) -> N
         torch.topk(torch.randn(64, 1000, device="cuda"), 6)
         torch.nn.functional.linear(a[:1], a)
     if model != "none":
-        from kernelbook.capture.torch_backend import prepare
+        from dataclasses import replace
 
-        params = json.loads((RUN / "manifest.json").read_text())["params"]
+        from kernelbook import params as P
+        from kernelbook.capture.torch_backend import prepare
+        from kernelbook.contract.config import CaptureConfig
+
+        params = CaptureConfig.of(P.validate(json.loads((RUN / "manifest.json").read_text())["params"],
+                                             consumer="capture"))
         if model == "generate-no-cudnn":
             torch.backends.cuda.enable_cudnn_sdp(False)
         short = {"max_new_tokens": 2} if model == "generate-2-tokens" else {}
-        wl, _, _ = prepare({**params, "warmup": 0, **short}, nvtx=False)
+        wl, _, _ = prepare(replace(params, warmup=0, **short), nvtx=False)
         if model != "built":
             wl.generate()
         if model == "generate-emptied":

@@ -29,6 +29,8 @@ def main(run: str, *configs: str) -> None:
     from kernelbook.capture import ncu as N
     from kernelbook.capture.ncu import NcuError
     from kernelbook.capture.ncu_stage import ncu_stage
+    from kernelbook import params as P
+    from kernelbook.contract.config import CaptureConfig
 
     procs: list = []  # every ncu this bench starts: when its lines came
     init = N.NcuProcess.__init__
@@ -62,7 +64,7 @@ def main(run: str, *configs: str) -> None:
                     stamps.append(time.perf_counter() - t)
                 print(line, file=sys.stderr, flush=True)
             try:
-                ncu_stage(params, d, manifest, say=say)
+                ncu_stage(CaptureConfig.of(P.validate(params, consumer="capture")), d, manifest, say=say)
             except NcuError as e:
                 print(f"{cfg}: {e}", flush=True)
             wall = time.perf_counter() - t

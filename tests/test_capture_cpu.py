@@ -2,6 +2,8 @@
 
 Needs torch and transformers (the `capture` extra); scripts/test.sh installs the CPU build of torch.
 """
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -12,6 +14,8 @@ from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_m
 from kernelbook.capture.phases import PhaseTracker  # noqa: E402
 from kernelbook.contract.names import parse_op_range, parse_record_name  # noqa: E402
 from kernelbook.capture.workload import build_workload  # noqa: E402
+from kernelbook.contract.config import CaptureConfig  # noqa: E402
+from kernelbook.params import validate  # noqa: E402
 
 TINY_OCR2 = dict(
     vision_config={"sam_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -24,7 +28,8 @@ TINY_OCR2 = dict(
                  "num_experts_per_tok": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
                  "mlp_layer_types": ["dense", "sparse"], "bos_token_id": 0, "eos_token_id": 1, "topk_method": "greedy"},
     image_token_id=999)
-PARAMS = {"batch_size": 1, "max_new_tokens": 4, "base_size": 1024, "seed": 0, "no_repeat_ngram_size": 20}
+PARAMS = CaptureConfig.of(validate({"batch_size": 1, "max_new_tokens": 4, "base_size": 1024, "seed": 0,
+                                     "no_repeat_ngram_size": 20}, consumer="capture"))
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +83,7 @@ def test_a_saved_deepseek_ocr2_checkpoint_loads_with_its_generation_head(tiny_oc
 @pytest.mark.parametrize("crop", [False, True])
 def test_generate_on_the_tiny_checkpoint_marks_every_phase(tiny_ocr2, crop):
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": crop}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=crop), "cpu")
     crops = wl.describe["local_crops_per_image"][0]
     # the synthetic page is 1224x1584: crop mode tiles it (768 px tiles), without crops the global view
     # is the 768 px tile and only 12*12 + 1 image tokens
@@ -87,7 +92,7 @@ def test_generate_on_the_tiny_checkpoint_marks_every_phase(tiny_ocr2, crop):
     assert n_image == deepseek_ocr2_image_tokens(crops, 1024, crop=crop)
     assert n_image == (16 * 16 + 12 * 12 * crops + 1 if crop else 12 * 12 + 1)
     out, phases = phases_of(wl, lm.model)
-    assert out.shape[1] == wl.inputs["input_ids"].shape[1] + PARAMS["max_new_tokens"]  # min_new_tokens forced
+    assert out.shape[1] == wl.inputs["input_ids"].shape[1] + PARAMS.max_new_tokens  # min_new_tokens forced
     assert phases == [("prefill", 0), ("vision_encode", 0), ("decode", 1), ("decode", 2), ("decode", 3)]
 
 
@@ -99,7 +104,7 @@ def test_vision_work_lands_in_vision_encode_whichever_way_generate_calls_it(tiny
     import transformers
 
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": crop}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=crop), "cpu")
     _, events, tracker = profiled(wl.generate, lm.model)
     assert tracker.vision_calls >= 1, transformers.__version__
     assert innermost_phase_of_ops(events, "aten::convolution") == {"vision_encode"}
@@ -112,7 +117,7 @@ def test_a_vision_tower_called_outside_any_forward_is_marked(tiny_ocr2):
     transformers, or a user's `get_image_features`), then a forward on the text: two phases, each
     holding its own work."""
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False), "cpu")
     model = lm.model
 
     def encode_then_forward():
@@ -133,7 +138,7 @@ def test_an_image_model_with_no_vision_work_stops_the_capture(tiny_ocr2):
     from kernelbook.capture.phases import NoVisionWork, require_vision_work
 
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False), "cpu")
 
     def text_only():
         with torch.inference_mode():
@@ -153,7 +158,7 @@ def test_a_tiny_causal_lm_checkpoint_loads_and_generates(tmp_path):
     LlamaForCausalLM(cfg).save_pretrained(tmp_path / "tiny-llama")
     lm = load_model(str(tmp_path / "tiny-llama"), "pretrained", "cpu", "float32")
     assert lm.kind == "causal-lm" and type(lm.model).__name__ == "LlamaForCausalLM"
-    wl = build_workload(lm, {**PARAMS, "batch_size": 2}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, batch_size=2), "cpu")
     out, phases = phases_of(wl, lm.model)
     assert out.shape == (2, wl.describe["prompt_tokens"] + 4)
     assert phases == [("prefill", 0), ("decode", 1), ("decode", 2), ("decode", 3)]
@@ -199,7 +204,7 @@ def test_op_calls_are_numbered_the_same_in_the_record_pass_and_the_ncu_worker(ti
     worker, replaying the same generate with op_targets, marks exactly the calls with those numbers.
     Checked on the tiny DeepSeek-OCR-2: the ops the worker marks are the ops the record pass saw there."""
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False), "cpu")
     tracker = PhaseTracker(lm.model, nvtx=False, op_record=True).install()
     from torch.profiler import ProfilerActivity, profile
 
@@ -234,7 +239,7 @@ def test_ncu_worker_runs_lead_up_decode_steps_without_cudnn_attention(tiny_ocr2)
     import torch
 
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 6}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False, max_new_tokens=6), "cpu")
     targets = {("prefill", 0): {1}, ("decode", 2): {0, 3}, ("decode", 4): {2}}
     seen = {}
     for lead_up in (False, True):
@@ -262,7 +267,7 @@ def test_ncu_worker_numbers_op_calls_only_in_the_decode_steps_it_profiles(tiny_o
     import torch
 
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": 6}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False, max_new_tokens=6), "cpu")
     worker = PhaseTracker(lm.model, nvtx=False, record=False, op_targets={("prefill", 0): {1}, ("decode", 3): {2}})
     numbered = set()
     call = worker.op_call
@@ -289,7 +294,7 @@ def test_attention_implementation_is_a_capture_parameter(tiny_ocr2):
     matmul + softmax, and no SDPA op at all."""
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32", attn_implementation="eager")
     assert lm.model.config.text_config._attn_implementation == "eager"
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False), "cpu")
     _, events, _ = profiled(wl.generate, lm.model)
     ops = {e.name for e in events}
     assert "aten::scaled_dot_product_attention" not in ops and "aten::softmax" in ops
@@ -308,10 +313,10 @@ def test_a_static_cache_with_a_compiled_decode_step_keeps_every_phase_mark(tiny_
     from kernelbook.capture.workload import generate_kwargs
 
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    params = {**PARAMS, "crop_mode": False, "cache_implementation": "static", "max_new_tokens": 6}
+    params = replace(PARAMS, crop_mode=False, cache_implementation="static", max_new_tokens=6)
     wl = build_workload(lm, params, "cpu")
     assert wl.gen_kwargs["cache_implementation"] == "static" and wl.gen_kwargs["disable_compile"] is False
-    assert generate_kwargs({**params, "compile_decode": False}, lm.model.config)["disable_compile"] is True
+    assert generate_kwargs(replace(params, compile_decode=False), lm.model.config)["disable_compile"] is True
     cc = CompileConfig(backend="eager", fullgraph=False)
     cc._compile_all_devices = True  # transformers compiles the decode step on GPUs only
     wl.gen_kwargs["compile_config"] = cc
@@ -332,7 +337,7 @@ def test_plain_generate_calls_time_each_phase(tiny_ocr2):
     from kernelbook.capture.torch_backend import _plain_trials
 
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False), "cpu")
     tracker = PhaseTracker(lm.model).install()
     t = time.perf_counter()
     totals, phases, steps = _plain_trials(wl, tracker, 2)
@@ -341,11 +346,11 @@ def test_plain_generate_calls_time_each_phase(tiny_ocr2):
     # every step of each plain generate timed on its own: decode steps 1..N once per trial, and their sum is
     # the decode phase's exclusive time of that trial
     dec = steps[steps.phase == "decode"]
-    assert sorted(dec[dec.trial == 0].step) == list(range(1, PARAMS["max_new_tokens"]))
+    assert sorted(dec[dec.trial == 0].step) == list(range(1, PARAMS.max_new_tokens))
     assert dec.groupby("trial").wall_ms.sum().median() == pytest.approx(
         phases["decode"]["ms_per_step"] * phases["decode"]["steps"], rel=0.5)
     assert set(phases) == {"vision_encode", "prefill", "decode"}
-    assert phases["decode"]["steps"] == PARAMS["max_new_tokens"] - 1 and phases["prefill"]["steps"] == 1
+    assert phases["decode"]["steps"] == PARAMS.max_new_tokens - 1 and phases["prefill"]["steps"] == 1
     assert all(len(p["samples_ms_per_step"]) == 2 and p["ms_per_step"] > 0 for p in phases.values())
     per_call = sum(p["ms_per_step"] * p["steps"] for p in phases.values()) / 1e3
     assert per_call <= max(totals) and sum(totals) <= wall
@@ -400,7 +405,7 @@ def test_every_op_call_of_a_step_is_tied_to_the_module_that_called_it(tiny_ocr2,
     module whose forward holds it; decode calls fall in the decoder's attention, MLP, MoE, norm and lm_head
     modules by layer, and the vision encode's in the vision tower."""
     lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "crop_mode": False}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, crop_mode=False), "cpu")
     calls = op_calls_with_modules(wl, tmp_path / "t.json")
     assert ((calls.module + "|" + calls.module_class).fillna("-") == calls.innermost.fillna("-")).all()
     dec = calls[calls.phase == "decode"]

@@ -14,6 +14,7 @@ without it).
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from kernelbook.capture.phases import PhaseTracker  # noqa: E402
 from kernelbook.contract.names import parse_record_name  # noqa: E402
 from kernelbook.capture.common import CaptureError  # noqa: E402
 from kernelbook.capture.workload import InputsError, build_workload, check_inputs  # noqa: E402
+from kernelbook.contract.config import CaptureConfig  # noqa: E402
 from kernelbook.params import load as load_params, validate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +37,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from offline_checkpoints import FAMILIES, TEXT, FamilyUnavailable, bpe_tokenizer, llava  # noqa: E402
 
 NEW = 4  # decode steps: prefill + 3 decode forwards
-PARAMS = validate({"max_new_tokens": NEW, "batch_size": 2})
+PARAMS = CaptureConfig.of(validate({"max_new_tokens": NEW, "batch_size": 2}))
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -74,7 +76,7 @@ def test_an_image_model_gets_its_own_image_tokens_through_its_chat_template(vlm)
     assert per_prompt[0] == per_prompt[1] == wl.describe["image_tokens_per_prompt"] > 0
     if n_image is not None:
         assert per_prompt[0] == n_image
-    assert check_inputs({**PARAMS, "model": str(path), "weights": "pretrained"}) == {
+    assert check_inputs(replace(PARAMS, model=str(path), weights="pretrained")) == {
         k: v for k, v in wl.describe.items()}  # the pre-GPU check builds the same inputs from config + processor
     out, phases, tracker = phases_of(wl)
     assert out.shape == (2, wl.describe["prompt_tokens"] + NEW)
@@ -87,7 +89,7 @@ def test_without_a_chat_template_the_processors_own_placeholder_goes_before_the_
     lm = load_model(str(path), "pretrained", "cpu", "float32")
     lm.processor.chat_template = None
     lm.processor.tokenizer.chat_template = None
-    wl = build_workload(lm, {**PARAMS, "batch_size": 1}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, batch_size=1), "cpu")
     assert wl.describe["inputs_built_with"].startswith(f"the processor's image placeholder "
                                                        f"{lm.processor.image_token!r}")
     assert int((wl.inputs["input_ids"] == image_id).sum()) == wl.describe["image_tokens_per_prompt"] > 0
@@ -100,7 +102,7 @@ def test_prompt_tokens_makes_an_image_models_text_exactly_n_tokens(vlm):
     lm = load_model(str(path), "pretrained", "cpu", "float32")
     base = build_workload(lm, PARAMS, "cpu")
     n_instruction = len(lm.processor.tokenizer(INSTRUCTION, add_special_tokens=False)["input_ids"])
-    wl = build_workload(lm, {**PARAMS, "prompt_tokens": 37}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, prompt_tokens=37), "cpu")
     # image and template tokens as the processor made them; the instruction's tokens replaced by 37
     assert wl.describe["prompt_tokens"] == base.describe["prompt_tokens"] - n_instruction + 37
     assert wl.describe["text_tokens"] == 37
@@ -130,7 +132,7 @@ def test_the_gpu_checkpoints_config_and_processor_give_the_published_models_inpu
     ckpt.processor.save_pretrained(tmp_path)
     params = load_params(REPO / "params" / f"{family}-local.yaml", {"model": str(tmp_path)}, consumer="capture")
     assert params["max_new_tokens"] == 32 and params["ncu_top_n"] == 10 and params["weights"] == "pretrained"
-    describe = check_inputs(params)
+    describe = check_inputs(CaptureConfig.of(params))
     assert describe["image_tokens_per_prompt"] == ckpt.image_tokens == n_image
     assert n_image < describe["prompt_tokens"] < n_image + 40
     assert 1.5e9 < ckpt.meta_params() < 2.5e9  # under 5 GB in bfloat16
@@ -147,7 +149,7 @@ def test_at_the_published_image_layout_the_capture_workload_generates(family, tm
     params = load_params(REPO / "params" / f"{family}-local.yaml", {"model": str(tmp_path), "max_new_tokens": 2},
                          consumer="capture")
     lm = load_model(params["model"], params["weights"], "cpu", "float32")
-    wl = build_workload(lm, params, "cpu")
+    wl = build_workload(lm, CaptureConfig.of(params), "cpu")
     assert wl.describe["image_tokens_per_prompt"] == GPU_FAMILIES[family][2]
     assert wl.inputs["pixel_values"].shape[-2:] == (ckpt.config.vision_config.image_size,) * 2
     out, phases, tracker = phases_of(wl)
@@ -175,7 +177,7 @@ def qwen3_moe(tmp_path_factory):
 def test_prompt_tokens_gives_a_text_model_exactly_n_prompt_tokens(qwen3_moe, n):
     lm = load_model(str(qwen3_moe), "pretrained", "cpu", "float32")
     assert type(lm.model).__name__ == "Qwen3MoeForCausalLM" and lm.kind == "causal-lm"
-    wl = build_workload(lm, {**PARAMS, "prompt_tokens": n}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, prompt_tokens=n), "cpu")
     ids = wl.inputs["input_ids"]
     assert ids.shape == (2, n) and wl.describe["prompt_tokens"] == n
     assert ids[0, 0] == lm.processor.bos_token_id  # the tokenizer's own BOS counts as one of the n
@@ -185,7 +187,7 @@ def test_prompt_tokens_gives_a_text_model_exactly_n_prompt_tokens(qwen3_moe, n):
 
 def test_a_text_moe_model_generates_with_prefill_and_decode_phases(qwen3_moe):
     lm = load_model(str(qwen3_moe), "pretrained", "cpu", "float32")
-    wl = build_workload(lm, {**PARAMS, "prompt": "Summarize the quick brown fox.", "prompt_tokens": 24}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, prompt="Summarize the quick brown fox.", prompt_tokens=24), "cpu")
     out, phases, tracker = phases_of(wl)
     assert out.shape == (2, 24 + NEW)
     assert phases == [("prefill", 0), ("decode", 1), ("decode", 2), ("decode", 3)] and tracker.vision_calls == 0
@@ -196,7 +198,7 @@ def test_without_a_tokenizer_prompt_tokens_gives_n_stand_in_ids(qwen3_moe, tmp_p
     bare = _without_processor(qwen3_moe, tmp_path / "bare")
     lm = load_model(str(bare), "pretrained", "cpu", "float32")
     assert lm.processor is None
-    wl = build_workload(lm, {**PARAMS, "prompt_tokens": 50}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, prompt_tokens=50), "cpu")
     assert wl.inputs["input_ids"].shape == (2, 50) and wl.describe["tokenizer"].startswith("none: 50 stand-in ids")
 
 
@@ -204,7 +206,7 @@ def test_random_weights_of_a_checkpoint_still_take_its_processor(vlm):
     path, cls, image_id, _ = vlm
     lm = load_model(str(path), "random", "cpu", "float32")
     assert lm.weights == "random" and lm.processor is not None and type(lm.model).__name__ == cls
-    wl = build_workload(lm, {**PARAMS, "batch_size": 1}, "cpu")
+    wl = build_workload(lm, replace(PARAMS, batch_size=1), "cpu")
     assert int((wl.inputs["input_ids"] == image_id).sum()) > 0
 
 
@@ -223,7 +225,7 @@ def test_an_image_model_without_processor_files_cannot_be_fed(vlm, tmp_path):
     path, cls, _, _ = vlm
     bare = _without_processor(path, tmp_path / "bare")
     with pytest.raises(InputsError, match=f"{cls} takes images, and its checkpoint has no processor files"):
-        check_inputs({**PARAMS, "model": str(bare), "weights": "pretrained"})
+        check_inputs(replace(PARAMS, model=str(bare), weights="pretrained"))
     assert issubclass(InputsError, CaptureError)  # what the CLI maps to exit code 2
 
 
@@ -255,13 +257,13 @@ def test_a_processor_that_does_not_match_the_config_stops_before_any_gpu_work(vl
     cfg[key] = 511  # inside the model's vocabulary (512), outside the tokenizer's (about 400): never written
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(InputsError, match=f"{cls}: its inputs carry no image token \\(id 511\\)"):
-        check_inputs({**PARAMS, "model": str(bad), "weights": "pretrained"})
+        check_inputs(replace(PARAMS, model=str(bad), weights="pretrained"))
 
 
 def test_a_prompt_longer_than_the_model_takes_stops_before_any_gpu_work(qwen3_moe):
     with pytest.raises(InputsError, match="Qwen3MoeForCausalLM: a prompt of 600 tokens plus max_new_tokens 4 is "
                                           "604 positions, above the model's max_position_embeddings 512"):
-        check_inputs({**PARAMS, "model": str(qwen3_moe), "weights": "pretrained", "prompt_tokens": 600})
+        check_inputs(replace(PARAMS, model=str(qwen3_moe), weights="pretrained", prompt_tokens=600))
 
 
 def test_a_processor_that_needs_a_missing_library_says_so(tmp_path):
@@ -284,7 +286,7 @@ def test_a_processor_that_needs_a_missing_library_says_so(tmp_path):
                 video_processor={"video_processor_type": "Qwen2VLVideoProcessor", **pixels})
     cfg.write_text(json.dumps(proc))
     with pytest.raises(InputsError) as e:
-        check_inputs({**PARAMS, "model": str(path), "weights": "pretrained"})
+        check_inputs(replace(PARAMS, model=str(path), weights="pretrained"))
     msg = str(e.value)
     assert "orchvision" in msg and "cannot be loaded on this machine" in msg and "no processor files" not in msg
 
@@ -310,5 +312,5 @@ def test_every_decode_op_call_of_an_image_model_has_its_module(vlm, tmp_path):
 
 def test_every_decode_op_call_of_a_moe_model_has_its_module(qwen3_moe, tmp_path):
     lm = load_model(str(qwen3_moe), "pretrained", "cpu", "float32")
-    dec = _decode_modules(build_workload(lm, {**PARAMS, "prompt_tokens": 24}, "cpu"), tmp_path)
+    dec = _decode_modules(build_workload(lm, replace(PARAMS, prompt_tokens=24), "cpu"), tmp_path)
     assert {"attention", "MoE router", "MoE experts", "norm", "lm_head"} <= set(dec.module_type)

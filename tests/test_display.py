@@ -71,6 +71,7 @@ def test_capture_writes_capture_parameters_only(monkeypatch, tmp_path):
     """capture() records for_consumer(params, 'capture'): stopped at its first step, the partial
     manifest it writes holds no book parameter."""
     from kernelbook.capture import run as C
+    from kernelbook.contract.config import CaptureConfig
     from kernelbook.params import validate
 
     seen = {}
@@ -85,7 +86,7 @@ def test_capture_writes_capture_parameters_only(monkeypatch, tmp_path):
     for where in (C, common):  # capture writes the manifest itself, and `land` does when the capture stops
         monkeypatch.setattr(where, "write_manifest", lambda run_dir, manifest: seen.update(manifest))
     with pytest.raises(RuntimeError, match="stopped by the test"):
-        C.capture(validate({"top_n": 30, "phase": "prefill"}), tmp_path / "run")
+        C.capture(CaptureConfig.of(validate({"top_n": 30, "phase": "prefill"})), tmp_path / "run")
     assert seen["status"] == "partial" and seen["params"]["model"] == "deepseek-ocr-2"
     assert not [k for k in seen["params"] if CAPTURE not in SCHEMA[k].feeds]
 

@@ -128,9 +128,13 @@ def test_an_early_ncu_is_only_for_one_worker_by_op_call(tmp_path):
     from kernelbook import params as P
     from kernelbook.capture.ncu_stage import early_ncu
 
-    base = P.load(None, {}, consumer="capture")
+    from dataclasses import replace
+
+    from kernelbook.contract.config import CaptureConfig
+
+    base = CaptureConfig.of(P.load(None, {}, consumer="capture"))
     for change in ({"cache_implementation": "static"}, {"ncu_top_n": 0}, {"tensor_parallel": 2}):
-        assert early_ncu({**base, **change}, tmp_path, tmp_path / "gate") is None
+        assert early_ncu(replace(base, **change), tmp_path, tmp_path / "gate") is None
     assert not (tmp_path / "ncu").exists()
 
 

@@ -82,12 +82,14 @@ def tiny_workload(tmp_path, max_new_tokens: int):
     pytest.importorskip("transformers")
     from kernelbook.capture.models import build_random, deepseek_ocr2_config, load_model
     from kernelbook.capture.workload import build_workload
+    from dataclasses import replace
+
     from test_capture_cpu import PARAMS, TINY_OCR2
 
     ckpt = tmp_path / "tiny"
     build_random(deepseek_ocr2_config(**TINY_OCR2), "cpu", torch.float32).save_pretrained(ckpt)
     lm = load_model(str(ckpt), "pretrained", "cpu", "float32")
-    return lm, build_workload(lm, {**PARAMS, "crop_mode": False, "max_new_tokens": max_new_tokens}, "cpu")
+    return lm, build_workload(lm, replace(PARAMS, crop_mode=False, max_new_tokens=max_new_tokens), "cpu")
 
 
 def test_a_sampled_timeline_pass_records_only_the_windows(tmp_path):

@@ -100,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         from .capture.common import CaptureError, CaptureStopped, Progress
         from .capture.ncu import NcuStopped
         from .capture.run import capture
+        from .contract.config import CaptureConfig
 
         try:
-            run = capture(params, out_dir, params_source=args.params, progress=Progress(T0))
+            run = capture(CaptureConfig.of(params), out_dir, params_source=args.params, progress=Progress(T0))
         except CaptureError as e:
             _err(str(e))
             return EXIT_BAD_PARAMS
@@ -262,6 +263,7 @@ def _worker(argv: list[str]) -> int:
     args = w.parse_args(argv)
     from .capture.ncu_worker import worker
     from .capture.torch_backend import tp_rank_worker
+    from .contract.config import CaptureConfig
 
     if args.mode == "tp-exec":  # one torchrun rank of the ncu stage: ncu around the worker, or the worker
         launch = json.loads(Path(args.params).read_text())
@@ -271,9 +273,9 @@ def _worker(argv: list[str]) -> int:
         cmd = launch["ncu"] if profiled else launch["plain"]
         os.execvp(cmd[0], cmd)
     if args.mode == "tp-timeline":
-        tp_rank_worker(json.loads(Path(args.params).read_text()), args.out)
+        tp_rank_worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.out)
         return 0
-    worker(json.loads(Path(args.params).read_text()), args.mode, args.target, args.targets, args.early,
+    worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.mode, args.target, args.targets, args.early,
            args.profile_gate)
     # what it wrote is on disk, its output flushed: end without tearing the model down (freeing a model's tensors
     # under ncu's interception only delays the report; H100: the report 0.25 s after the worker's last line).

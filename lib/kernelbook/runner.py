@@ -46,6 +46,7 @@ from . import escape, outdir
 from . import params as P
 from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import SKIPPED
+from .contract.config import BookConfig
 from .contract.layout import RunLayout
 from .contract.session import BookSession
 from .clocks import clock_lock
@@ -219,14 +220,13 @@ def _stopped(err) -> str | None:
     return getattr(err, "evalue", None) if getattr(err, "ename", None) in (STOP, NOT_SERVED) else None
 
 
-def check_runs(params: dict) -> None:
+def check_runs(cfg: BookConfig) -> None:
     """Every run the parameters name (run_dir when it exists, variant_runs, baseline_run, one_gpu_run, cross_run),
     checked against the run contract before anything is written: a damaged one stops the book with one
     message naming the file and what is wrong (exit 2, the previous report kept)."""
     from .load.run import RunError, check_run
 
-    paths = [params["run_dir"], *params.get("variant_runs", []), params.get("baseline_run"),
-             params.get("one_gpu_run"), params.get("cross_run")]
+    paths = [cfg.run_dir, *cfg.variant_runs, cfg.baseline_run, cfg.one_gpu_run, cfg.cross_run]
     for i, v in enumerate(p for p in paths if p):
         p = P.resolve_path(v)
         if i == 0 and not RunLayout(p).manifest.exists():
@@ -275,19 +275,19 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     parameters (exit code 2) or a failed chapter."""
     from .checks import parameter_problems
 
-    language = params.get("language", "en")
+    cfg = BookConfig.of(params)
+    language = cfg.language
     only = chapters
     books = list_chapters(only, notebooks)
     problems = parameter_problems(params, [nb.stem for nb in books])
     if problems:
-        raise BookError(f"{len(problems)} problem(s) in parameters for the run {params['run_dir']}:\n"
+        raise BookError(f"{len(problems)} problem(s) in parameters for the run {cfg.run_dir}:\n"
                         + "\n".join(f"  - {p}" for p in problems) + "\nnothing rendered", 2)
-    check_runs(params)
-    run_dir = P.resolve_path(params["run_dir"])
+    check_runs(cfg)
+    run_dir = P.resolve_path(cfg.run_dir)
     run_id = run_dir.name
-    capture_stems = _capturing_chapters(params, run_dir, books)
-    named = [params["run_dir"], *params.get("variant_runs", []), *(params.get(k) for k in (
-        "baseline_run", "one_gpu_run", "cross_run", "deployed_run"))]
+    capture_stems = _capturing_chapters(cfg, run_dir, books)
+    named = [cfg.run_dir, *cfg.variant_runs, cfg.baseline_run, cfg.one_gpu_run, cfg.cross_run, cfg.deployed_run]
     try:  # the report folder is the book's alone: checked before anything is written (`outdir`)
         out, earlier = outdir.guard(Path(out) if out else P.REPO / "reports" / run_id,
                                     [P.resolve_path(v) for v in named if v], run_id, language, bool(only))
@@ -295,7 +295,7 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     except outdir.OutRefused as e:
         raise BookError(f"{e}\nnothing rendered", 2) from None
     try:
-        return _render(params, books, only, language, run_dir, run_id, capture_stems, out, earlier, stage, log,
+        return _render(cfg, books, only, language, run_dir, run_id, capture_stems, out, earlier, stage, log,
                        run_as_given, params_as_given)
     except BaseException:  # stopped (Ctrl-C, SIGTERM) or the environment failed (a full disk): nothing is left
         shutil.rmtree(stage, ignore_errors=True)
@@ -350,9 +350,9 @@ class _Rendering:
     """One rendering's chapters into its staging folder: the capture chapters (under the locks, side by side when
     more than one captures), then the chapters that read the run, `render_jobs` at a time."""
 
-    def __init__(self, params: dict, books: list[Path], language: str, run_dir: Path, capture_stems: list[str],
+    def __init__(self, cfg: BookConfig, books: list[Path], language: str, run_dir: Path, capture_stems: list[str],
                  stage: Path, ipc_folder: str, log):
-        self.params, self.books, self.language, self.run_dir = params, books, language, run_dir
+        self.cfg, self.books, self.language, self.run_dir = cfg, books, language, run_dir
         self.capture_stems, self.stage, self.ipc_folder, self.log = capture_stems, stage, ipc_folder, log
         self.km_class = _kernel_manager(ipc_folder)
         self.pipelined = len(capture_stems) > 1
@@ -361,10 +361,10 @@ class _Rendering:
     def _limit(self, stem: str) -> float:
         """A capture chapter that captures may run as long as its ncu stage on top of the chapter's limit, and side
         by side, as long as the capture chapters before it too (it waits for their parts)."""
-        p = self.params
-        limit = p["chapter_timeout_s"] + (p["ncu_timeout_s"] if stem in self.capture_stems else 0)
+        c = self.cfg
+        limit = c.chapter_timeout_s + (c.ncu_timeout_s if stem in self.capture_stems else 0)
         if self.pipelined and stem in self.capture_stems:
-            limit += p["chapter_timeout_s"] * self.capture_stems.index(stem)
+            limit += c.chapter_timeout_s * self.capture_stems.index(stem)
         return limit
 
     def chapter(self, nb: Path, lines: "_ChapterLines | None") -> ChapterResult:
@@ -373,7 +373,7 @@ class _Rendering:
         src = to_ipynb(nb, self.stage / f"{nb.stem}.src.ipynb", self.language)
         executed = self.stage / f"{nb.stem}.ipynb"
         declared = notebook_parameters(nb)
-        nb_params = {k: _to_nb(v) for k, v in self.params.items() if k in declared}
+        nb_params = {k: _to_nb(v) for k, v in self.cfg.as_dict().items() if k in declared}
         on_retry = lines.retry if lines else (
             (lambda why: print(f"    {nb.stem}: " + tr("ended: {why}; trying once more", why=why), flush=True))
             if self.log is print else None)
@@ -447,7 +447,7 @@ class _Rendering:
     def _reading(self, rest: list[Path], captures: list, cap_pool) -> list[ChapterResult]:
         """The chapters that read the run: each in its own kernel, `render_jobs` at a time (the longest first, so no
         long chapter starts last while the other workers sit idle), reported as they finish."""
-        jobs = max(1, min(_jobs(self.params), max(1, len(rest))))
+        jobs = max(1, min(_jobs(self.cfg), max(1, len(rest))))
         done = []
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chapter") as pool:
             ahead = sorted(rest, key=lambda nb: LONGEST_FIRST.index(nb.stem) if nb.stem in LONGEST_FIRST
@@ -484,7 +484,7 @@ def _until_failure(captured: list[ChapterResult], reading: list[ChapterResult]) 
     return out
 
 
-def _render(params, books, only, language, run_dir, run_id, capture_stems, out, earlier, stage, log,
+def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_stems, out, earlier, stage, log,
             run_as_given, params_as_given) -> Path:
     """render_book's work once the report folder is checked and its staging folder made."""
     from plotly.offline import get_plotlyjs
@@ -493,9 +493,9 @@ def _render(params, books, only, language, run_dir, run_id, capture_stems, out, 
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"{outdir.IPC_PREFIX}{os.getpid()}-") as ipc_folder, \
             ExitStack() as locks:
-        book = _Rendering(params, books, language, run_dir, capture_stems, stage, ipc_folder, log)
+        book = _Rendering(cfg, books, language, run_dir, capture_stems, stage, ipc_folder, log)
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
-            state = locks.enter_context(clock_lock(params["lock_clocks"]))
+            state = locks.enter_context(clock_lock(cfg.lock_clocks))
             # more than one capture chapter: side by side, each part waiting for the one before (the session's
             # pipeline)
             if book.pipelined:
@@ -518,14 +518,14 @@ def _render(params, books, only, language, run_dir, run_id, capture_stems, out, 
         from .analyze.classify import Rules, report_for_run
 
         # chapter 05's parameters are the Rules fields by name: report.md uses the same thresholds
-        rules = Rules(**{f.name: params[f.name] for f in fields(Rules) if f.name in params})
+        rules = Rules(**{f.name: getattr(cfg, f.name) for f in fields(Rules) if hasattr(cfg, f.name)})
         with in_language(language):
             text = report_for_run(run_dir, rules)
         if text:
             (stage / "report.md").write_text(text, encoding="utf-8")
     entries = [r.entry() for r in results]
     with in_language(language):
-        _index(stage, run_id, params, entries, time.perf_counter() - t_all, run_as_given or params["run_dir"])
+        _index(stage, run_id, cfg, entries, time.perf_counter() - t_all, run_as_given or cfg.run_dir)
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
         dest = outdir.failed_dest(out)
@@ -609,7 +609,7 @@ class _ChapterLines:
 CAPTURE_PARTS = {"00_setup": "setup", "01_timeline": "timeline", "02_ncu": "ncu"}
 
 
-def _capturing_chapters(params: dict, run_dir: Path, books: list[Path]) -> list[str]:
+def _capturing_chapters(cfg: BookConfig, run_dir: Path, books: list[Path]) -> list[str]:
     """The capture chapters of this rendering that will capture (capture.chapters.decide); a capture
     that cannot be honoured (`always` on a machine without a GPU, or over an existing run) stops the
     book before any chapter runs, exit code 2."""
@@ -620,10 +620,10 @@ def _capturing_chapters(params: dict, run_dir: Path, books: list[Path]) -> list[
     out = []
     for stem in stems:
         try:
-            do, _ = decide(run_dir, CAPTURE_PARTS[stem], params.get("capture", "never"))
+            do, _ = decide(run_dir, CAPTURE_PARTS[stem], cfg.capture)
         except CaptureError as e:
             raise BookError(f"{stem}: {e}\nnothing rendered", 2) from None
-        if do or (out and params.get("capture") != "never"):  # later parts of a capture that began here
+        if do or (out and cfg.capture != "never"):  # later parts of a capture that began here
             out.append(stem)
     return out
 
@@ -673,10 +673,10 @@ LONGEST_FIRST = ["07_summary", "06_npu", "01_timeline", "05_classification", "04
                  "03_histograms", "00_setup"]
 
 
-def _jobs(params: dict) -> int:
+def _jobs(cfg: BookConfig) -> int:
     """How many reading chapters run at once: `render_jobs`, or with 0 one per CPU core this process may use,
     at most 4 (each is a kernel of its own; on 2 cores two at once halve the CPU book's wall time)."""
-    n = params.get("render_jobs", 0) or 0
+    n = cfg.render_jobs
     if n > 0:
         return n
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -687,9 +687,9 @@ def _to_nb(v):
     return v if not isinstance(v, Path) else str(v)
 
 
-def _index(stage: Path, run_id: str, params: dict, entries: list[dict], total_s: float, run_shown: str) -> None:
+def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total_s: float, run_shown: str) -> None:
     """index.html: one row per chapter with its summary, in the current language (`i18n`)."""
-    manifest = json.loads(RunLayout(P.resolve_path(params["run_dir"])).manifest.read_text())
+    manifest = json.loads(RunLayout(P.resolve_path(cfg.run_dir)).manifest.read_text())
     gpu = manifest.get("environment", {}).get("gpu", {})
     gpu_name = gpu.get("name", "?") if isinstance(gpu, dict) else gpu
     esc = escape.html

@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..contract import session
+from ..contract.config import CaptureConfig
 from ..contract.layout import RunLayout, landing
 from ..env import can_capture
 from ..i18n import N_, text, tr
@@ -94,7 +95,7 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
     if not do:
         return {"captured": False, "why": why, "wall_s": 0.0}
     try:
-        params = P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture")
+        params = CaptureConfig.of(P.load(resolve_path(params_file) if params_file else None, {}, consumer="capture"))
     except P.ParamError as e:
         raise CaptureError(str(e)) from e
     gate = session.current().pipeline or None
@@ -107,7 +108,7 @@ def part(run_dir: str | Path, which: str, capture: str, params_file: str | None 
         raise
 
 
-def _capture(run_dir: Path, which: str, why: str, params: dict, params_file: str | None, progress, gate: str | None,
+def _capture(run_dir: Path, which: str, why: str, params: CaptureConfig, params_file: str | None, progress, gate: str | None,
              early) -> dict:
     """`part` once it captures: the part itself, its manifest entry and the run's status."""
     if which == "setup" or not present(run_dir, "setup"):
@@ -121,7 +122,7 @@ def _capture(run_dir: Path, which: str, why: str, params: dict, params_file: str
     from ..clocks import clock_lock
 
     runner_state = session.current().clock_state
-    lock = nullcontext(runner_state) if held else clock_lock(params["lock_clocks"])
+    lock = nullcontext(runner_state) if held else clock_lock(params.lock_clocks)
     try:
         with lock as clock_state:
             if clock_state is not None:
@@ -155,7 +156,7 @@ def _capture(run_dir: Path, which: str, why: str, params: dict, params_file: str
     return {"captured": True, "why": why, "wall_s": wall}
 
 
-def _after_prior(run_dir: Path, which: str, params: dict, gate: Path):
+def _after_prior(run_dir: Path, which: str, params: CaptureConfig, gate: Path):
     """Side by side (`PIPELINE`): wait until the part before `which` is in the run (`await_prior`). The ncu part
     first waits until the timeline's timed passes are over and then starts ncu early (capture.ncu_stage
     `early_ncu`) in the staging folder the part lands from, so its worker's model build overlaps the shapes
@@ -212,16 +213,15 @@ def _timing_key(which: str) -> str:
     return {"setup": "measure_peaks"}.get(which, which)
 
 
-def _done(run_dir: Path, which: str, params: dict) -> bool:
-    if which == "ncu" and params["ncu_top_n"] == 0:
+def _done(run_dir: Path, which: str, params: CaptureConfig) -> bool:
+    if which == "ncu" and params.ncu_top_n == 0:
         return True
     return present(run_dir, which)
 
 
-def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
+def _begin(run_dir: Path, params: CaptureConfig, params_file: str | None) -> dict:
     """The run's manifest, created with the capture's parameters when the run does not exist yet."""
     from .. import env as envmod
-    from ..params import CAPTURE, for_consumer
 
     lay = RunLayout(run_dir)
     if lay.manifest.exists():
@@ -229,7 +229,7 @@ def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     lay.raw.mkdir(exist_ok=True)
     manifest = {"kernelbook_run": 1, "run_id": run_dir.name, "status": "partial", "reason": "capture in progress",
-                "params": for_consumer(params, CAPTURE),
+                "params": params.capture_params(),
                 "params_source": session.current().params_as_given or params_file,
                 "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -237,7 +237,7 @@ def _begin(run_dir: Path, params: dict, params_file: str | None) -> dict:
     return manifest
 
 
-def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quiet=None, timed=None,
+def _run(which: str, params: CaptureConfig, run_dir: Path, manifest: dict, progress, quiet=None, timed=None,
          early=None) -> None:
     if which == "setup":
         from .. import env as envmod
@@ -248,7 +248,7 @@ def _run(which: str, params: dict, run_dir: Path, manifest: dict, progress, quie
             manifest["device"] = lookup(manifest["environment"]["gpu"]["name"]).key
         except UnknownDeviceError as e:
             manifest["device"], manifest["device_note"] = None, str(e)
-        if params["measure_peaks"]:
+        if params.measure_peaks:
             from ..measure import measure_peaks
 
             manifest["measured_peaks"] = measure_peaks()
@@ -295,7 +295,7 @@ def _fresh_ncu_stage(run_dir: Path) -> Path:
     return stage
 
 
-def _run_ncu(params: dict, run_dir: Path, manifest: dict, progress, early=None) -> None:
+def _run_ncu(params: CaptureConfig, run_dir: Path, manifest: dict, progress, early=None) -> None:
     """`early`: the ncu `_start_early_ncu` started in the staging folder."""
     from .ncu_stage import ncu_stage
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..contract.config import CaptureConfig
 from ..contract.layout import NcuDir, RunLayout, log_file, report_file
 from . import ncu as _ncu  # read `_ncu.PROFILE_GATE` at call time (bench/ncu_stage.py compares both)
 from .ncu import (NcuError, NcuProcess, NcuStopped, expected_launches, finish_ncu, graph_launches, graph_phase,
@@ -33,7 +34,7 @@ def ncu_progress(label: str, say=_say):
     return report
 
 
-def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
+def early_ncu(params: CaptureConfig, run_dir: Path, gate: Path) -> "NcuProcess | None":
     """Start ncu by op call (see `_by_position`) before the timeline part exists: its worker builds and warms up
     the model once the timeline's timed passes are over (`gate`), then waits for the targets this stage writes,
     so the model build overlaps the timeline's shapes pass. None where the stage will not profile by op call
@@ -42,19 +43,18 @@ def early_ncu(params: dict, run_dir: Path, gate: Path) -> "NcuProcess | None":
 
     from .nsys import pick_backend
 
-    if (params["ncu_top_n"] == 0 or params.get("tensor_parallel", 1) > 1
-            or params.get("cache_implementation", "dynamic") == "static"
-            or pick_backend(params["timeline_backend"])[0] != "torch"):
+    if (params.ncu_top_n == 0 or params.tensor_parallel > 1 or params.static_cache
+            or pick_backend(params.timeline_backend)[0] != "torch"):
         return None
     nd = RunLayout(run_dir).ncu()
     nd.path.mkdir(parents=True, exist_ok=True)
-    nd.params.write_text(json.dumps(params))
+    nd.params.write_text(json.dumps(params.as_dict()))
     worker = worker_command(nd.params, targets_file=nd.targets, early=f"{gate}:{os.getpid()}",
                             gated=_ncu.PROFILE_GATE)
-    return NcuProcess(ncu_command(nd.report(), None, worker, params["clock_control"], params["cache_control"]))
+    return NcuProcess(ncu_command(nd.report(), None, worker, params.clock_control, params.cache_control))
 
 
-def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
+def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
     """`say(line)` gets the progress lines (stderr by default; a chapter passes its progress bar). `wrap(cmd,
     worker)`: the command that actually runs (tensor parallelism: torchrun around it). `early`: the ncu that
     `early_ncu` started for this stage (ended here when the stage does not profile by op call after all)."""
@@ -62,13 +62,13 @@ def ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say, wrap=None, 
     timeline = pd.read_parquet(lay.timeline)
     lay.ncu_dir().mkdir(exist_ok=True)
     params_file = lay.ncu().params
-    params_file.write_text(json.dumps(params))
-    info = manifest.setdefault("ncu", {"clock_control": params["clock_control"],
-                                       "cache_control": params["cache_control"], "phases": {}})
-    step = params.get("ncu_step")
-    if step is None and params.get("sample_window", 0) > 0:  # a sampled long generation: its middle
-        step = params["max_new_tokens"] // 2
-    sels = [select_kernels(timeline, ph, params["ncu_top_n"], step) for ph in params["ncu_phases"]]
+    params_file.write_text(json.dumps(params.as_dict()))
+    info = manifest.setdefault("ncu", {"clock_control": params.clock_control,
+                                       "cache_control": params.cache_control, "phases": {}})
+    step = params.ncu_step
+    if step is None and params.sample_window > 0:  # a sampled long generation: its middle
+        step = params.max_new_tokens // 2
+    sels = [select_kernels(timeline, ph, params.ncu_top_n, step) for ph in params.ncu_phases]
     graphs = [s for s in sels if graph_phase(timeline, s)]
     eager = [s for s in sels if s not in graphs]
     by_position = eager and "op_index" in timeline and (timeline.op_index >= 0).any()
@@ -125,7 +125,7 @@ NCCL_REASON = ("not profiled under tensor parallelism: replaying a collective on
                "wait in chapter 01")
 
 
-def tp_ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
+def tp_ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say) -> None:
     """ncu per rank under tensor parallelism: for each rank, torchrun starts every rank again with that
     rank's worker under ncu and the others plain (one ncu per GPU: the form that works on 2x H200), with
     the rank's own top kernels selected from its timeline, NCCL kernels left out (NCCL_REASON). Rank 0's
@@ -137,7 +137,7 @@ def tp_ncu_stage(params: dict, run_dir: Path, manifest: dict, say=_say) -> None:
 
     lay = RunLayout(run_dir)
     timeline = pd.read_parquet(lay.timeline)
-    n = params["tensor_parallel"]
+    n = params.tensor_parallel
     ranks = {}
     for r in range(n):
         stage = lay.tp_ncu_stage(r)  # shaped like a run: rank r's timeline without its NCCL kernels
@@ -166,7 +166,7 @@ def _tp_command(ncu_cmd: list[str], worker: list[str], rank: int, n: int, where:
     return torchrun_worker(n, "--mode", "tp-exec", "--params", str(f))
 
 
-def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None, early=None) -> None:
+def _by_position(params: CaptureConfig, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None, early=None) -> None:
     from ..analyze.ncu_metrics import kernel_table_by_position
 
     nd, info = RunLayout(run_dir).ncu(), manifest["ncu"]
@@ -178,14 +178,14 @@ def _by_position(params, run_dir, manifest, timeline, sels, params_file, say=_sa
     os.replace(nd.targets_tmp, targets)
     report = nd.report()
     worker = worker_command(params_file, targets_file=targets, gated=_ncu.PROFILE_GATE)
-    cmd = early.cmd if early is not None else ncu_command(report, None, worker, params["clock_control"],
-                                                          params["cache_control"])
+    cmd = early.cmd if early is not None else ncu_command(report, None, worker, params.clock_control,
+                                                          params.cache_control)
     if wrap is not None:
         cmd = wrap(cmd, worker)
     label = "+".join(s.phase for s in sels)
     say(f"  ncu {label}: {len(exp)} launches in {exp[['phase', 'step', 'op_index']].drop_duplicates().shape[0]} "
         f"op calls for {len(reps)} kernels")
-    metrics, results, error, stop, wall = _profile(cmd, log_file(report), report, params["ncu_timeout_s"],
+    metrics, results, error, stop, wall = _profile(cmd, log_file(report), report, params.ncu_timeout_s,
                                                     ncu_progress(label, say), len(exp), early)
     selected = pd.concat([s.kernels.assign(phase=s.phase) for s in sels], ignore_index=True)
     selected = selected[["phase"] + [c for c in selected.columns if c != "phase"]]
@@ -243,7 +243,7 @@ GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's g
               "graph nodes under stale names), tied by the report's names and launch configurations")
 
 
-def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
+def _by_name(params: CaptureConfig, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
     """One ncu process per phase, by name. `graph`: the phase's steps are CUDA-graph replays (see
     `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step)."""
     from ..analyze.ncu_metrics import same_launch_elsewhere
@@ -257,11 +257,11 @@ def _by_name(params, run_dir, manifest, timeline, sels, params_file, say=_say, g
         phase = sel.phase
         report = nd.report(phase)
         cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, phase, sel.step),
-                          params["clock_control"], params["cache_control"], graph=graph)
+                          params.clock_control, params.cache_control, graph=graph)
         say(f"  ncu {phase}: {len(sel.kernels)} kernels by name in step {sel.step}"
             + (" (CUDA-graph replay, node by node)" if graph else ""))
         metrics, results, error, stop, wall = _profile(cmd, log_file(report), report,
-                                                        params["ncu_timeout_s"], ncu_progress(phase, say))
+                                                        params.ncu_timeout_s, ncu_progress(phase, say))
         if metrics is not None:  # result ids stay unique across the stage's ncu processes
             metrics = metrics.assign(result_id=metrics.result_id + next_id)
             results = results.assign(result_id=results.result_id + next_id)

@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..contract.config import CaptureConfig
 from ..contract.layout import seen_file, worker_file
 from .phases import EnoughSteps, require_vision_work
 from .torch_backend import _timed_generate, prepare
@@ -39,7 +40,7 @@ def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
         _wait_until(targets_file.exists, owner)
 
 
-def worker(params: dict, mode: str, target: str | None, targets_file: str | None = None,
+def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: str | None = None,
            early: str | None = None, profile_gate: bool = False) -> None:
     """The workload alone, run under an external profiler (ncu or nsys). `targets_file`: ncu by op call
     ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it. `early`
@@ -56,7 +57,7 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         # warmup generate and the lead-up decode steps without cuDNN attention; the targets come after
         t = time.perf_counter()
         wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
-        warmups = params["warmup"]
+        warmups = params.warmup
         ready_early = time.perf_counter() - t
         _wait_until(Path(targets_file).exists, int(owner))
     if targets_file:
@@ -67,8 +68,8 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         # stop right after the last profiled step; warm up only when the first steps are profiled
         # (decode steps before the profiled one warm it up; bench/kernel_choice.py)
         only_decode = all(ph == "decode" for ph, _ in op_targets)
-        params = {**params, "max_new_tokens": _worker_tokens(params, max(decode_steps, default=0) + 1),
-                  "warmup": 0 if only_decode else params["warmup"]}
+        params = replace(params, max_new_tokens=_worker_tokens(params, max(decode_steps, default=0) + 1),
+                         warmup=0 if only_decode else params.warmup)
         # A prefill target is warmed up by a one-token generate (the prefill alone), not a whole one: every
         # decode length loads cuDNN attention kernels of its own, and ncu's cost per profiled launch grows
         # with the modules a process has loaded (bench/ncu_floor.py, H100: 0.5 s per launch before a
@@ -82,16 +83,16 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
             # no warmup generate: the steps before the profiled one warm it up (under CUDA graphs they
             # also compile and record the step). Measured on an H100 (bench/kernel_choice.py), the step
             # launches the timeline's kernels in the timeline's order.
-            params = {**params, "max_new_tokens": _worker_tokens(params, int(step) + 1), "warmup": 0}
+            params = replace(params, max_new_tokens=_worker_tokens(params, int(step) + 1), warmup=0)
     if early:  # the model is ready: the targets set what this generate does
         tracker.op_targets = op_targets
-        wl = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": params["max_new_tokens"],
-                                     "min_new_tokens": params["max_new_tokens"]})
+        wl = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": params.max_new_tokens,
+                                     "min_new_tokens": params.max_new_tokens})
         ready = ready_early
     else:
         t = time.perf_counter()
         # not under CUDA graphs (static cache): a changed SDPA flag would make torch.compile build the step anew
-        lead_up = op_targets is not None and params.get("cache_implementation", "dynamic") != "static"
+        lead_up = op_targets is not None and not params.static_cache
         wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
                                       warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
     tracker.stop_after = stop_after
@@ -113,9 +114,9 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         seen_file(Path(targets_file)).write_text(json.dumps(seen))
         worker_file(Path(targets_file)).write_text(json.dumps({
-            "started_early": bool(early), "warmup_generates": warmups if early else params["warmup"],
+            "started_early": bool(early), "warmup_generates": warmups if early else params.warmup,
             "warmup_tokens": warmup_tokens,
-            "max_new_tokens": params["max_new_tokens"], "cudnn_free_decode_steps": tracker.cudnn_free_steps,
+            "max_new_tokens": params.max_new_tokens, "cudnn_free_decode_steps": tracker.cudnn_free_steps,
             "profile_gate": tracker.profile_gate}))
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
@@ -124,8 +125,8 @@ def worker(params: dict, mode: str, target: str | None, targets_file: str | None
           file=sys.stderr)
 
 
-def _worker_tokens(params: dict, needed: int) -> int:
+def _worker_tokens(params: CaptureConfig, needed: int) -> int:
     """New tokens the ncu worker generates: just enough to reach its last profiled step, except with a
     static cache, whose length (prompt + max_new_tokens) sets the shapes of every step (the attention's
     padded KV length, the mask): there the worker generates what the timeline did."""
-    return params["max_new_tokens"] if params.get("cache_implementation") == "static" else needed
+    return params.max_new_tokens if params.static_cache else needed

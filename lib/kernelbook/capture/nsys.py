@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..contract.config import CaptureConfig
 from ..contract.layout import RunLayout
 from .common import CaptureError
 
@@ -123,7 +124,7 @@ def _phases_from_nvtx(nv: pd.DataFrame) -> pd.DataFrame:
     return nv[["phase", "step", "start_ns", "end_ns", "duration_ns"]].reset_index(drop=True)
 
 
-def nsys_timeline(params: dict, run_dir: Path):
+def nsys_timeline(params: CaptureConfig, run_dir: Path):
     """Run the worker under nsys, export sqlite, read it."""
     import json
     import sys
@@ -131,7 +132,7 @@ def nsys_timeline(params: dict, run_dir: Path):
 
     lay = RunLayout(run_dir)
     pfile = lay.nsys_params
-    pfile.write_text(json.dumps(params))
+    pfile.write_text(json.dumps(params.as_dict()))
     base = lay.nsys_base
     cmd = ["nsys", "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi",
            "--capture-range-end=stop", "-o", str(base), "--force-overwrite", "true",
@@ -139,7 +140,7 @@ def nsys_timeline(params: dict, run_dir: Path):
     t = time.perf_counter()
     from ..proc import run_limited
 
-    prof = run_limited(cmd, params["capture_timeout_s"], "nsys profile (capture_timeout_s)", stdout=subprocess.PIPE,
+    prof = run_limited(cmd, params.capture_timeout_s, "nsys profile (capture_timeout_s)", stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t
     lay.nsys_log.write_text(prof.stdout + prof.stderr)
@@ -147,7 +148,7 @@ def nsys_timeline(params: dict, run_dir: Path):
     if prof.returncode != 0 or not rep.exists():
         raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see {lay.rel(lay.nsys_log)}")
     exp = run_limited(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
-                       str(lay.nsys_sqlite), str(rep)], params["capture_timeout_s"],
+                       str(lay.nsys_sqlite), str(rep)], params.capture_timeout_s,
                       "nsys export (capture_timeout_s)", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if exp.returncode != 0:
         raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")

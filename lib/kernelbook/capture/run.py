@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import env as envmod
 from ..clocks import clock_lock
+from ..contract.config import CaptureConfig
 from ..contract.layout import RunLayout, capture_staging
 from ..devices import UnknownDeviceError, lookup
 from .common import CaptureError, Progress, _write_timeline, land, write_manifest
@@ -33,7 +34,7 @@ def require_gpu() -> None:
                            "existing runs here.")
 
 
-def capture(params: dict, out_dir: str | Path, params_source: str | None = None,
+def capture(params: CaptureConfig, out_dir: str | Path, params_source: str | None = None,
             progress: Progress | None = None) -> Path:
     """The whole capture into the new run directory `out_dir`. `progress` (the CLI passes one started
     when the command started, so its times and the closing one cover the whole command) gets a line
@@ -53,18 +54,16 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None,
     if tmp.exists():
         shutil.rmtree(tmp)
     RunLayout(tmp).raw.mkdir(parents=True)
-    from ..params import CAPTURE, for_consumer
-
     # the manifest records this capture's own parameters only: book parameters (run_dir, top_n, ...)
     # describe a later render, and a run_dir there would name some other run
     manifest: dict = {"kernelbook_run": 1, "run_id": out_dir.name, "status": "partial",
-                      "reason": "capture in progress", "params": for_consumer(params, CAPTURE),
+                      "reason": "capture in progress", "params": params.capture_params(),
                       "params_source": params_source,
                       "git_revision": envmod.git_revision(Path(__file__).parent), "timings_s": {},
                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
     def body(stage):
-        with clock_lock(params["lock_clocks"]) as clock_state:
+        with clock_lock(params.lock_clocks) as clock_state:
             progress("setup: environment, device")
             manifest["clock_state"] = clock_state
             manifest["environment"] = envmod.environment()
@@ -75,9 +74,9 @@ def capture(params: dict, out_dir: str | Path, params_source: str | None = None,
                 manifest["device"] = None
                 manifest["device_note"] = str(e)
             write_manifest(tmp, manifest)
-            tp = params.get("tensor_parallel", 1) > 1
-            steps = (["measure_peaks"] if params["measure_peaks"] else []) + ["timeline"] + (
-                ["ncu"] if params["ncu_top_n"] > 0 else [])
+            tp = params.tensor_parallel > 1
+            steps = (["measure_peaks"] if params.measure_peaks else []) + ["timeline"] + (
+                ["ncu"] if params.ncu_top_n > 0 else [])
             for name in steps:
                 stage[0] = name
                 progress(f"{name}: start")
@@ -116,11 +115,11 @@ def peak_rss_gb() -> dict:
     return {"capture": kb(resource.RUSAGE_SELF), "largest_child": kb(resource.RUSAGE_CHILDREN)}
 
 
-def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None, quiet=None, timed=None) -> None:
+def timeline_stage(params: CaptureConfig, run_dir: Path, manifest: dict, progress=None, quiet=None, timed=None) -> None:
     """`quiet()`: called before the first timed pass, returns once nothing else of the book runs beside the
     capture on this host; `timed()`: called once the timed passes are over (see capture.chapters `PIPELINE`)."""
     quiet, timed = quiet or (lambda: None), timed or (lambda: None)
-    backend, why = pick_backend(params["timeline_backend"])
+    backend, why = pick_backend(params.timeline_backend)
     manifest["timeline_backend"] = {"backend": backend, "why": why}
     if backend == "nsys":
         from .nsys import nsys_timeline
@@ -128,7 +127,7 @@ def timeline_stage(params: dict, run_dir: Path, manifest: dict, progress=None, q
         quiet()
         timeline, phases, info = nsys_timeline(params, run_dir)
         manifest["timeline_info"] = info
-    elif params.get("tensor_parallel", 1) > 1:
+    elif params.tensor_parallel > 1:
         quiet()
         timeline, phases, info = tp_timeline(params, run_dir, progress or (lambda msg: None))
         manifest["timeline_info"] = info

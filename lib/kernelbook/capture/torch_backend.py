@@ -14,26 +14,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..contract.config import CaptureConfig
 from ..contract.layout import RunLayout, rank_run, trace_json, window_json
 from ..i18n import N_
 from .phases import PhaseTracker, require_vision_work
 from .common import PARQUET, CaptureError, _write_timeline
 
 
-def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None, warmup_tokens: int | None = None,
+def prepare(params: CaptureConfig, nvtx: bool = True, ncu_target=None, op_targets=None, warmup_tokens: int | None = None,
             cudnn_free_prefix: bool = False):
-    """Model + workload + phase hooks, warmed up (`params["warmup"]` generate calls, of `warmup_tokens` new
+    """Model + workload + phase hooks, warmed up (`params.warmup` generate calls, of `warmup_tokens` new
     tokens each when given). Returns (workload, tracker, load_s)."""
     import torch
 
     from .models import load_model
     from .workload import build_workload
 
-    if params.get("tensor_parallel", 1) > 1:
+    if params.tensor_parallel > 1:
         init_rank()
     t = time.perf_counter()
-    loaded = load_model(params["model"], params["weights"], "cuda", params["dtype"], params["trust_remote_code"],
-                        params.get("attn_implementation"), params.get("tensor_parallel", 1))
+    loaded = load_model(params.model, params.weights, "cuda", params.dtype, params.trust_remote_code,
+                        params.attn_implementation, params.tensor_parallel)
     wl = build_workload(loaded, params, "cuda")
     torch.cuda.synchronize()
     load_s = time.perf_counter() - t
@@ -41,7 +42,7 @@ def prepare(params: dict, nvtx: bool = True, ncu_target=None, op_targets=None, w
                            ncu_target=ncu_target, op_targets=op_targets, cudnn_free_prefix=cudnn_free_prefix).install()
     warm = wl if warmup_tokens is None else replace(
         wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": warmup_tokens, "min_new_tokens": warmup_tokens})
-    for _ in range(params["warmup"]):
+    for _ in range(params.warmup):
         warm.generate()
     torch.cuda.synchronize()
     return wl, tracker, load_s
@@ -91,23 +92,22 @@ def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict, pd.DataF
     return totals, phases, pd.concat(steps, ignore_index=True)
 
 
-def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None):
+def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None):
     import torch
 
     from ..load.trace import join_shapes
     from ..measure import summarize
     from ..contract.sampling import plan
 
-    sampling = plan(params["max_new_tokens"], params.get("sample_window", 0), params.get("sample_every", 1))
-    two_pass = params.get("shapes_pass", True)
+    sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+    two_pass = params.shapes_pass
     # A long eager generation is warmed up by its shapes pass, run first: the first generate pays cuDNN's
     # attention graph for every KV length (~0.08 s each on the H100, 157-196 s for 2048 tokens), a warmup
     # generate would pay it and the shapes pass would then run a whole generate more. Under CUDA graphs
     # (static cache) the warmup compiles the step, which the shapes pass's dispatch mode would keep out.
-    shapes_first = (sampling is not None and two_pass and params["warmup"] > 0
-                    and params.get("cache_implementation") != "static")
+    shapes_first = sampling is not None and two_pass and params.warmup > 0 and not params.static_cache
     progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
-    wl, tracker, load_s = prepare({**params, "warmup": 0} if shapes_first else params)
+    wl, tracker, load_s = prepare(replace(params, warmup=0) if shapes_first else params)
     shaped = shapes = None
     lay = RunLayout(run_dir)
 
@@ -122,8 +122,8 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet
     if shapes_first:
         shaped, _, shapes_s, _, _ = shapes_pass()
     quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
-    progress(f"  model ready in {load_s:.1f} s; {params['timing_trials']} plain generates")
-    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params["timing_trials"])
+    progress(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
+    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
     plain_steps.to_parquet(lay.steps, **PARQUET)
     what = (f"{len(sampling.windows)} windows, {len(sampling.steps) - 1} of {sampling.decode_steps} decode steps"
             if sampling else "every step")
@@ -148,7 +148,7 @@ def torch_timeline(params: dict, run_dir: Path, progress=lambda msg: None, quiet
     tracker.remove()
     info = {
         "model_load_s": load_s, "warmup": (N_("the shapes pass (a whole generate, run first)") if shapes_first else
-                                             f"{params['warmup']} generate(s)"), "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
+                                             f"{params.warmup} generate(s)"), "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
         "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
         "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
         "generate_kwargs": wl.gen_kwargs,
@@ -212,28 +212,28 @@ TP_RANK_KEYS = ("model_load_s", "plain_generate", "plain_phases", "profiled_gene
                 "shapes", "vision_forwards_marked")
 
 
-def tp_timeline(params: dict, run_dir: Path, progress=lambda msg: None):
+def tp_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None):
     """Tensor parallelism: torchrun starts `tensor_parallel` ranks, each the timeline pass of
     `torch_timeline` on its own GPU with its shard of the model (`python -m kernelbook _worker --mode
     tp-timeline`); their tables are merged here with a `rank` column. The ranks' profiler clocks are the
     one host's, so launch times compare across ranks."""
     import torch
 
-    n = params["tensor_parallel"]
+    n = params.tensor_parallel
     if torch.cuda.device_count() < n:
         raise CaptureError(f"tensor_parallel: {n} needs {n} GPUs and torch sees {torch.cuda.device_count()}. "
                            "Run on a machine with that many, or lower tensor_parallel.")
     lay = RunLayout(run_dir)
     raw = lay.raw
     pfile = lay.tp_params
-    pfile.write_text(json.dumps(params))
+    pfile.write_text(json.dumps(params.as_dict()))
     cmd = torchrun_worker(n, "--params", str(pfile), "--mode", "tp-timeline", "--out", str(raw))
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
     progress(f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
     t = time.perf_counter()
     from ..proc import run_limited
 
-    proc = run_limited(cmd, params["capture_timeout_s"], f"torchrun with {n} ranks (capture_timeout_s)", env=env)
+    proc = run_limited(cmd, params.capture_timeout_s, f"torchrun with {n} ranks (capture_timeout_s)", env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
                            f"{time.perf_counter() - t:.0f} s (its output is above)")
@@ -272,7 +272,7 @@ def init_rank() -> int:
     return dist.get_rank()
 
 
-def tp_rank_worker(params: dict, out: str) -> None:
+def tp_rank_worker(params: CaptureConfig, out: str) -> None:
     """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>."""
     import torch.distributed as dist
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from .inputs import (INSTRUCTION, deepseek_ocr2_image_tokens, exactly, omnidocbench_pages, prompt_token_ids,
                      synthetic_pages)
+from ..contract.config import CaptureConfig
 from .models import LoadedModel, ModelSpec, model_spec
 from .common import InputsError
 
@@ -42,28 +43,28 @@ class Workload:
             return self.loaded.model.generate(**self.inputs, **self.gen_kwargs)
 
 
-def pages_for(params: dict) -> tuple[list, str]:
-    n = params["batch_size"]
-    if params.get("omnidocbench_dir"):
-        return (omnidocbench_pages(params["omnidocbench_dir"], params.get("omnidocbench_subset"), n),
-                f"OmniDocBench {params['omnidocbench_dir']}")
-    return synthetic_pages(n, seed=params.get("seed", 0)), f"{n} synthetic document page(s) (Pillow, seeded)"
+def pages_for(cfg: CaptureConfig) -> tuple[list, str]:
+    n = cfg.batch_size
+    if cfg.omnidocbench_dir:
+        return (omnidocbench_pages(cfg.omnidocbench_dir, cfg.omnidocbench_subset, n),
+                f"OmniDocBench {cfg.omnidocbench_dir}")
+    return synthetic_pages(n, seed=cfg.seed), f"{n} synthetic document page(s) (Pillow, seeded)"
 
 
-def generate_kwargs(params: dict, cfg) -> dict:
+def generate_kwargs(params: CaptureConfig, cfg) -> dict:
     """Greedy generation of exactly `max_new_tokens`. `cache_implementation: static` preallocates the KV
     cache; generate then compiles each decode step (mode reduce-overhead: CUDA graphs) unless
     `compile_decode` is false. The prefill step stays eager either way (transformers' own choice)."""
-    n_new = params["max_new_tokens"]
+    n_new = params.max_new_tokens
     kw = dict(max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
-              no_repeat_ngram_size=params.get("no_repeat_ngram_size", 20), pad_token_id=_pad_id(cfg))
-    if params.get("cache_implementation", "dynamic") == "static":
+              no_repeat_ngram_size=params.no_repeat_ngram_size, pad_token_id=_pad_id(cfg))
+    if params.static_cache:
         kw["cache_implementation"] = "static"
-        kw["disable_compile"] = not params.get("compile_decode", True)
+        kw["disable_compile"] = not params.compile_decode
     return kw
 
 
-def build_workload(loaded: LoadedModel, params: dict, device: str) -> Workload:
+def build_workload(loaded: LoadedModel, params: CaptureConfig, device: str) -> Workload:
     """Inputs for `loaded` on `device` from params: prompt, prompt_tokens, batch_size, max_new_tokens,
     crop_mode, base_size. Raises InputsError when the model's inputs cannot be built."""
     model = loaded.model
@@ -75,7 +76,7 @@ def build_workload(loaded: LoadedModel, params: dict, device: str) -> Workload:
     return Workload(loaded, inputs, generate_kwargs(params, model.config), describe)
 
 
-def check_inputs(params: dict) -> dict:
+def check_inputs(params: CaptureConfig) -> dict:
     """Build the model's inputs on the CPU from its config and processor alone (no weights, no GPU), so
     that a model whose inputs cannot be built stops before any GPU work. Returns what the manifest
     would record about them; raises InputsError naming the model class and what is missing."""
@@ -85,36 +86,36 @@ def check_inputs(params: dict) -> dict:
     except ImportError:
         return {}  # require_gpu says what to install
     try:
-        spec = model_spec(params["model"], params["weights"], params["trust_remote_code"])
+        spec = model_spec(params.model, params.weights, params.trust_remote_code)
     except (OSError, ValueError) as e:
-        raise InputsError(f"cannot read the config of {params['model']!r} (weights: {params['weights']}): {e}") from e
+        raise InputsError(f"cannot read the config of {params.model!r} (weights: {params.weights}): {e}") from e
     _, describe = model_inputs(spec.kind, spec.config, spec.processor, spec.model_class, params)
-    _check_length(spec, describe["prompt_tokens"] + params["max_new_tokens"], params)
+    _check_length(spec, describe["prompt_tokens"] + params.max_new_tokens, params.max_new_tokens)
     return describe
 
 
-def _check_length(spec: ModelSpec, total: int, params: dict) -> None:
+def _check_length(spec: ModelSpec, total: int, max_new_tokens: int) -> None:
     text = getattr(spec.config, "text_config", None) or spec.config
     limit = getattr(text, "max_position_embeddings", None)
     if limit and total > limit:
-        raise InputsError(f"{spec.model_class}: a prompt of {total - params['max_new_tokens']} tokens plus "
-                          f"max_new_tokens {params['max_new_tokens']} is {total} positions, above the model's "
+        raise InputsError(f"{spec.model_class}: a prompt of {total - max_new_tokens} tokens plus "
+                          f"max_new_tokens {max_new_tokens} is {total} positions, above the model's "
                           f"max_position_embeddings {limit}: lower prompt_tokens or max_new_tokens")
 
 
-def model_inputs(kind: str, cfg, processor, model_class: str, params: dict) -> tuple[dict, dict]:
+def model_inputs(kind: str, cfg, processor, model_class: str, params: CaptureConfig) -> tuple[dict, dict]:
     """(inputs as CPU tensors, what the manifest records about them). `processor`: the checkpoint's
     processor (image models), tokenizer (text models) or None."""
-    text = params.get("prompt") or INSTRUCTION
-    n = params.get("prompt_tokens")
+    text = params.prompt or INSTRUCTION
+    n = params.prompt_tokens
     if kind == "causal-lm":
-        return _text_inputs(cfg, processor, model_class, text, n, params["batch_size"])
+        return _text_inputs(cfg, processor, model_class, text, n, params.batch_size)
     pages, source = pages_for(params)
-    crop = params.get("crop_mode", True)
+    crop = params.crop_mode
     if _is_ocr2(cfg):
         prompt = text if "<image>" in text else "<image>\n" + text  # the reference prompt's form
         if processor is None:
-            inputs, describe = _ocr2_inputs_without_tokenizer(pages, prompt, crop, params.get("base_size", 1024),
+            inputs, describe = _ocr2_inputs_without_tokenizer(pages, prompt, crop, params.base_size,
                                                               cfg, n)
         else:
             inputs = dict(processor(images=pages, text=[prompt] * len(pages), return_tensors="pt",

@@ -29,6 +29,10 @@ def test_every_committed_run_reads(path):
     assert m.measured_peaks.bf16_gemm_tflops == raw["measured_peaks"]["bf16_gemm_tflops"]
     assert m.overhead_ratio == raw["timeline_info"]["overhead_ratio"]
     assert (m.ncu is None) == ("ncu" not in raw)
+    for ph, v in (raw.get("ncu") or {}).get("phases", {}).items():  # the phase keys coverage_prose reads
+        typed = m.ncu.phases[ph]
+        assert typed.graph_replay == bool(v.get("graph_replay"))
+        assert [(d.name, d.share) for d in typed.left_out] == [(d["name"], d["share"]) for d in v.get("left_out") or []]
     assert m.params["model"] == raw["params"]["model"]
     assert read_manifest(m) is m
 
@@ -102,16 +106,6 @@ def test_manifest_is_frozen():
     assert isinstance(m, Manifest)
 
 
-# Reads of the manifest by key left in analyze/ and the notebooks, each with why it is still one (issue 40's
-# remaining work: convert them, then empty this list). file → number of such reads.
-NOT_YET = {
-    "lib/kernelbook/analyze/compare.py": 3,  # params merged over the schema defaults: waits for the typed config
-    "lib/kernelbook/analyze/comm.py": 1,  # params: waits for the typed config
-    "lib/kernelbook/analyze/summary.py": 15,  # params and variants/host baselines: not converted in the time box
-    "lib/kernelbook/analyze/setup.py": 7,  # chapter 00's tables: environment, measured peaks, clocks, params
-    "lib/kernelbook/analyze/provenance.py": 9,  # the capture's account: open-ended sections rendered as items
-    "lib/kernelbook/analyze/ncu_report.py": 1,  # coverage_prose reads phase keys (graph_replay …) not typed yet
-}
 KEY_READ = re.compile(r"manifest(\.get\(|\[)")
 
 
@@ -123,5 +117,4 @@ def test_no_manifest_reads_by_key():
         n = len(KEY_READ.findall(f.read_text()))
         if n:
             found[str(f.relative_to(ROOT))] = n
-    # equal, not at most: a file converted leaves the list with it
-    assert found == NOT_YET, f"manifest read by key (use Run.info / read_manifest): {found}"
+    assert found == {}, f"manifest read by key (use Run.info / read_manifest): {found}"

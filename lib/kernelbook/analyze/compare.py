@@ -215,8 +215,8 @@ def pairing(a, b) -> Pairing:
     from ..params import CAPTURE, SCHEMA
 
     defaults = {k: p.default for k, p in SCHEMA.items() if CAPTURE in p.feeds}
-    pa = {**defaults, **a.manifest.get("params", {})}
-    pb = {**defaults, **b.manifest.get("params", {})}
+    pa = {**defaults, **a.info.params}
+    pb = {**defaults, **b.info.params}
 
     def differ(keys):
         return {k: (pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)}
@@ -273,7 +273,7 @@ def text_report(a, b, top: int = 12) -> str:
     """The plain-text comparison `python -m kernelbook diff` prints: first what the runs share (`pairing`),
     then per phase, per category and per kernel family; '—' where a run has no such phase, time or kernel."""
     def params(r):
-        p = r.manifest.get("params", {})
+        p = r.info.params
         keys = ("model", "batch_size", "max_new_tokens", "variant", "attn_implementation", "cache_control")
         return ", ".join(f"{k}={_value(p[k], 80)}" for k in keys if k in p)
 

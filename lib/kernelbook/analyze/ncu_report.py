@@ -168,22 +168,22 @@ def id_ranges(ids: list[str]) -> str:
     return tr(", ").join(f"{r[0]}–{r[-1]}" if len(r) > 2 else tr(", ").join(r) for r in runs)
 
 
-def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> str:
-    info = manifest.get("ncu", {})
+def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: Manifest | dict) -> str:
+    info = read_manifest(manifest).ncu
     lines = []
-    phases = info.get("phases", {})
-    eager = {p: v for p, v in phases.items() if not v.get("graph_replay")}
-    by_position = "expected_launches" in info and bool(eager)
+    phases = info.phases if info else {}
+    eager = {p: v for p, v in phases.items() if not v.graph_replay}
+    by_position = info is not None and info.expected_launches is not None and bool(eager)
     if by_position:  # one ncu process for every eager phase; a graph phase has a process of its own (below)
-        results, selected = sum(v["results"] for v in eager.values()), sum(v["selected"] for v in eager.values())
+        results, selected = sum(v.results for v in eager.values()), sum(v.selected for v in eager.values())
         lines.append(tr("- One ncu process for {phases}: {results} profiled launches for {selected} selected kernels "
                         "({per_kernel:.2f} per kernel) in {seconds:.0f} s; each kernel is identified by its position "
                         "(the op call that launched it in the timeline), so no name filter can miss one (clock "
                         "control `{clock}`, cache control `{cache}`).",
                         phases=tr(", ").join(phase_label(p) for p in eager), results=results,
-                        selected=selected, per_kernel=results / max(1, selected), seconds=info["wall_s"],
-                        clock=md_code(info.get("clock_control")), cache=md_code(info.get("cache_control"))))
-        check = info.get("op_check") or {}
+                        selected=selected, per_kernel=results / max(1, selected), seconds=info.wall_s,
+                        clock=md_code(info.clock_control), cache=md_code(info.cache_control)))
+        check = info.op_check
         if check.get("checked"):
             pairs = sorted({tr("`{seen}` around `{op}`", seen=md_code(d["op_seen"]), op=md_code(d["op"]))
                             for d in check.get("differ", [])})
@@ -196,18 +196,18 @@ def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: dict) -> 
             continue
         lines.append(tr("- **{phase}**: one ncu process profiled step {step} of the phase, {results} launch "
                         "configurations in {seconds:.0f} s (clock control `{clock}`, cache control `{cache}`).",
-                        phase=phase_label(ph), step=v["step"], results=v["results"], seconds=v["wall_s"],
-                        clock=md_code(info.get("clock_control")), cache=md_code(info.get("cache_control"))))
+                        phase=phase_label(ph), step=v.step, results=v.results, seconds=v.wall_s,
+                        clock=md_code(info.clock_control), cache=md_code(info.cache_control)))
     if "identity" in kernels:
         other = kernels[kernels.identity.fillna("").str.len() > 0]
         other = other[~other.identity.eq("position; names agree")]
         for identity, ids in other.groupby("identity", sort=False)["kernel_id"]:
             lines.append(f"- {md(id_ranges(list(ids)))}: {md(say(identity))}.")
     for ph, v in phases.items():
-        for d in v.get("left_out") or []:
+        for d in v.left_out:
             lines.append(tr("- Left out of the {phase} selection: `{name}`, {share:.1f} % of the phase's GPU time: "
-                            "{reason}.", phase=phase_label(ph), name=md_code(d["name"]), share=100 * d["share"],
-                            reason=say(d["reason"])))
+                            "{reason}.", phase=phase_label(ph), name=md_code(d.name), share=100 * d.share,
+                            reason=say(d.reason)))
     bad = kernels[kernels.status != "profiled"]
     for r in bad.itertuples():
         lines.append(tr("- {kernel} not profiled: {status}", kernel=md(r.kernel_id), status=md(say(r.status))))

@@ -1,14 +1,17 @@
 """How a run's data were taken, from its manifest: the capture chapters' own account (steps and their
 wall time, commands, versions, the timeline's profiled/plain overhead, ncu's coverage and cost).
 
-Pure functions of the manifest dict; tables in long format (`item`, `value`) where rows differ in kind.
+Pure functions of the manifest (`contract.manifest`: a Manifest, or the dict it is read from); tables in long
+format (`item`, `value`) where rows differ in kind.
 """
 from __future__ import annotations
 
 import re
+from typing import Any, Mapping
 
 import pandas as pd
 
+from ..contract.manifest import Manifest, read_manifest
 from ..i18n import N_, text, tr
 from ..escape import md
 
@@ -66,11 +69,12 @@ def stored(value):
     return value
 
 
-def steps(manifest: dict) -> pd.DataFrame:
+def steps(manifest: Manifest | dict) -> pd.DataFrame:
     """One row per capture step: what it did, which chapter (or the CLI) ran it, its wall time (s)."""
-    produced = manifest.get("produced_by", {})
+    m = read_manifest(manifest)
+    produced = m.produced_by
     rows = []
-    for key, wall in (manifest.get("timings_s") or {}).items():
+    for key, wall in m.timings_s.items():
         by = produced.get(key, {})
         rows.append({"step": text(STEPS.get(key, key)), "by": by.get("chapter") or "python -m kernelbook capture",
                      "wall_s": float(wall)})
@@ -79,42 +83,41 @@ def steps(manifest: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "by", "wall_s"])
 
 
-def versions(manifest: dict) -> pd.DataFrame:
+def versions(manifest: Manifest | dict) -> pd.DataFrame:
     """The software and hardware the run was taken with."""
-    env = manifest.get("environment", {})
-    gpu = env.get("gpu", {}) if isinstance(env.get("gpu"), dict) else {}
-    items = [("GPU", gpu.get("name")), (tr("driver"), env.get("driver")), ("CUDA", env.get("cuda")),
-             ("torch", env.get("torch")), ("transformers", env.get("transformers")),
-             ("Nsight Compute", env.get("ncu")), ("Nsight Systems", env.get("nsys")),
-             (tr("kernelbook revision"), manifest.get("git_revision")), (tr("captured"), manifest.get("created")),
-             (tr("parameters from"), manifest.get("params_source"))]
+    m = read_manifest(manifest)
+    env = m.environment
+    items = [("GPU", env.gpu.name), (tr("driver"), env.driver), ("CUDA", env.cuda),
+             ("torch", env.torch), ("transformers", env.transformers),
+             ("Nsight Compute", env.ncu), ("Nsight Systems", env.nsys),
+             (tr("kernelbook revision"), m.git_revision), (tr("captured"), m.created),
+             (tr("parameters from"), m.params_source)]
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
 
 
-def timeline_account(manifest: dict) -> pd.DataFrame:
+def timeline_account(manifest: Manifest | dict) -> pd.DataFrame:
     """How the timeline was taken: backend, model, inputs, plain vs profiled generate, the shapes pass."""
-    ti = manifest.get("timeline_info") or {}
-    tb = manifest.get("timeline_backend") or {}
-    plain = ti.get("plain_generate") or {}
-    shapes = ti.get("shapes") or {}
-    sampling = ti.get("sampling") or {}
+    m = read_manifest(manifest)
+    ti, tb, plain = m.timeline_info, m.timeline_backend, m.timeline_info.plain_generate
+    shapes = ti.shapes  # open-ended: the shapes pass's own account, its keys grown with it
+    sampling = ti.sampling or {}
     items = [
-        (tr("backend"), tr("{backend} ({why})", backend=tb.get("backend"), why=stored(tb.get("why"))) if tb else None),
+        (tr("backend"), tr("{backend} ({why})", backend=tb.backend, why=stored(tb.why)) if tb else None),
         (tr("model"), tr("{model_class}, {billions:.2f} B parameters, weights {weights}",
-                         model_class=ti.get("model_class"), billions=ti.get("n_params", 0) / 1e9,
-                         weights=text(WEIGHTS.get(ti.get("weights"), ti.get("weights"))))
-         if ti.get("model_class") else None),
-        (tr("model build + inputs"), _s(ti.get("model_load_s"))),
+                         model_class=ti.model_class, billions=(ti.n_params or 0) / 1e9,
+                         weights=text(WEIGHTS.get(ti.weights, ti.weights)))
+         if ti.model_class else None),
+        (tr("model build + inputs"), _s(ti.model_load_s)),
         (tr("plain generate (median of trials)"), tr("{time} over {trials} trials, spread {spread:.0f} %",
-                                                     time=_s(plain.get("median_s")), trials=plain.get("trials"),
-                                                     spread=100 * plain.get("spread", 0))
-         + (tr(" (noisy)") if plain.get("noisy") else "") if plain else None),
-        (tr("profiled generate"), _s(ti.get("profiled_generate_s"))),
-        (tr("profiled ÷ plain"), f"{ti['overhead_ratio']:.2f}" if ti.get("overhead_ratio") else None),
-        (tr("trace export + ingest"), f"{_s(ti.get('trace_export_s'))} + {_s(ti.get('ingest_s'))}"
-         if ti.get("ingest_s") is not None else None),
-        (tr("kernels in the timeline"), f"{ti['kernels']:,}" if ti.get("kernels") else None),
-        (tr("warmup"), text(stored(ti["warmup"])) if ti.get("warmup") else None),
+                                                     time=_s(plain.median_s), trials=plain.trials,
+                                                     spread=100 * (plain.spread or 0))
+         + (tr(" (noisy)") if plain.noisy else "") if plain else None),
+        (tr("profiled generate"), _s(ti.profiled_generate_s)),
+        (tr("profiled ÷ plain"), f"{ti.overhead_ratio:.2f}" if ti.overhead_ratio else None),
+        (tr("trace export + ingest"), f"{_s(ti.trace_export_s)} + {_s(ti.ingest_s)}"
+         if ti.ingest_s is not None else None),
+        (tr("kernels in the timeline"), f"{ti.kernels:,}" if ti.kernels else None),
+        (tr("warmup"), text(stored(ti.warmup)) if ti.warmup else None),
         (tr("aten shapes"), text(shapes["method"]) if shapes.get("method") else None),
         (tr("kernels tied to a module"), f"{shapes['kernels_with_module']:,}" if shapes.get("kernels_with_module")
          else None),
@@ -124,7 +127,7 @@ def timeline_account(manifest: dict) -> pd.DataFrame:
                                  pct=shapes["matched_pct"], identical=shapes["instances_identical"],
                                  instances=shapes["instances"], time=_s(shapes.get("pass_generate_s")))
          if "kernels_matched" in shapes else None),
-        (tr("vision forwards marked"), ti.get("vision_forwards_marked")),
+        (tr("vision forwards marked"), ti.vision_forwards_marked),
         (tr("decode steps profiled"), tr("{n} of {total} in {w} windows: {method}", n=sampling["profiled_decode_steps"],
                                          total=sampling["decode_steps"], w=len(sampling["windows"]),
                                          method=stored(sampling.get("method", "")))
@@ -133,31 +136,30 @@ def timeline_account(manifest: dict) -> pd.DataFrame:
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
 
 
-def ncu_account(manifest: dict) -> pd.DataFrame:
+def ncu_account(manifest: Manifest | dict) -> pd.DataFrame:
     """How the ncu stage ran: mode, controls, command, launches profiled per selected kernel, cost."""
-    n = manifest.get("ncu") or {}
-    if not n:
+    n = read_manifest(manifest).ncu
+    if n is None:
         return pd.DataFrame(columns=["item", "value"])
-    results = n.get("results")
-    wall = n.get("wall_s") or sum(v.get("wall_s", 0) for v in n.get("phases", {}).values())
-    items = [(tr("selection"), stored(n.get("mode"))), (tr("clock control"), n.get("clock_control")),
-             (tr("cache control"), n.get("cache_control")), (tr("command"), n.get("command")),
-             (tr("ncu processes"), n.get("processes", len(n.get("phases", {})))),
+    results, wall = n.results, n.total_wall_s
+    items = [(tr("selection"), stored(n.mode)), (tr("clock control"), n.clock_control),
+             (tr("cache control"), n.cache_control), (tr("command"), n.command),
+             # a run before `processes` was recorded ran one ncu process per phase
+             (tr("ncu processes"), n.processes if n.processes is not None else len(n.phases)),
              (tr("profiled launches"), tr("{results} of {expected} expected", results=results,
-                                          expected=n.get("expected_launches")) if results is not None else None),
-             (tr("per selected kernel"), f"{n['results_per_selected']:.2f}" if n.get("results_per_selected")
-              else None),
-             (tr("ncu worker"), _worker(n["worker"]) if n.get("worker") else None),
+                                          expected=n.expected_launches) if results is not None else None),
+             (tr("per selected kernel"), f"{n.results_per_selected:.2f}" if n.results_per_selected else None),
+             (tr("ncu worker"), _worker(n.worker) if n.worker else None),
              (tr("ncu wall time"), _s(wall)),
              (tr("per profiled launch"), _s(wall / results) if results else None)]
-    for ph, v in n.get("phases", {}).items():
+    for ph, v in n.phases.items():
         items.append((tr("{phase}: profiled / selected", phase=ph),
-                      tr("{profiled}/{selected} (step {step})", profiled=v.get("profiled"), selected=v.get("selected"),
-                         step=v.get("step")) + (f"; {v['error']}" if v.get("error") else "")))
+                      tr("{profiled}/{selected} (step {step})", profiled=v.profiled, selected=v.selected,
+                         step=v.step) + (f"; {v.error}" if v.error else "")))
     return pd.DataFrame([{"item": k, "value": v} for k, v in items if v is not None])
 
 
-def _worker(w: dict) -> str:
+def _worker(w: Mapping[str, Any]) -> str:
     """How the ncu worker ran the workload (capture.ncu_worker.worker): its warmup and the decode steps that led up
     to a profiled one without cuDNN attention (ncu's cost per launch grows with the modules loaded)."""
     warm = (tr("{n} warmup generate of {tokens} token", n=w["warmup_generates"], tokens=w["warmup_tokens"])

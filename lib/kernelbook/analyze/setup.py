@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..contract.manifest import Manifest, MeasuredPeaks, Timing, read_manifest
 from ..devices import Device, UnknownDeviceError, lookup
 from ..i18n import text, tr
 from ..escape import md
@@ -31,15 +32,15 @@ def headline(run, dev: Device | None) -> str:
     return tr("; ").join(parts)
 
 
-def environment_table(manifest: dict) -> pd.DataFrame:
-    env = manifest.get("environment", {})
-    gpu = env.get("gpu", {}) if isinstance(env.get("gpu"), dict) else {}
-    rows = [("GPU", gpu.get("name", env.get("gpu"))), (tr("compute capability"), gpu.get("compute_capability")),
-            ("SMs", gpu.get("sm_count")), (tr("GPU memory (GiB)"), gpu.get("memory_gib")),
-            ("L2 (MiB)", round(gpu["l2_bytes"] / 2**20, 1) if gpu.get("l2_bytes") else None),
-            (tr("driver"), env.get("driver")), ("CUDA", env.get("cuda")), ("torch", env.get("torch")),
-            ("transformers", env.get("transformers")), ("ncu", env.get("ncu")), ("nsys", env.get("nsys")),
-            ("python", env.get("python")), (tr("git revision"), manifest.get("git_revision"))]
+def environment_table(manifest: Manifest | dict) -> pd.DataFrame:
+    m = read_manifest(manifest)
+    env, gpu = m.environment, m.environment.gpu
+    rows = [("GPU", gpu.name), (tr("compute capability"), gpu.compute_capability),
+            ("SMs", gpu.sm_count), (tr("GPU memory (GiB)"), gpu.memory_gib),
+            ("L2 (MiB)", round(gpu.l2_bytes / 2**20, 1) if gpu.l2_bytes else None),
+            (tr("driver"), env.driver), ("CUDA", env.cuda), ("torch", env.torch),
+            ("transformers", env.transformers), ("ncu", env.ncu), ("nsys", env.nsys),
+            ("python", env.python), (tr("git revision"), m.git_revision)]
     return _items(rows)
 
 
@@ -62,7 +63,7 @@ def peaks_table(dev: Device | None) -> pd.DataFrame:
     return out
 
 
-def measured_peaks(manifest: dict, measure_here: bool = True, lock_clocks: bool = False) -> dict:
+def measured_peaks(manifest: Manifest | dict, measure_here: bool = True, lock_clocks: bool = False) -> dict:
     """Measure on this machine when it has a GPU (under the profiling lock), else the run's record."""
     from ..env import cuda_visible
 
@@ -76,8 +77,19 @@ def measured_peaks(manifest: dict, measure_here: bool = True, lock_clocks: bool 
         # under the book runner's locks (a capture in progress) the lock is already this book's
         with (nullcontext() if current().locks_held else clock_lock(lock_clocks)):
             return {**measure_peaks(), "where": tr("measured now, on this machine")}
-    rec = manifest.get("measured_peaks")
-    return {**rec, "where": tr("recorded in the run's manifest")} if rec else {}
+    rec = read_manifest(manifest).measured_peaks
+    return {**_peaks_record(rec), "where": tr("recorded in the run's manifest")} if rec else {}
+
+
+def _peaks_record(rec: MeasuredPeaks) -> dict:
+    """The run's measured peaks in the shape `measure.measure_peaks` returns (TFLOP/s, GB/s; per measurement its
+    spread, a fraction, trials and noisy flag), so a record and a measurement made now read alike."""
+    def timing(t: Timing | None) -> dict:
+        return {} if t is None else {**t.extra, "median_s": t.median_s, "spread": t.spread, "trials": t.trials,
+                                     "samples_s": list(t.samples_s), "noisy": t.noisy}
+
+    return {"bf16_gemm_tflops": rec.bf16_gemm_tflops, "d2d_copy_gbps": rec.d2d_copy_gbps,
+            "bf16_gemm": timing(rec.bf16_gemm), "d2d_copy": timing(rec.d2d_copy)}
 
 
 def measured_table(measured: dict, dev: Device | None) -> pd.DataFrame:
@@ -106,25 +118,24 @@ def measured_prose(measured: dict, dev: Device | None) -> str:
               spec_ridge=dev.ridge("bf16"), note=note, source=dev.source)
 
 
-def clock_table(manifest: dict) -> pd.DataFrame:
-    env = manifest.get("environment", {})
-    clocks = env.get("clocks") if isinstance(env.get("clocks"), dict) else {}
-    state = manifest.get("clock_state", {})
-    ncu = manifest.get("ncu", {})
-    rows = [(tr("clocks locked"), state.get("locked")), (tr("note"), text(state["note"]) if state.get("note") else None),
-            (tr("SM clock at capture start (MHz)"), clocks.get("sm_clock_mhz")),
-            (tr("max SM clock (MHz)"), clocks.get("sm_clock_max_mhz")),
-            (tr("memory clock (MHz)"), clocks.get("mem_clock_mhz")),
-            ("ncu --clock-control", ncu.get("clock_control")), ("ncu --cache-control", ncu.get("cache_control"))]
+def clock_table(manifest: Manifest | dict) -> pd.DataFrame:
+    m = read_manifest(manifest)
+    clocks, state, ncu = m.environment.clocks, m.clock_state, m.ncu
+    rows = [(tr("clocks locked"), state.locked), (tr("note"), text(state.note) if state.note else None),
+            (tr("SM clock at capture start (MHz)"), clocks.sm_clock_mhz),
+            (tr("max SM clock (MHz)"), clocks.sm_clock_max_mhz),
+            (tr("memory clock (MHz)"), clocks.mem_clock_mhz),
+            ("ncu --clock-control", ncu.clock_control if ncu else None),
+            ("ncu --cache-control", ncu.cache_control if ncu else None)]
     return _items(rows)
 
 
-def params_table(manifest: dict) -> pd.DataFrame:
+def params_table(manifest: Manifest | dict) -> pd.DataFrame:
     """The capture's parameters as its manifest records them (older manifests also recorded book
     parameters; those are left out here: they describe a render, not this capture)."""
     from ..params import CAPTURE, SCHEMA
 
-    p = manifest.get("params", {})
+    p = read_manifest(manifest).params
     keep = {k: v for k, v in p.items() if k not in SCHEMA or CAPTURE in SCHEMA[k].feeds}
     return pd.DataFrame({"parameter": list(keep), "value": [_text(v) for v in keep.values()],
                          "meaning": [text(SCHEMA[k].doc) if k in SCHEMA else "" for k in keep]})

@@ -99,7 +99,7 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
         bw, src = roofs.bandwidth["dram"], N_("spec sheet")
     m = tr_.measured.set_index("phase").loc["decode"]
     weights = W.active_weight_bytes(tr_)
-    batch = int(run.manifest.get("params", {}).get("batch_size", 1))
+    batch = int(run.info.params.get("batch_size", 1))
     return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),
                        float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"))
 
@@ -138,12 +138,12 @@ def variants_of(base_run, runs: list) -> tuple[list, list[str]]:
     """The runs that are variants of `base_run` (same model, weights, dtype and GPU model; a variant changes
     how it runs, not what), and a sentence for each run left out. Chapter 07's default variants belong to
     the bundled run: given another run_dir, they are left out with the reason, not set against it."""
-    bp = base_run.manifest.get("params", {})
+    base = base_run.info
     kept, out = [], []
     for run in runs:
-        vp = run.manifest.get("params", {})
-        differs = [k for k in SAME_WORKLOAD if vp.get(k) != bp.get(k)]
-        if run.manifest.get("device") != base_run.manifest.get("device"):
+        info = run.info
+        differs = [k for k in SAME_WORKLOAD if info.params.get(k) != base.params.get(k)]
+        if info.device != base.device:
             differs.append("device")
         if differs:
             out.append(tr("{run} is not a variant of {base}: it differs in {keys}", run=run.run_id,
@@ -210,14 +210,14 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
     refs: dict = {}  # the model's own baseline replay, per host scale: computed once for all variants
     rows = []
     for run, vtr in variants:
-        p = run.manifest.get("params", {})
+        p = run.info.params
         twin = host_baseline(run, base_run)  # measured gains: plain runs of one host where the capture kept one
-        lv = lever(changed_params(base_run.manifest.get("params", {}), p))
+        lv = lever(changed_params(base_run.info.params, p))
         changed = gpu.with_(**lv.design) if lv.design is not None else None
         preds: dict = {}  # this variant's prediction, per host scale
         vm = vtr.measured.set_index("phase")
         vb = int(p.get("batch_size", 1))
-        bb = int(base_run.manifest.get("params", {}).get("batch_size", 1))
+        bb = int(base_run.info.params.get("batch_size", 1))
         for ph, unit in (("decode", "ms/token"), ("prefill", "ms/call")):
             if ph not in base_m.index or ph not in vm.index:
                 continue
@@ -257,7 +257,7 @@ VARIANT_LABELS = (N_("static cache + CUDA graphs"), N_("batch 8"), N_("eager att
 
 def variant_label(run) -> str:
     """A variant run's label (its params' `variant`, else its run id), through the catalog where it is a known one."""
-    label = run.manifest.get("params", {}).get("variant") or run.run_id
+    label = run.info.params.get("variant") or run.run_id
     return text(label) if label in VARIANT_LABELS else label
 
 
@@ -268,7 +268,7 @@ def host_baseline(run, base_run):
     variant set against a baseline captured on another host measures the hosts, not the change."""
     from ..load.run import load_run
 
-    name = run.manifest.get("host_baseline")
+    name = run.info.host_baseline
     if not name or name == base_run.run_id:
         return base_run
     path = run.path.parent / name
@@ -280,10 +280,11 @@ def plain_generate(base_run, variants: list) -> pd.DataFrame:
     against (the baseline captured on the variant's host where it kept one, `host_baseline`) with that run's
     seconds, the speed-up (against ÷ variant, per call) and the speed-up per prompt (a batch-8 call answers 8)."""
     def med(r):
-        return r.manifest.get("timeline_info", {}).get("plain_generate", {}).get("median_s", np.nan)
+        t = r.info.timeline_info.plain_generate
+        return np.nan if t is None or t.median_s is None else t.median_s
 
     def prompts(r):
-        return int(r.manifest.get("params", {}).get("batch_size", 1))
+        return int(r.info.params.get("batch_size", 1))
 
     b = med(base_run)
     rows = [{"run": base_run.run_id, "variant": tr("baseline"), "prompts_per_call": prompts(base_run),
@@ -395,14 +396,14 @@ def _plain_decode_ms(run) -> float:
 
 def _graph_decode(run) -> bool:
     """Whether the run's decode steps ran as CUDA graphs (static cache, compiled step)."""
-    p = {**{"cache_implementation": "dynamic", "compile_decode": True}, **run.manifest.get("params", {})}
+    p = {**{"cache_implementation": "dynamic", "compile_decode": True}, **run.info.params}
     return p["cache_implementation"] == "static" and bool(p["compile_decode"])
 
 
 def _how_decode_ran(run) -> str:
     if _graph_decode(run):
         return tr("CUDA graphs (static cache, compiled step)")
-    static = run.manifest.get("params", {}).get("cache_implementation") == "static"
+    static = run.info.params.get("cache_implementation") == "static"
     return tr("eager (static cache)") if static else tr("eager (dynamic cache)")
 
 
@@ -421,7 +422,8 @@ def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
     out = []
     for r_, busy in rows:
         plain = _plain_decode_ms(r_)
-        steps = r_.manifest.get("timeline_info", {}).get("plain_phases", {}).get("decode", {}).get("steps")
+        decode = r_.info.timeline_info.plain_phases.get("decode")
+        steps = decode.steps if decode else None
         out.append({"run": md(r_.run_id), "decode": _how_decode_ran(r_), "steps": steps, "plain_ms": plain,
                     "busy_ms": busy, "limit_ms": limit.limit_ms, "plain_x": plain / limit.limit_ms,
                     "busy_x": busy / limit.limit_ms})

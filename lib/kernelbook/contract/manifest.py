@@ -29,6 +29,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .layout import RunLayout
+
 SCHEMA_VERSION = 1  # the `kernelbook_run` number this reader knows; capture writes it
 STATUSES = ("complete", "partial")
 
@@ -231,6 +233,20 @@ class TimelineInfo:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """A kernel that ranked among a phase's top but ncu cannot profile (`ncu.phases.<phase>.left_out[]`): its name,
+    its share of the phase's GPU time (a fraction) and why."""
+
+    name: str
+    share: float
+    reason: str
+
+    @classmethod
+    def read(cls, d: Mapping) -> LeftOut:
+        return cls(str(d.get("name")), _num(d.get("share")) or 0.0, str(d.get("reason")))
+
+
+@dataclass(frozen=True)
 class NcuPhase:
     """One phase's ncu stage (`ncu.phases.<phase>`): the step profiled, kernels selected and profiled, ncu results,
     wall time (s) and the error that stopped it (None: none)."""
@@ -241,11 +257,15 @@ class NcuPhase:
     results: int | None = None
     wall_s: float | None = None
     error: str | None = None
+    graph_replay: bool = False  # the phase replays a CUDA graph: an ncu process of its own, not by position
+    command: str | None = None
+    left_out: tuple[LeftOut, ...] = ()  # ranked among the top but not profilable; empty before it was recorded
 
     @classmethod
     def read(cls, d: Mapping) -> NcuPhase:
         return cls(_int(d.get("step")), _int(d.get("selected")), _int(d.get("profiled")), _int(d.get("results")),
-                   _num(d.get("wall_s")), _str(d.get("error")))
+                   _num(d.get("wall_s")), _str(d.get("error")), bool(d.get("graph_replay")), _str(d.get("command")),
+                   tuple(LeftOut.read(x) for x in d.get("left_out") or () if isinstance(x, Mapping)))
 
 
 @dataclass(frozen=True)
@@ -267,6 +287,7 @@ class NcuInfo:
     op_check: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     nccl: str | None = None
     ranks: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    op_calls_marked_by_worker: int | None = None
 
     @classmethod
     def read(cls, d: Mapping) -> NcuInfo | None:
@@ -278,7 +299,8 @@ class NcuInfo:
                    _str(d.get("mode")), _str(d.get("command")), _int(d.get("processes")), _num(d.get("wall_s")),
                    _int(d.get("expected_launches")), _int(d.get("results")), _int(d.get("selected")),
                    _num(d.get("results_per_selected")), _frozen(dict(_obj(d, "worker"))),
-                   _frozen(dict(_obj(d, "op_check"))), _str(d.get("nccl")), _frozen(dict(_obj(d, "ranks"))))
+                   _frozen(dict(_obj(d, "op_check"))), _str(d.get("nccl")), _frozen(dict(_obj(d, "ranks"))),
+                   _int(d.get("op_calls_marked_by_worker")))
 
     @property
     def total_wall_s(self) -> float:
@@ -398,7 +420,7 @@ def read_manifest(source: str | Path | Mapping | Manifest) -> Manifest:
         return source
     if isinstance(source, (str, Path)):
         p = Path(source)
-        p = p / "manifest.json" if p.is_dir() else p
+        p = RunLayout(p).manifest if p.is_dir() else p
         source = json.loads(p.read_text(encoding="utf-8"))
     if not isinstance(source, Mapping):
         raise ManifestError(f"a manifest is a JSON object, got {type(source).__name__}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from _common import ROOT, save_json
 
-from kernelbook.analyze.ncu_metrics import derive  # noqa: E402
+from kernelbook.capture.ncu_tables import derive  # noqa: E402
 from kernelbook.load.ncu import read_ncu_report  # noqa: E402
 
 rep = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests/fixtures/h200-decode-3kernels.ncu-rep"

@@ -48,7 +48,7 @@ def partial_run(tmp_path_factory):
 
     import pandas as pd
 
-    from kernelbook.analyze.ncu_metrics import kernel_table
+    from kernelbook.capture.ncu_tables import kernel_table
     from kernelbook.capture.ncu import select_kernels
     from kernelbook.load.ncu import NcuReportError, read_ncu_report_isolated
 

@@ -116,7 +116,7 @@ def test_cli_book_prints_only_its_progress(tmp_path):
                            "--chapters", "00_setup"], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     lines = (proc.stdout + proc.stderr).strip().splitlines()
-    assert lines[0].startswith("[1/1] 00_setup ... ok (") and lines[1].startswith("report: ") and len(lines) == 2
+    assert lines[0].startswith("[1/1] 00_setup ... ok (") and lines[1].startswith("report: ") and len(lines) == 2, lines
 
 
 def _children(pid: int) -> list[int]:

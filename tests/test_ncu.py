@@ -6,7 +6,7 @@ import pytest
 
 from conftest import FIXTURE_REP
 from kernelbook.contract.kernels import name_key
-from kernelbook.analyze.ncu_metrics import derive
+from kernelbook.capture.ncu_tables import derive
 from kernelbook.load.ncu import NcuReportError, read_ncu_report
 
 
@@ -159,7 +159,7 @@ def test_ncu_past_its_time_limit_is_stopped_with_a_clear_error(tmp_path):
 def test_every_selected_kernel_gets_profiled_or_a_named_reason(run, report):
     """The fixture holds 3 of the bundled run's top-20 decode kernels; the other 17 get reasons."""
     from kernelbook.capture.ncu import select_kernels
-    from kernelbook.analyze.ncu_metrics import kernel_table
+    from kernelbook.capture.ncu_tables import kernel_table
 
     metrics, results = report
     sel = select_kernels(run.timeline, "decode", 20)
@@ -181,7 +181,7 @@ def test_every_selected_kernel_gets_profiled_or_a_named_reason(run, report):
 
 def test_a_kernel_absent_from_the_profiled_step_is_named_as_such(run, report):
     from kernelbook.capture.ncu import select_kernels
-    from kernelbook.analyze.ncu_metrics import kernel_table
+    from kernelbook.capture.ncu_tables import kernel_table
 
     sel = select_kernels(run.timeline, "decode", 20)
     tl = run.timeline[run.timeline.kind == "kernel"]
@@ -228,7 +228,7 @@ def test_name_filter_takes_the_selected_instantiations_and_no_siblings():
 def test_results_are_tied_to_kernels_by_launch_position(run):
     """The reader on the run's own tables: results in launch order against the planned launches. A cut-
     off report (the first 30 results) keeps exactly the kernels whose launch came before the cut."""
-    from kernelbook.analyze.ncu_metrics import kernel_table_by_position
+    from kernelbook.capture.ncu_tables import kernel_table_by_position
     from kernelbook.capture.ncu import expected_launches, representative_launches, select_kernels
 
     tl = run.timeline

@@ -129,7 +129,7 @@ def test_nvidia_rules_beside_the_book_class_on_the_fixture(fixture_report):
     Memory Throughput and Latency Issue. The book's rules on the same counters: results 0 and 1 are
     latency-bound (SM 9.7 / 8.8 %, memory 12.0 / 11.0 %, all < 30), result 2 memory-bound (memory 64.3 % ≥ 60,
     SM 22.5 %), result 3 balanced (memory 47.9 %: neither ≥ 60 nor < 30) — where NVIDIA says "Latency Issue"."""
-    from kernelbook.analyze.ncu_metrics import derive
+    from kernelbook.capture.ncu_tables import derive
 
     metrics, results = fixture_report
     d = derive(metrics)

@@ -167,7 +167,7 @@ def _tp_command(ncu_cmd: list[str], worker: list[str], rank: int, n: int, where:
 
 
 def _by_position(params: CaptureConfig, run_dir, manifest, timeline, sels, params_file, say=_say, wrap=None, early=None) -> None:
-    from ..analyze.ncu_metrics import kernel_table_by_position
+    from .ncu_tables import kernel_table_by_position
 
     nd, info = RunLayout(run_dir).ncu(), manifest["ncu"]
     reps = pd.concat([representative_launches(timeline, s) for s in sels], ignore_index=True)
@@ -246,7 +246,7 @@ GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's g
 def _by_name(params: CaptureConfig, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
     """One ncu process per phase, by name. `graph`: the phase's steps are CUDA-graph replays (see
     `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step)."""
-    from ..analyze.ncu_metrics import same_launch_elsewhere
+    from .ncu_tables import same_launch_elsewhere
 
     nd, info = RunLayout(run_dir).ncu(), manifest["ncu"]
     mode = GRAPH_MODE if graph else "by name: --kernel-name filter per phase (timeline without op numbering)"
@@ -304,7 +304,7 @@ def _by_name(params: CaptureConfig, run_dir, manifest, timeline, sels, params_fi
 
 def _phase_table(sel, metrics, results, timeline, error, graph: bool) -> pd.DataFrame:
     """One phase's rows of the kernel table from what its ncu process wrote (see `_by_name`)."""
-    from ..analyze.ncu_metrics import kernel_table
+    from .ncu_tables import kernel_table
 
     kernels = kernel_table(sel, metrics, results, timeline, error, graph=graph)
     kernels.insert(0, "phase", sel.phase)
@@ -322,7 +322,7 @@ def rederive_graph_phases(run_dir: Path) -> dict:
     (ncu/metrics.parquet, ncu/results.parquet), with this code's selection, and the manifest's counts with
     them; eager phases keep their rows. For a committed run whose selection rule changed after capture
     (bench/rederive_ncu.py). Returns the manifest's new ncu section."""
-    from ..analyze.ncu_metrics import same_launch_elsewhere
+    from .ncu_tables import same_launch_elsewhere
 
     run_dir = Path(run_dir)
     lay = RunLayout(run_dir)

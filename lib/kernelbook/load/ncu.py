@@ -2,7 +2,7 @@
 
 `read_ncu_report` returns the long metric table (one row per profiled result and metric, with unit)
 and a result table (one row per profiled launch: demangled name, grid, block). Derived per-kernel
-columns live in `kernelbook.analyze.ncu_metrics`.
+columns live in `kernelbook.capture.ncu_tables`.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 FLOPs are split into CUDA-core work (fp64/fp32/fp16: 2·FMA + ADD + MUL thread instructions) and
 tensor-core work by op path and dtype. Tensor `ops` counters of Nsight Compute already count FLOPs
-(an FMA is two), which the chapter checks against 2·M·N·K from each GEMM's aten shapes.
+(an FMA is two), which the chapter checks against 2·M·N·K from each GEMM's aten shapes. The ncu stage builds the
+run's `ncu/kernels.parquet` with these functions (the chapters read that table, never this module).
 """
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ the next render beside it removes it when its process is gone and it holds nothi
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import re
@@ -267,7 +268,7 @@ def sweep(out: Path) -> list[Path]:
     folder, of processes that are gone. A staging folder holding anything but the runner's files is kept."""
     removed = []
     prefix = STAGING.format(name=out.name)
-    candidates = [d for d in out.parent.glob(f"{glob_escape(prefix)}*") if d.is_dir() and _ours(d)]
+    candidates = [d for d in out.parent.glob(f"{glob.escape(prefix)}*") if d.is_dir() and _ours(d)]
     candidates += [d for d in Path(tempfile.gettempdir()).glob(f"{IPC_PREFIX}*") if d.is_dir()]
     for d in candidates:
         tail = d.name.split("staging-", 1)[1] if d.name.startswith(prefix) else d.name[len(IPC_PREFIX):]
@@ -276,7 +277,3 @@ def sweep(out: Path) -> list[Path]:
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
-
-
-def glob_escape(s: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", s)

@@ -221,13 +221,12 @@ def _stopped(err) -> str | None:
 
 
 def check_runs(cfg: BookConfig) -> None:
-    """Every run the parameters name (run_dir when it exists, variant_runs, baseline_run, one_gpu_run, cross_run),
-    checked against the run contract before anything is written: a damaged one stops the book with one
+    """Every run the parameters name (`BookConfig.runs`: run_dir when it exists, variant_runs, baseline_run,
+    one_gpu_run, cross_run, deployed_run), checked against the run contract before anything is written: a damaged one stops the book with one
     message naming the file and what is wrong (exit 2, the previous report kept)."""
     from .load.run import RunError, check_run
 
-    paths = [cfg.run_dir, *cfg.variant_runs, cfg.baseline_run, cfg.one_gpu_run, cfg.cross_run]
-    for i, v in enumerate(p for p in paths if p):
+    for i, v in enumerate(cfg.runs()):
         p = P.resolve_path(v)
         if i == 0 and not RunLayout(p).manifest.exists():
             continue  # a run the capture chapters will capture (the parameter check allowed it)
@@ -287,10 +286,9 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     run_dir = P.resolve_path(cfg.run_dir)
     run_id = run_dir.name
     capture_stems = _capturing_chapters(cfg, run_dir, books)
-    named = [cfg.run_dir, *cfg.variant_runs, cfg.baseline_run, cfg.one_gpu_run, cfg.cross_run, cfg.deployed_run]
     try:  # the report folder is the book's alone: checked before anything is written (`outdir`)
         out, earlier = outdir.guard(Path(out) if out else P.REPO / "reports" / run_id,
-                                    [P.resolve_path(v) for v in named if v], run_id, language, bool(only))
+                                    [P.resolve_path(v) for v in cfg.runs()], run_id, language, bool(only))
         stage = outdir.stage(out, run_id, language)
     except outdir.OutRefused as e:
         raise BookError(f"{e}\nnothing rendered", 2) from None

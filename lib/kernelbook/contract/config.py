@@ -143,3 +143,9 @@ class BookConfig(_Config):
     l2_hit_min_pct: float
     mem_latency_cycles: float
 
+    def runs(self) -> list[str]:
+        """Every run the parameters name, run_dir first (empty ones left out): the door checks each, and the
+        report folder must lie in, around or on none of them."""
+        return [v for v in (self.run_dir, *self.variant_runs, self.baseline_run, self.one_gpu_run, self.cross_run,
+                            self.deployed_run) if v]
+

@@ -106,15 +106,29 @@ def test_manifest_is_frozen():
     assert isinstance(m, Manifest)
 
 
-KEY_READ = re.compile(r"manifest(\.get\(|\[)")
+KEY_READ = re.compile(r"manifest(\.get\(|\[)|params(\.get\(|\[)")
 
 
 def test_no_manifest_reads_by_key():
-    files = [*sorted((ROOT / "lib" / "kernelbook" / "analyze").glob("*.py")),
-             *sorted((ROOT / "notebooks").glob("*.py"))]
+    """Neither the manifest nor its parameters are read by key where the book reads a run (Run.info, its
+    `workload`; the two parameter diffs, compare.changed_params and whatif's cross-device pairing, compare
+    mappings by design; checks.Asked.of is where a chapter's asked parameters become typed)."""
+    lib = ROOT / "lib" / "kernelbook"
+    files = [*sorted((lib / "analyze").glob("*.py")), *sorted((ROOT / "notebooks").glob("*.py")),
+             lib / "devices.py"]
     found = {}
     for f in files:
         n = len(KEY_READ.findall(f.read_text()))
         if n:
             found[str(f.relative_to(ROOT))] = n
-    assert found == {}, f"manifest read by key (use Run.info / read_manifest): {found}"
+    assert found == {}, f"manifest or params read by key (use Run.info / read_manifest): {found}"
+
+
+def test_workload_view():
+    w = read_manifest(BUNDLED).workload
+    assert (w.model, w.batch_size, w.max_new_tokens, w.graph_decode) == ("deepseek-ocr-2", 1, 64, False)
+    g = read_manifest(ROOT / "data" / "runs" / "h100-variant-static-graphs").workload
+    assert g.static_cache and g.graph_decode and g.differs(w) == []
+    old = read_manifest({"status": "complete", "params": {"model": "m"}}).workload  # an older run: defaults
+    assert (old.batch_size, old.dtype, old.cache_implementation, old.graph_decode) == (1, "bfloat16", "dynamic", False)
+    assert old.differs(w) == ["model", "weights"]

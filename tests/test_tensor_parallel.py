@@ -124,10 +124,10 @@ def test_tensor_parallel_needs_a_checkpoint_exit_2(tmp_path):
 
 
 def test_book_rank_parameter_is_checked_against_the_run():
-    from kernelbook.checks import parameter_problems
+    from kernelbook.checks import Asked, parameter_problems
 
-    assert parameter_problems({"run_dir": str(TP[1]), "rank": 1}) == []
-    (msg,) = parameter_problems({"run_dir": str(TP[1]), "rank": 3})
+    assert parameter_problems(Asked(str(TP[1]), rank=1)) == []
+    (msg,) = parameter_problems(Asked(str(TP[1]), rank=3))
     assert msg.startswith("rank:") and "[0, 1]" in msg
 
 

@@ -12,12 +12,14 @@ Two outcomes, each one message in words (never a traceback):
 """
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import pandas as pd
 
 from .contract.layout import RunLayout
+from .contract.manifest import read_manifest
 from .params import resolve_path
 from .escape import md
 
@@ -48,10 +50,6 @@ def profiled_phases(run_dir: str | Path, rank: int = 0) -> dict[str, int]:
     return k[k.status == "profiled"].groupby("phase", sort=False).size().to_dict()
 
 
-def _manifest(run_dir) -> dict:
-    return json.loads(RunLayout(resolve_path(run_dir)).manifest.read_text())
-
-
 def _list(xs) -> str:
     xs = list(xs)
     return xs[0] if len(xs) == 1 else ", ".join(xs[:-1]) + " and " + xs[-1]
@@ -72,39 +70,65 @@ def run_ranks(run_dir) -> list[int]:
         return [0]
 
 
-def parameter_problems(params: dict, chapters: list[str] | None = None) -> list[str]:
-    """Parameters that ask the run for a phase or kernel it does not hold (each problem names what the
-    run has and how to capture the rest). Only parameters that feed one of `chapters` (all when None)
-    are checked. A run without any ncu counters is not a parameter problem: see `missing`."""
-    from .params import SCHEMA
+@dataclass(frozen=True)
+class Asked:
+    """What a book or a chapter asks of its run: `rank`, `phase` and `kernel`, each None where no chapter given
+    the parameters reads it (a chapter that was not given a key does not ask it)."""
 
-    def feeds(key):
-        return key in params and (chapters is None or any(c in SCHEMA[key].feeds for c in chapters))
+    run_dir: str
+    rank: int | None = None
+    phase: str | None = None
+    kernel: str | None = None
 
-    run_dir = params["run_dir"]
-    rank = params["rank"] if feeds("rank") else 0  # the rank whose ncu tables the chapters read
+    @classmethod
+    def of(cls, params: Mapping[str, Any], chapters: list[str] | None = None) -> "Asked":
+        """From validated parameters (`params.validate`): the keys among rank, phase and kernel that `params`
+        holds and that feed one of `chapters` (all when None)."""
+        from .params import SCHEMA
+
+        def fed(key):
+            if key in params and (chapters is None or any(c in SCHEMA[key].feeds for c in chapters)):
+                return params[key]
+            return None
+
+        kernel = fed("kernel")
+        return cls(str(params["run_dir"]), fed("rank"), fed("phase"), str(kernel) if kernel else None)
+
+    @property
+    def ncu_rank(self) -> int:
+        """The rank whose ncu tables the chapters read."""
+        return self.rank or 0
+
+
+def parameter_problems(asked: Asked) -> list[str]:
+    """Parameters that ask the run for a rank, phase or kernel it does not hold (each problem names what the
+    run has and how to capture the rest). A run without any ncu counters is not a parameter problem: see
+    `missing`."""
+    run_dir, rank = asked.run_dir, asked.ncu_rank
     problems = []
-    if feeds("rank") and params["rank"] != 0:
+    if rank != 0:
         ranks = run_ranks(run_dir)
-        if params["rank"] not in ranks:
+        if rank not in ranks:
             problems.append(f"rank: {run_dir} holds rank(s) {ranks}; set rank to one of them (a one-GPU run has "
                             "rank 0 only; tensor_parallel: N captures ranks 0 to N-1)")
+    if asked.phase is None and asked.kernel is None:
+        return problems
     try:
-        phases = profiled_phases(run_dir, rank) if feeds("phase") or feeds("kernel") else {}
+        phases = profiled_phases(run_dir, rank)
     except Exception:  # unreadable tables: the chapters that read them fail and show why
         return problems
     if not phases:
         return problems
-    phase = params.get("phase")
-    if feeds("phase") and phase not in phases:
+    phase = asked.phase
+    if phase is not None and phase not in phases:
         have = _list(f"{p} ({n} kernels)" for p, n in phases.items())
         want = sorted(set(phases) | {phase}, key=["vision_encode", "prefill", "decode"].index)
         problems.append(
             f"phase: {run_dir} has no ncu counters for {phase!r}; it profiled {have}. Set phase to "
             f"{_list(repr(p) for p in phases)}, or capture {phase} on a GPU machine: `ncu_phases: "
             f"[{', '.join(want)}]` in a params YAML, then `{CAPTURE_CMD}`.")
-    elif feeds("kernel") and params.get("kernel"):
-        kernel = str(params["kernel"])
+    elif asked.kernel:
+        kernel = asked.kernel
         k = ncu_table(run_dir, rank)
         k = k[(k.status == "profiled") & (k.phase == phase)]
         if not (k.kernel_id == kernel).any():
@@ -127,16 +151,16 @@ def missing(run_dir: str | Path, needs: str, renders_without: bool = False, rank
         raise ValueError(f"unknown need {needs!r}")
     if profiled_phases(run_dir, rank):
         return None
-    m = _manifest(run_dir)
-    status = m.get("status", "?")
-    why = (tr("The run's capture is **{status}**: {reason}.", status=md(status), reason=md(m["reason"]))
-           if m.get("reason") else tr("The run's capture is **{status}**.", status=md(status)))
+    m = read_manifest(resolve_path(run_dir))
+    status = m.status
+    why = (tr("The run's capture is **{status}**: {reason}.", status=md(status), reason=md(m.reason))
+           if m.reason else tr("The run's capture is **{status}**.", status=md(status)))
     k = ncu_table(run_dir, rank)
     if k is not None and len(k) and "status" in k:
         reasons = k.status.value_counts()
         held = tr("It selected {n} kernels for ncu and profiled none of them ({reasons}).", n=len(k),
                   reasons="; ".join(f"{n}: {md(s)}" for s, n in reasons.items()))
-    elif m.get("params", {}).get("ncu_top_n") == 0:
+    elif m.ncu_top_n == 0:
         held = tr("It was captured with `ncu_top_n: 0`, so it holds no ncu counters.")
     else:
         held = tr("It holds no ncu tables (`ncu/kernels.parquet`).")

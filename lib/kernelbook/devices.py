@@ -109,7 +109,7 @@ def for_run(run) -> tuple[Device, dict]:
 
     from .i18n import N_
 
-    dev = lookup(run.manifest.get("device") or run.gpu_name)
+    dev = lookup(run.info.device or run.gpu_name)
     src = {f: N_("devices.yaml (spec)") for f in ("sm_count", "sm_clock_max_mhz", "l2_mb", "dram_gbps")}
     m = run.ncu_metrics()
     if m is None or not len(m):

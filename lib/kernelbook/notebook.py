@@ -248,7 +248,7 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
     """The run at `run_dir`, checked against what the chapter asks of it (`phase=`, `kernel=`, and
     `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with
     one note naming what the run holds and how to capture the rest (`ChapterStop`)."""
-    from .checks import missing, parameter_problems
+    from .checks import Asked, missing, parameter_problems
     from .escape import plain
     from .load.run import RunError, load_run
     from .params import ParamError, validate
@@ -257,16 +257,17 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
         params = validate({"run_dir": run_dir, **asked}, consumer="book")
     except ParamError as e:
         raise ChapterStop(str(e)) from None
-    problems = parameter_problems({k: params[k] for k in ("run_dir", *asked)})
+    ask = Asked.of({k: params[k] for k in ("run_dir", *asked)})
+    problems = parameter_problems(ask)
     if problems:
         raise ChapterStop(tr("This chapter cannot be shown with these parameters:") + "\n" +
                           "\n".join(f"  - {p}" for p in problems)) from None
     if needs is not None:
-        note = missing(run_dir, needs, rank=params.get("rank", 0))
+        note = missing(run_dir, needs, rank=ask.ncu_rank)
         if note:
             raise ChapterNotServed(plain(note)) from None
     try:
-        run = load_run(run_dir, require_timeline=require_timeline, rank=params.get("rank", 0))
+        run = load_run(run_dir, require_timeline=require_timeline, rank=ask.ncu_rank)
     except RunError as e:
         raise ChapterStop(str(e)) from None
     if _CHAPTER_RUN[0] is not None and run_dir == _CHAPTER_RUN[0]:

@@ -48,6 +48,7 @@ from .i18n import HTML_LANG, in_language, language, translate_markdown, tr
 from .capture.chapters import SKIPPED
 from .contract.config import BookConfig
 from .contract.layout import RunLayout
+from .contract.manifest import read_manifest
 from .contract.session import BookSession
 from .clocks import clock_lock
 from .watch import execute_chapter, stop_all
@@ -272,13 +273,13 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
     command line resolves them against the caller's folder); `run_as_given` is the run as the caller wrote it,
     for the index, and `params_as_given` the params file, for a captured run's manifest. BookError on bad
     parameters (exit code 2) or a failed chapter."""
-    from .checks import parameter_problems
+    from .checks import Asked, parameter_problems
 
     cfg = BookConfig.of(params)
     language = cfg.language
     only = chapters
     books = list_chapters(only, notebooks)
-    problems = parameter_problems(params, [nb.stem for nb in books])
+    problems = parameter_problems(Asked.of(params, [nb.stem for nb in books]))
     if problems:
         raise BookError(f"{len(problems)} problem(s) in parameters for the run {cfg.run_dir}:\n"
                         + "\n".join(f"  - {p}" for p in problems) + "\nnothing rendered", 2)
@@ -687,9 +688,7 @@ def _to_nb(v):
 
 def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total_s: float, run_shown: str) -> None:
     """index.html: one row per chapter with its summary, in the current language (`i18n`)."""
-    manifest = json.loads(RunLayout(P.resolve_path(cfg.run_dir)).manifest.read_text())
-    gpu = manifest.get("environment", {}).get("gpu", {})
-    gpu_name = gpu.get("name", "?") if isinstance(gpu, dict) else gpu
+    info = read_manifest(P.resolve_path(cfg.run_dir))
     esc = escape.html
     rows = "\n".join(
         f'<tr><td><a href="{e["stem"]}.html">{esc(e["title"])}</a></td>'
@@ -697,14 +696,14 @@ def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total
         f'<td class="num">{esc(tr("{seconds:.1f} s", seconds=e["seconds"]))}'
         f'{esc(tr(" (earlier render)")) if e.get("kept") else ""}</td></tr>'
         for e in entries)
-    status = manifest.get("status", "?")
+    status = info.status
     warn = "" if status == "complete" else (  # the values escaped, the status in bold
         '<p class="warn">' + tr("This run is {status}: {reason}", status=f"<b>{esc(status)}</b>",
-                                reason=esc(str(manifest.get("reason", "")))) + "</p>")
+                                reason=esc(info.reason or "")) + "</p>")
     lang = HTML_LANG[language()]
     captured = tr("{model} on {gpu}, captured {created}; rendered in {seconds:.0f} s.",
-                  model=str(manifest.get("params", {}).get("model", "?")), gpu=str(gpu_name),
-                  created=str(manifest.get("created", "?")), seconds=total_s)
+                  model=info.workload.model or "?", gpu=info.environment.gpu.name or "?",
+                  created=info.created or "?", seconds=total_s)
     contract = (f'<p>{esc(tr("Profiler output contract:"))} <a href="report.md">report.md</a></p>'
                 if (stage / "report.md").exists() else "")
     (stage / "index.html").write_text(f"""<!doctype html><html lang="{lang}"><head><meta charset="utf-8">

@@ -143,7 +143,7 @@ def against_one_gpu(tp_run, one_run) -> pd.DataFrame:
     pr = per_rank(coll, tp_run.ranks_timeline, tp_run.ranks_phases).set_index(["gpu_rank", "phase"])
     rows = []
     for ph in ("prefill", "decode"):
-        b = int(tp_run.info.params.get("batch_size", 1)) if ph == "decode" else 1
+        b = tp_run.info.workload.batch_size if ph == "decode" else 1
         one, tp = plain(one_run, ph), plain(tp_run, ph)
         basis = "plain runs"
         if one is None or tp is None:

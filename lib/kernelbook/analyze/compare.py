@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..contract.manifest import Workload
 from ..i18n import N_, tr
 from .timeline import PHASE_ORDER, category_shares, phase_summary
 
@@ -183,7 +184,7 @@ WORKLOAD_KEYS = ("model", "weights", "dtype", "batch_size", "prompt", "prompt_to
                  "no_repeat_ngram_size", "crop_mode", "base_size", "omnidocbench_dir", "omnidocbench_subset", "seed")
 # How it computes it: the levers a variant pulls (summary.VARIANT_KEYS) and the GPUs the model is split over
 SETUP_KEYS = ("attn_implementation", "cache_implementation", "compile_decode", "tensor_parallel")
-SAME_MODEL = ("model", "weights", "dtype")  # a variant keeps these (summary.SAME_WORKLOAD)
+SAME_MODEL = Workload.SAME  # a variant keeps these
 
 
 @dataclass

@@ -270,7 +270,7 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manif
     over-fetching (operands read more than once, with the factor)."""
     info = read_manifest(manifest)
     cache = info.cache_control
-    elem = DTYPE_BYTES.get(info.params.get("dtype", "bfloat16"), 2)
+    elem = DTYPE_BYTES.get(info.workload.dtype, 2)
     k = with_identity(kernels, timeline, ["friendly_name", "category"])
     rows = []
     for _, r in k[k.status == "profiled"].iterrows():

@@ -21,7 +21,7 @@ def device_for(run, name: str | None) -> Device | None:
 def headline(run, dev: Device | None) -> str:
     info = run.info
     tl, peaks = info.timeline_info, info.measured_peaks
-    parts = [tr("{model} on {gpu}", model=md(info.params.get("model")), gpu=md(run.gpu_name))]
+    parts = [tr("{model} on {gpu}", model=md(info.workload.model), gpu=md(run.gpu_name))]
     if dev:
         parts.append(tr("bf16 ridge {ridge:.0f} FLOP/byte (spec)", ridge=dev.ridge("bf16")))
     if peaks:

@@ -99,7 +99,7 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
         bw, src = roofs.bandwidth["dram"], N_("spec sheet")
     m = tr_.measured.set_index("phase").loc["decode"]
     weights = W.active_weight_bytes(tr_)
-    batch = int(run.info.params.get("batch_size", 1))
+    batch = run.info.workload.batch_size
     return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),
                        float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"))
 
@@ -131,7 +131,6 @@ def changed_params(base: dict, variant: dict) -> dict:
             if k not in skip and base.get(k) != variant.get(k)}
 
 
-SAME_WORKLOAD = ("model", "weights", "dtype")  # a variant of a run keeps these (and the GPU model)
 
 
 def variants_of(base_run, runs: list) -> tuple[list, list[str]]:
@@ -142,7 +141,7 @@ def variants_of(base_run, runs: list) -> tuple[list, list[str]]:
     kept, out = [], []
     for run in runs:
         info = run.info
-        differs = [k for k in SAME_WORKLOAD if info.params.get(k) != base.params.get(k)]
+        differs = info.workload.differs(base.workload)
         if info.device != base.device:
             differs.append("device")
         if differs:
@@ -216,8 +215,8 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
         changed = gpu.with_(**lv.design) if lv.design is not None else None
         preds: dict = {}  # this variant's prediction, per host scale
         vm = vtr.measured.set_index("phase")
-        vb = int(p.get("batch_size", 1))
-        bb = int(base_run.info.params.get("batch_size", 1))
+        vb = run.info.workload.batch_size
+        bb = base_run.info.workload.batch_size
         for ph, unit in (("decode", "ms/token"), ("prefill", "ms/call")):
             if ph not in base_m.index or ph not in vm.index:
                 continue
@@ -257,7 +256,7 @@ VARIANT_LABELS = (N_("static cache + CUDA graphs"), N_("batch 8"), N_("eager att
 
 def variant_label(run) -> str:
     """A variant run's label (its params' `variant`, else its run id), through the catalog where it is a known one."""
-    label = run.info.params.get("variant") or run.run_id
+    label = run.info.workload.variant or run.run_id
     return text(label) if label in VARIANT_LABELS else label
 
 
@@ -284,7 +283,7 @@ def plain_generate(base_run, variants: list) -> pd.DataFrame:
         return np.nan if t is None or t.median_s is None else t.median_s
 
     def prompts(r):
-        return int(r.info.params.get("batch_size", 1))
+        return r.info.workload.batch_size
 
     b = med(base_run)
     rows = [{"run": base_run.run_id, "variant": tr("baseline"), "prompts_per_call": prompts(base_run),
@@ -396,14 +395,13 @@ def _plain_decode_ms(run) -> float:
 
 def _graph_decode(run) -> bool:
     """Whether the run's decode steps ran as CUDA graphs (static cache, compiled step)."""
-    p = {**{"cache_implementation": "dynamic", "compile_decode": True}, **run.info.params}
-    return p["cache_implementation"] == "static" and bool(p["compile_decode"])
+    return run.info.workload.graph_decode
 
 
 def _how_decode_ran(run) -> str:
     if _graph_decode(run):
         return tr("CUDA graphs (static cache, compiled step)")
-    static = run.info.params.get("cache_implementation") == "static"
+    static = run.info.workload.static_cache
     return tr("eager (static cache)") if static else tr("eager (dynamic cache)")
 
 

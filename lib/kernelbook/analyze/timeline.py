@@ -318,7 +318,7 @@ def reference_prose(cmp: pd.DataFrame, run) -> str:
     c = cmp.set_index("category")
     gemv = c.loc["GEMV"] if "GEMV" in c.index else None
     lines = [tr("The reference measured DeepSeek-OCR v1 on an RTX 5090; this run is {model} on {gpu}.",
-                model=md(run.info.params.get("model")), gpu=md(run.gpu_name))]
+                model=md(run.info.workload.model), gpu=md(run.gpu_name))]
     if gemv is not None:
         lines.append(tr("- **GEMV**: {here:.1f} % here vs {reference:.1f} % ({difference:+.1f} points).",
                         here=gemv.this_run_pct, reference=gemv.reference_pct, difference=gemv.difference_pts)

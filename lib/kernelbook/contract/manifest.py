@@ -7,9 +7,10 @@ it"; an empty mapping or tuple for a collection). What the types do not name sta
 (the manifest as read), and the sections whose keys vary with the backend or the capture's version
 (`timeline_info.inputs`, `.shapes`, `.sampling`, `ncu.worker`, `produced_by` …) are read-only mappings.
 
-`params` stays a read-only mapping of the parameters as the capture validated them, not a typed view: the
-parameter schema (`kernelbook.params.SCHEMA`) owns their names, types and defaults, and a second typed copy here
-would be a second schema to keep in step. The typed capture configuration is the `config` part of issue 40.
+`params` stays a read-only mapping of the parameters as the capture validated them (what two runs' parameter
+diffs read: `compare.changed_params`); the analysis reads the workload through `Manifest.workload`, a typed view of
+the keys that say what ran (model, weights, dtype, batch, tokens, cache, compiled step, ranks, variant), each with
+the schema's default where an older run lacks it.
 
 Versions (`kernelbook_run`, the number capture writes first in every manifest; `schema_version` here):
 
@@ -334,6 +335,44 @@ class TimelineBackend:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """What ran, from the manifest's `params` (the schema's defaults where an older run lacks a key)."""
+
+    model: str | None = None
+    weights: str | None = None
+    dtype: str = "bfloat16"
+    batch_size: int = 1
+    max_new_tokens: int | None = None
+    cache_implementation: str = "dynamic"
+    compile_decode: bool = True
+    tensor_parallel: int = 1
+    variant: str | None = None
+
+    SAME = ("model", "weights", "dtype")  # a variant of a run keeps these (and the GPU model)
+
+    @classmethod
+    def read(cls, p: Mapping[str, Any]) -> "Workload":
+        return cls(model=_str(p.get("model")), weights=_str(p.get("weights")), dtype=_str(p.get("dtype")) or "bfloat16",
+                   batch_size=_int(p.get("batch_size")) or 1, max_new_tokens=_int(p.get("max_new_tokens")),
+                   cache_implementation=_str(p.get("cache_implementation")) or "dynamic",
+                   compile_decode=bool(p.get("compile_decode", True)), tensor_parallel=_int(p.get("tensor_parallel")) or 1,
+                   variant=_str(p.get("variant")))
+
+    @property
+    def static_cache(self) -> bool:
+        return self.cache_implementation == "static"
+
+    @property
+    def graph_decode(self) -> bool:
+        """Decode steps ran as CUDA graphs: a static cache and a compiled step."""
+        return self.static_cache and self.compile_decode
+
+    def differs(self, other: "Workload") -> list[str]:
+        """The `SAME` keys in which `other` is another workload."""
+        return [k for k in self.SAME if getattr(self, k) != getattr(other, k)]
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A run's manifest.json, typed (`read_manifest` builds it; the module docstring lists the versions)."""
 
@@ -365,6 +404,15 @@ class Manifest:
     @property
     def complete(self) -> bool:
         return self.status == "complete"
+
+    @property
+    def workload(self) -> Workload:
+        return Workload.read(self.params)
+
+    @property
+    def ncu_top_n(self) -> int | None:
+        """How many kernels per phase the capture was asked to profile under ncu (None: not recorded)."""
+        return _int(self.params.get("ncu_top_n"))
 
     @property
     def gpu_name(self) -> str:

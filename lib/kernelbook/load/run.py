@@ -518,8 +518,7 @@ class Run:
 
     @property
     def gpu_name(self) -> str:
-        gpu = self.manifest.get("environment", {}).get("gpu", {})
-        return gpu.get("name", "unknown") if isinstance(gpu, dict) else str(gpu)
+        return self.info.gpu_name
 
     @property
     def ncu_dir(self) -> Path:

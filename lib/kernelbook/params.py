@@ -208,9 +208,13 @@ SCHEMA: dict[str, Param] = {
                       "it); null: the middle of a sampled long generation (sample_window > 0), else the step covering most "
                       "selected kernels (the middle one on ties)", min=1, max=4095, nullable=True),
     "timeline_backend": Param(str, "auto", (CAPTURE,), "auto | torch | nsys", choices=("auto", "torch", "nsys")),
-    "ncu_phases": Param(list, ["decode", "prefill"], (CAPTURE,), "phases whose top kernels ncu profiles", check=_phases,
-                        items=str),
+    "ncu_phases": Param(list, ["vision_encode", "prefill", "decode"], (CAPTURE,), "phases whose top kernels ncu "
+                        "profiles (a phase the run does not have, e.g. vision_encode of a text model, is skipped and "
+                        "named in the manifest)", check=_phases, items=str),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),
+    "ncu_inloop": Param(bool, True, (CAPTURE,), "a second ncu pass over the same launches with --cache-control none "
+                        "and one-pass counters (duration, DRAM and L2 bytes): each kernel's traffic with the L2 as the "
+                        "loop left it (a consumer reads what its producer just wrote), beside the cold-cache figure"),
     "clock_control": Param(str, "none", (CAPTURE,), "ncu --clock-control (shared GPU machines need none)",
                            choices=("none", "base")),
     "cache_control": Param(str, "all", (CAPTURE,), "ncu --cache-control: all flushes caches between replay "

@@ -58,7 +58,7 @@ MOE_SAMPLED = dict(weights="random", prompt_tokens=128, max_new_tokens=40, sampl
 # ncu takes every launch configuration of the step's replay whatever the selection, so the top 20 cost nothing
 # more and reach below the graph's copy nodes (the copy-node rule then has something to leave out).
 MOE_GRAPHS = dict(weights="random", batch_size=32, prompt_tokens=64, max_new_tokens=10,
-                  cache_implementation="static", compile_decode=True, ncu_top_n=20, ncu_phases=["decode"],
+                  cache_implementation="static", compile_decode=True, ncu_top_n=20, ncu_phases=["vision_encode", "decode"],
                   timing_trials=2, measure_peaks=False)
 DENSE_STOPPED = dict(weights="pretrained", prompt_tokens=256, max_new_tokens=8, ncu_top_n=8,
                      ncu_phases=["decode", "prefill"], timing_trials=1, measure_peaks=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -68,7 +69,12 @@ def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wr
     step = params.ncu_step
     if step is None and params.sample_window > 0:  # a sampled long generation: its middle
         step = params.max_new_tokens // 2
-    sels = [select_kernels(timeline, ph, params.ncu_top_n, step) for ph in params.ncu_phases]
+    present = set(timeline.loc[timeline.kind == "kernel", "phase"])
+    absent = [ph for ph in params.ncu_phases if ph not in present]
+    if absent:  # e.g. vision_encode of a text model: nothing to profile there
+        info["phases_absent"] = absent
+        say(f"  ncu: no {', '.join(absent)} kernels in this run's timeline; not profiled")
+    sels = [select_kernels(timeline, ph, params.ncu_top_n, step) for ph in params.ncu_phases if ph in present]
     graphs = [s for s in sels if graph_phase(timeline, s)]
     eager = [s for s in sels if s not in graphs]
     by_position = eager and "op_index" in timeline and (timeline.op_index >= 0).any()
@@ -81,6 +87,12 @@ def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wr
         _by_name(params, run_dir, manifest, timeline, eager, params_file, say)
     if graphs:
         _by_name(params, run_dir, manifest, timeline, graphs, params_file, say, graph=True)
+    if params.ncu_inloop:
+        if wrap is not None:
+            info["inloop"] = {"error": "not run under tensor parallelism (one rank under ncu while the others wait)"}
+        elif any(v.get("profiled") for v in info["phases"].values()):
+            _inloop(params, run_dir, manifest, timeline, eager if by_position else [], 
+                    ([] if by_position else eager), graphs, params_file, say)
     failed = [p for p, v in info["phases"].items() if v["error"]]
     if failed and all(info["phases"][p]["profiled"] == 0 for p in failed):
         raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
@@ -223,6 +235,85 @@ def _by_position(params: CaptureConfig, run_dir, manifest, timeline, sels, param
     write_manifest(run_dir, manifest)
     if stop is not None:
         raise stop
+
+
+INLOOP_METRICS = ("gpu__time_duration.sum", "dram__bytes.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+                  "lts__t_bytes.sum")
+INLOOP_COLUMNS = {"duration_ns": "duration_ns_inloop", "dram_bytes": "dram_bytes_inloop",
+                  "l2_bytes": "l2_bytes_inloop"}
+_PASSES = re.compile(r"- (\d+) pass")
+
+
+def _inloop(params: CaptureConfig, run_dir, manifest, timeline, by_position, by_name, graphs, params_file,
+            say=_say) -> None:
+    """The in-loop pass: ncu again over the same launches, with `--cache-control none` and only the counters one
+    replay pass collects (`INLOOP_METRICS`), so each kernel runs once, on the L2 as the workload left it: a kernel
+    that reads what its producer has just written (an MoE expert GEMM after the gather that copied the experts,
+    inside the L2) shows the DRAM traffic it causes in the loop. The main pass flushes caches before each of its
+    replay passes (`--cache-control all`): its bytes are the cold-cache figure, every operand from DRAM.
+
+    Adds `duration_ns_inloop`, `dram_bytes_inloop` and `l2_bytes_inloop` to ncu/kernels.parquet and records the
+    pass (processes, wall s, replay passes per kernel, error) in the manifest's `ncu.inloop`. A kernel that
+    needed more than one replay pass would read a warm L2 on its later passes: the pass then records the error
+    and its columns stay empty. A failed pass leaves the main tables as they are."""
+    from .ncu_tables import kernel_table_by_position
+
+    nd = RunLayout(run_dir).ncu()
+    info = manifest["ncu"]["inloop"] = {"cache_control": "none", "metrics": list(INLOOP_METRICS), "processes": 0,
+                                        "wall_s": 0.0, "passes": None, "error": None}
+    keep = {f: f.read_bytes() for f in (nd.targets_seen, nd.worker_run) if f.exists()}  # the main pass's record
+    got, errors, passes = [], [], []
+
+    def one(cmd, report, label, expected=None):
+        say(f"  ncu in-loop {label}: the same launches, cache not flushed, one replay pass")
+        metrics, results, error, stop, wall = _profile(cmd, log_file(report), report, params.ncu_timeout_s,
+                                                        ncu_progress(f"in-loop {label}", say), expected)
+        info["processes"] += 1
+        info["wall_s"] += wall
+        log = log_file(report)
+        n = [int(x) for x in _PASSES.findall(log.read_text(errors="replace"))] if log.exists() else []
+        passes.extend(n)
+        if error:
+            errors.append(f"{label}: {error}")
+        elif n and max(n) > 1:
+            errors.append(f"{label}: a kernel needed {max(n)} replay passes; later passes read a warm L2")
+            metrics = None
+        if stop is not None:
+            raise stop
+        return metrics, results, error
+
+    try:
+        if by_position:
+            reps = pd.concat([representative_launches(timeline, s) for s in by_position], ignore_index=True)
+            exp = expected_launches(timeline, reps)
+            report = nd.inloop_report()
+            worker = worker_command(params_file, targets_file=nd.targets, gated=_ncu.PROFILE_GATE)
+            cmd = ncu_command(report, None, worker, params.clock_control, "none", sections=(),
+                              extra_metrics=INLOOP_METRICS)
+            metrics, results, error = one(cmd, report, "+".join(s.phase for s in by_position), len(exp))
+            if metrics is not None:
+                selected = pd.concat([s.kernels.assign(phase=s.phase) for s in by_position], ignore_index=True)
+                k, _ = kernel_table_by_position(selected, exp, metrics, results, error)
+                got.append(k)
+        for sel, graph in [*((s, False) for s in by_name), *((s, True) for s in graphs)]:
+            report = nd.inloop_report(sel.phase)
+            cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, sel.phase, sel.step),
+                              params.clock_control, "none", sections=(), extra_metrics=INLOOP_METRICS, graph=graph)
+            metrics, results, error = one(cmd, report, sel.phase)
+            if metrics is not None:
+                got.append(_phase_table(sel, metrics, results, timeline, error, graph))
+    finally:
+        for f, b in keep.items():
+            f.write_bytes(b)
+    info["passes"] = max(passes) if passes else None
+    info["error"] = "; ".join(errors) or None
+    if got:
+        k = pd.concat(got, ignore_index=True)
+        k = k.loc[k.status == "profiled", ["phase", "kernel_id", *INLOOP_COLUMNS]].rename(columns=INLOOP_COLUMNS)
+        kernels = pd.read_parquet(nd.kernels).drop(columns=list(INLOOP_COLUMNS.values()), errors="ignore")
+        kernels.merge(k, on=["phase", "kernel_id"], how="left").to_parquet(nd.kernels, **PARQUET)
+        info["kernels"] = int(len(k))
+    write_manifest(run_dir, manifest)
 
 
 def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:

@@ -88,6 +88,7 @@ class CaptureConfig(_Config):
     timeline_backend: str
     ncu_phases: tuple[str, ...]
     ncu_top_n: int
+    ncu_inloop: bool
     clock_control: str
     cache_control: str
     capture_timeout_s: int

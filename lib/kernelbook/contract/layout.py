@@ -47,6 +47,7 @@ LAUNCHES = "launches.parquet"
 NCU_TABLES = (KERNELS, METRICS, RESULTS, LAUNCHES)  # the tables of each ncu folder
 NCU_REPORT = ".ncu-rep"  # the suffix ncu gives the report named by `-o <base>`
 NCU_BASE = "ncu"  # the report's base name when one ncu process profiles by op call (`<base>.ncu-rep`)
+INLOOP = "inloop"  # the in-loop pass's report: `inloop.ncu-rep` by op call, `<phase>-inloop.ncu-rep` by name
 READER_METRICS = ".read_metrics.parquet"  # the ncu report reader's scratch output (load.ncu, in its work folder)
 READER_RESULTS = ".read_results.parquet"
 
@@ -160,6 +161,11 @@ class NcuDir:
         """The base path ncu's `-o` takes (ncu adds `.ncu-rep`): `ncu` for the process that profiles by op call,
         the phase's name for one that profiles a phase by name."""
         return self.path / name
+
+    def inloop_report(self, phase: str | None = None) -> Path:
+        """The base path of the in-loop pass's report (`--cache-control none`, see capture.ncu_stage): by op call
+        one for every phase, by name one per phase."""
+        return self.path / (INLOOP if phase is None else f"{phase}-{INLOOP}")
 
     def table(self, name: str) -> Path:
         """The table `name` ("kernels", "metrics", "results", "launches")."""

@@ -270,6 +270,26 @@ class NcuPhase:
 
 
 @dataclass(frozen=True)
+class InLoop:
+    """The ncu stage's in-loop pass (`ncu.inloop`; capture.ncu_stage._inloop): the same launches with
+    `--cache-control none`, one replay pass each."""
+
+    cache_control: str | None = None
+    processes: int | None = None
+    wall_s: float | None = None
+    passes: int | None = None  # the most replay passes a kernel needed (1: each kernel ran once, in the loop's L2)
+    kernels: int | None = None  # kernels with in-loop figures
+    error: str | None = None
+
+    @classmethod
+    def read(cls, d: Mapping) -> InLoop | None:
+        if not d:
+            return None
+        return cls(_str(d.get("cache_control")), _int(d.get("processes")), _num(d.get("wall_s")),
+                   _int(d.get("passes")), _int(d.get("kernels")), _str(d.get("error")))
+
+
+@dataclass(frozen=True)
 class NcuInfo:
     """How the ncu stage ran (`ncu`): its controls, selection mode, command, and each phase's account."""
 
@@ -289,6 +309,8 @@ class NcuInfo:
     nccl: str | None = None
     ranks: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     op_calls_marked_by_worker: int | None = None
+    inloop: InLoop | None = None  # None: the run has no in-loop pass (ncu_inloop: false, or captured before it)
+    phases_absent: tuple[str, ...] = ()  # asked phases the run's timeline does not have
 
     @classmethod
     def read(cls, d: Mapping) -> NcuInfo | None:
@@ -301,7 +323,8 @@ class NcuInfo:
                    _int(d.get("expected_launches")), _int(d.get("results")), _int(d.get("selected")),
                    _num(d.get("results_per_selected")), _frozen(dict(_obj(d, "worker"))),
                    _frozen(dict(_obj(d, "op_check"))), _str(d.get("nccl")), _frozen(dict(_obj(d, "ranks"))),
-                   _int(d.get("op_calls_marked_by_worker")))
+                   _int(d.get("op_calls_marked_by_worker")), InLoop.read(_obj(d, "inloop")),
+                   tuple(str(p) for p in (d.get("phases_absent") or ()) if isinstance(p, str)))
 
     @property
     def total_wall_s(self) -> float:

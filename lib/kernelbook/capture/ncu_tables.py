@@ -37,6 +37,8 @@ COMMON = {
     "mem_busy_pct": ["gpu__compute_memory_access_throughput.avg.pct_of_peak_sustained_elapsed"],
     "max_bandwidth_pct": ["gpu__compute_memory_request_throughput.avg.pct_of_peak_sustained_elapsed"],
     "dram_bytes": ["dram__bytes.sum"],
+    "dram_read_bytes": ["dram__bytes_read.sum"],
+    "dram_write_bytes": ["dram__bytes_write.sum"],
     "l2_bytes": ["lts__t_bytes.sum"],
     "l1_bytes": ["l1tex__t_bytes.sum"],
     "local_ld_bytes": ["l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"],

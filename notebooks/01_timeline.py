@@ -97,7 +97,10 @@ kb.md(T.gap_prose(gaps))
 # %% [markdown]
 # ## Top kernels per phase
 # Time % is the share of the phase's kernel time; mean and median are per launch. Hover a bar for the
-# kernel and its numbers.
+# kernel and its numbers. The description says what a category's kernels usually are (a GEMV streams its
+# weights: memory-bound when it moves enough bytes); each profiled kernel's own class, from its counters,
+# is chapter 05's, and where the two differ chapter 05's is the measured one (a GEMV of a few µs moves
+# too few bytes to load DRAM: latency-bound there).
 
 # %%
 F.top_kernel_bars(T.top_kernels_by_phase(r.timeline, top_n))

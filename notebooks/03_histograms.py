@@ -32,6 +32,8 @@ kb.setup(language, run_dir=run_dir, rank=rank, phase=phase)
 r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase)
 k = profiled_kernels(r)
 k = k[k.phase == phase]
+fid = N.fidelity(r.ncu_kernels(), r.timeline, r.manifest)  # chapter 02's ncu in context, in-loop reads included
+in_loop = N.in_loop_l2(fid)  # producer → consumer kernels
 cap = H.captions(k)
 kb.summary(H.headline(cap, phase))
 
@@ -40,17 +42,17 @@ F.histogram_grid(H.histogram_table(k), cap)
 
 # %% [markdown]
 # ## Captions
-# Medians by count and by time, and the share of profiled time at or above the healthy level of the
-# profiling skill's table (where it has one).
+# Medians by count and by time, and the share of profiled time at or above the healthy level (where
+# there is one: the project's rules of thumb, whose sources and reasons chapter 05 gives under its health table).
 
 # %%
 kb.table(cap[["metric", "unit", "kernels", "median", "time_weighted_median", "threshold", "time_pct_at_or_above"]],
          kb.tr("The {phase} histograms in numbers", phase=kb.phase_label(phase)),
-         notes={"threshold": kb.tr("the profiling skill gives no healthy level for this metric"),
+         notes={"threshold": kb.tr("no healthy level for this metric in the project's rules of thumb"),
                 "time_pct_at_or_above": kb.tr("no healthy level")})
 
 # %%
 kb.md(H.prose(cap, phase))
 
 # %%
-kb.md(N.cache_control_note(r.manifest, "03"))
+kb.md(N.cache_control_note(r.manifest, "03", in_loop, fid))

@@ -9,8 +9,9 @@
 # %% [markdown]
 # # 05 · Classification: why each kernel is slow and what to try first
 #
-# Each profiled kernel gets a bottleneck class by the profiling skill's rules (thresholds are this
-# chapter's parameters), checked against the roofline ridge; then why each kernel is slow (where its
+# Each profiled kernel gets a bottleneck class from its SM and memory throughput (the project's rules of
+# thumb, thresholds are this chapter's parameters; the health section says where they come from), checked
+# against the roofline ridge; then why each kernel is slow (where its
 # warps stall, what caps its occupancy, the clock it ran at, NVIDIA's own verdicts), the metric health
 # table, wave quantization, the tile analysis of GEMM/GEMV kernels, and the top opportunities per phase
 # in the profiler output contract (also written to `report.md` beside this book).
@@ -43,7 +44,9 @@ r = kb.open_run(run_dir, rank=rank, needs="ncu", phase=phase, kernel=kernel)
 k = R.profiled_kernels(r)
 dev, dev_sources, roofs = R.for_run(r, k)  # devices.yaml, with what ncu measured on the GPU winning
 rules = C.Rules(high_pct, low_pct, l2_hit_min_pct, mem_latency_cycles)
-c = C.classify(k, dev.ridge("bf16"), rules)
+fid = N.fidelity(r.ncu_kernels(), r.timeline, r.manifest)  # chapter 02's ncu in context
+in_loop = N.in_loop_l2(fid)  # producer → consumer (chapter 02)
+c = C.classify(k, dev.ridge("bf16"), rules, in_loop)
 cp = c[c.phase == phase]
 summary = T.phase_summary(r.timeline, r.phases)
 opps = C.all_opportunities(r, summary, c, roofs)
@@ -58,14 +61,14 @@ kb.table(C.class_counts(cp), kb.tr("Bottleneck classes of the profiled {phase} k
 
 # %%
 kb.table(M.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "category", "class", "roofline_side",
-                                   "locality_issue", "reason"]], r.ncu_kernels(), r.timeline).drop(columns="phase"),
+                                   "locality_issue", "counters", "reason"]], r.ncu_kernels(), r.timeline).drop(columns="phase"),
          kb.tr("Each kernel's class and why"))
 
 # %%
 kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.info.ncu.cache_control))
 
 # %%
-kb.md(N.cache_control_note(r.manifest, "05"))
+kb.md(N.cache_control_note(r.manifest, "05", in_loop, fid))
 
 # %% [markdown]
 # ## Metrics per class
@@ -131,10 +134,14 @@ kb.md(W.rules_prose(nv))
 
 # %% [markdown]
 # ## Metric health
-# The skill's healthy levels; unhealthy cells are shaded, — where a metric does not apply.
+# Healthy levels per metric; unhealthy cells are shaded, — where a metric does not apply. Tensor pipe
+# active is ncu's `sm__pipe_tensor_cycles_active` (% of peak), for kernels that issue tensor FLOPs.
 
 # %%
 kb.styler_table(C.health_styled(C.health(cp)), kb.tr("Metric health per kernel (shaded: unhealthy; — : does not apply)"))
+
+# %%
+kb.md(kb.tr(C.THRESHOLD_SOURCES))
 
 # %% [markdown]
 # ## Device facts used here
@@ -147,7 +154,8 @@ kb.table(facts_table(dev, dev_sources), kb.tr("Device facts and their source"))
 # %% [markdown]
 # ## Wave quantization
 # Blocks ÷ (SMs × resident blocks per SM) = waves; the last wave's fill is the tail efficiency. A grid
-# under 4× the SM count cannot balance load or hide a tail (course notes' rule).
+# under 4× the SM count cannot balance load or hide a tail (the project's rule of thumb: with four waves
+# a part-empty last wave costs at most a quarter of the time).
 
 # %%
 waves = C.wave_table(cp, r.ncu_metrics(), dev.sm_count)

@@ -28,22 +28,29 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
+from kernelbook.load.twins import twins
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run, cross_run=cross_run)
-r = kb.open_run(run_dir, rank=rank)
+given = kb.open_run(run_dir, rank=rank)
+# the eager run and the run as deployed of this workload, whichever run_dir names (deployed_run: the twin to take
+# where it is one); the model is fitted and checked on both, and the recommendations come from the deployed run
+tw = twins(given, deployed_run or None, open_run=kb.open_run)
+r = tw.eager if tw.eager is not None else given
 tr, gpu, _, k = W.for_run(r)
 designs = {gpu.key: gpu, **W.load_designs()}
 val = W.validation(tr)
-dep = S.deployed_of(r, kb.open_run(deployed_run) if deployed_run else None)
-dep_val = W.validation(W.for_run(dep)[0]) if dep is not None else None
+dep = tw.deployed if tw.deployed is not None and tw.deployed is not r else None
+tr_dep, _, _, k_dep = W.for_run(dep) if dep is not None else (None, None, None, None)
+dep_val = W.validation(tr_dep) if tr_dep is not None else None
 cross = kb.open_run(cross_run) if cross_run else None
 cross_note = W.cross_run_note(r, cross)
 tr_x = W.for_run(cross)[0] if cross is not None and not cross_note else None
 xd = W.cross_device(tr, tr_x) if tr_x is not None else None
 xerr, env = (W.cross_device_error(xd), W.envelope(tr, tr_x)) if xd is not None else (None, None)
-kb.summary(W.headline(val, tr) + (S.deployed_headline(dep, dep_val) if dep is not None else "")
+kb.summary((S.as_deployed_headline(W.headline(dep_val, tr_dep), dep, r, W.headline(val, tr))
+            if dep is not None else W.headline(val, tr))
            + (W.cross_device_headline(xd) if xd is not None else ""))
 
 # %%
@@ -117,32 +124,71 @@ kb.md(W.cross_device_prose(xd)) if xd is not None else None
 kb.table(W.error_by_class(tr), kb.tr("Held-out error per phase and kernel class"))
 
 # %% [markdown]
-# ## Designs
-# Predicted times for a plain run (host gaps ÷ the capture's profiled/plain ratio) on each design in
-# `params/npus.yaml`; designs that leave latency or efficiency null carry the run's fitted values.
+# ## Where a decode step's time goes between kernels
+# On a run whose decode ran as CUDA graphs the kernels of one replay follow each other after a node gap of
+# well under a microsecond: there is no launch overhead per kernel left. What the plain step holds beyond the
+# replay's kernels and node gaps is host time between replays, HF generate's loop (sampling, stopping checks,
+# copying the next inputs into the graph's buffers, the graph launch): the model carries it as one term per
+# step, not as a cost per launch. An eager run spends its host time per launch instead.
 
 # %%
-kb.table(W.design_table(designs, tr, env), kb.tr("Predicted times per design"))
+kb.table(W.replay_host_table({r.run_id: tr, **({dep.run_id: tr_dep} if tr_dep is not None else {})}),
+         kb.tr("Decode step: kernels, node gaps and host time (ms per step)"))
+
+# %% [markdown]
+# ## Designs
+# Each design in `params/npus.yaml` states its levers or inherits them from the GPU the model was fitted on:
+# kernel floor per kernel and per graph, fraction of peak per kernel class (efficiency: 1/b), dispatch cost,
+# on-chip SRAM capacity and bandwidth, weight precision. Each lever column says which: "(own)" where the
+# design states it, "(inherited)" where it carries the fitted GPU's value. An SRAM that keeps weights holds
+# the most-read weights first up to its capacity (the resident MiB of one decode step's weights are shown);
+# the rest still streams from DRAM. Times are for a plain run (host gaps ÷ the capture's profiled/plain ratio);
+# the decode figure of the run as deployed (CUDA graphs) sits beside the one of this run, each with the model's
+# error on its run: as fitted on all phases, and with decode held out of the fit.
+
+# %%
+kb.table(W.design_table(designs, tr, env, deployed=tr_dep, val=val, dep_val=dep_val, xerr=xerr),
+         kb.tr("Predicted times per design"))
+
+# %% [markdown]
+# ## The levers one at a time
+# Decode time per token with one lever moved from the fitted GPU: the kernel floor, all kernels at peak
+# (efficiency), both, DRAM bandwidth, an SRAM keeping the hottest weights (partial residency), fp8 or int4
+# weights (weight bytes only: activations, KV cache and compute unchanged), and batch. This run's column issues
+# launches as a graph (2 µs each) where the run was eager; the deployed column is the CUDA-graph run as it ran.
+
+# %%
+kb.table(W.lever_table(tr, gpu, tr_dep, val=val, dep_val=dep_val), kb.tr("Decode per token, one lever at a time"))
 
 # %% [markdown]
 # ## Sensitivity
-# Each panel moves one resource with the rest of the measured GPU fixed, at the run's eager host gaps
-# and at a graph-style 2 µs per launch; dots mark the knee where the resource stops mattering (within
-# 5 % of the best time in the sweep). The host-time panels set the host time directly, so their two
-# lines coincide. The green band on the DRAM bandwidth panels is the stretch the cross-device check covered.
+# Each row of panels moves one lever with the rest of the measured GPU fixed: kernel floor, efficiency (the
+# fraction of peak every kernel class sustains), DRAM bandwidth, an on-chip SRAM that keeps the most-read
+# weights (partial residency: the curve falls smoothly as more weights fit), bytes per weight (int4, fp8,
+# bf16) and batch. One line per way of dispatching decode: this run's own host gaps, launches issued as a graph
+# at 2 µs each, and the run as deployed (CUDA graphs, with its host time between replays as one term per step);
+# on a run whose decode ran as graphs, that run alone. Dots mark the knee where the lever stops mattering
+# (within 5 % of the best time in the sweep). The green band on the DRAM bandwidth panels is the stretch the
+# cross-device check covered.
 
 # %%
-sens = W.sensitivity_both(tr, gpu)
+sens = W.sensitivity_both(tr, gpu, deployed=tr_dep)
 F.sensitivity_grid(sens, W.knees_both(sens), env)
 
 # %%
-kb.md(W.sensitivity_note(xerr, env))
+kb.md(W.sensitivity_note(xerr, env) + "\n\n" + W.sensitivity_errors(tr, val, tr_dep, dep_val))
 
 # %% [markdown]
 # ## Recommendations for the nine areas
-# Evidence from this run, the what-if number, its uncertainty from the cross-device check (and the ways
-# its design lies outside what that check covered), a confidence, and the reference report's claim beside.
+# Drawn from the run as deployed where the workload has one (decode as CUDA graphs: what a serving stack runs),
+# else from this run. Evidence from that run, the what-if number, its uncertainty from the cross-device check
+# (and the ways its design lies outside what that check covered), a confidence, and the reference report's
+# claim beside.
 
 # %%
-kb.table(W.recommendations(tr, gpu, k, T.category_shares(r.timeline), xerr=xerr, env=env),
+kb.md(S.twins_note(tw, r))
+
+# %%
+kb.table(W.recommendations(tr_dep, gpu, k_dep, T.category_shares(dep.timeline), xerr=xerr, env=env)
+         if dep is not None else W.recommendations(tr, gpu, k, T.category_shares(r.timeline), xerr=xerr, env=env),
          kb.tr("Recommendations with their what-if numbers"))

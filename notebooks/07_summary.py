@@ -29,14 +29,22 @@ from kernelbook.analyze import modules as M
 from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
+from kernelbook.load.twins import twins
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, variant_runs=variant_runs, baseline_run=baseline_run,
          cross_run=cross_run)
-r = kb.open_run(run_dir, rank=rank)
+given = kb.open_run(run_dir, rank=rank)
+# the eager run and the run as deployed of this workload, whichever run_dir names: the chapter reads the same pair
+# (and tells the same conclusions) from either; the eager run is the baseline the variants are set against
+tw = twins(given, open_run=kb.open_run)
+r = tw.eager if tw.eager is not None else given
 tr, gpu, roofs, k = W.for_run(r)
-kept, left_out = S.variants_of(r, [kb.open_run(p) for p in variant_runs])
+asked = [kb.open_run(p) for p in variant_runs]
+if tw.deployed is not None and tw.deployed is not r and all(v.path != tw.deployed.path for v in asked):
+    asked.insert(0, tw.deployed)
+kept, left_out = S.variants_of(r, [v for v in asked if v.path != r.path])
 variants = [(v, W.for_run(v)[0]) for v in kept]
 phases = S.phase_table(r)
 limit = S.decode_limit(tr, r, roofs)
@@ -44,6 +52,7 @@ rows = S.variant_rows(tr, gpu, r, variants)
 deploy = S.deployed(r, limit, variants)
 controls = {v.run_id: S.host_control(r, v) for v, _ in variants}
 kb.summary(S.headline(phases, limit, rows, deploy, {rid for rid, c in controls.items() if len(c)}))
+kb.md(S.twins_note(tw, r))
 
 # %% [markdown]
 # ## Where the time goes

@@ -13,6 +13,8 @@ from conftest import FIGURES, REPO, RUN, earlier_report
 from kernelbook import params as P
 from kernelbook.runner import BookError, list_chapters, render_book
 
+# a committed run whose ncu stage profiled decode and prefill only (manifest ncu.phases), 20 kernels each
+LACKS_VISION = REPO / "data" / "runs" / "h100-long-generation-2048"
 TITLES = {"00_setup": "00 · Setup", "01_timeline": "01 · Timeline", "02_ncu": "02 · Nsight Compute",
           "03_histograms": "03 · Histograms", "04_roofline": "04 · Roofline", "05_classification": "05 · Classification",
           "06_npu": "06 · NPU what-if", "07_summary": "07 · Summary"}
@@ -97,16 +99,32 @@ def test_report_md_holds_the_profiler_output_contract(report):
     assert text.startswith("Profile: deepseek-ocr-2 [h100-deepseek-ocr-2]")
     assert "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |" in text
     tops = [ln for ln in text.splitlines() if ln.startswith("- ") and "— est. " in ln and "— trigger: " in ln]
-    assert len(tops) == 6  # decode and prefill are profiled: the top 3 of each
-    assert text.index("## decode") < text.index("## prefill")
+    assert len(tops) == 9  # vision encode, prefill and decode are profiled: the top 3 of each
+    # one section per profiled stage, in the Stages table's order (the run's ncu stage profiled all three)
+    stages = [ln.split("|")[1].strip() for ln in text.splitlines()
+              if ln.startswith(("| decode", "| prefill", "| vision"))]
+    sections = [ln[3:] for ln in text.splitlines() if ln[3:] in stages and ln.startswith("## ")]
+    assert stages == ["vision\\_encode", "prefill", "decode"] and sections == stages
+
+
+@pytest.mark.parametrize("stem", ["03_histograms", "04_roofline", "05_classification"])
+def test_cache_note_gives_the_in_loop_reads_the_run_measured(report, stem):
+    """The bundled run measured the loop (manifest ncu.inloop: ncu's in-loop pass, 60 kernels): chapters 03 and 04
+    still said the producer → consumer kernels' in-loop DRAM traffic was 'not measured by this capture' (they gave
+    the note no fidelity table), while chapter 05 gave the figures."""
+    html = (report / f"{stem}.html").read_text()
+    assert "not measured by this capture" not in html and "as this run measured" in html
+    # d005 reads 27,557,376 B flushed (dram_read_bytes), 8,527,104 B in the loop (dram_read_bytes_inloop)
+    assert "d005 27.56 MB flushed, 8.53 MB in the loop" in html
 
 
 def test_kernel_explorer_degrades_to_static_cards_in_html(report):
     html = (report / "05_classification.html").read_text()
-    cards = re.findall(r'<details id="kernel-([dp]\d{3})"><summary><b>\1 ', html)
-    # one card per profiled kernel of every phase, the chapter's phase (decode) first, each with its anchor
-    assert len(cards) == 40 == len(set(cards)) and cards[:20] == [f"d{i:03d}" for i in range(20)]
-    assert sorted(cards[20:]) == [f"p{i:03d}" for i in range(20)]
+    cards = re.findall(r'<details id="kernel-(\w\d{3})"><summary><b>\1 ', html)
+    # one card per profiled kernel of every phase (20 each of decode, prefill and vision encode), the chapter's
+    # phase (decode) first, each with its anchor
+    assert len(cards) == 60 == len(set(cards)) and cards[:20] == [f"d{i:03d}" for i in range(20)]
+    assert sorted(cards[20:]) == [f"{ph}{i:03d}" for ph in "pv" for i in range(20)]
 
 
 def test_cli_book_prints_only_its_progress(tmp_path):
@@ -288,10 +306,12 @@ def test_partial_run_renders_what_it_holds_and_says_what_is_missing(partial_run,
 
 
 @pytest.mark.parametrize("yaml_text, says", [
-    # the run path travels absolute from the entry point (issue 31), so the message names it so
-    ("phase: vision_encode", [f"phase: {RUN} has no ncu counters for 'vision_encode'",
-                              "it profiled decode (20 kernels) and prefill (20 kernels)",
-                              "ncu_phases: [vision_encode, prefill, decode]"]),
+    # the run path travels absolute from the entry point (issue 31), so the message names it so; the bundled run
+    # profiles vision_encode too, so this asks a committed run whose ncu stage profiled decode and prefill only
+    pytest.param(f"phase: vision_encode\nrun_dir: {LACKS_VISION.relative_to(REPO)}",
+                 [f"phase: {LACKS_VISION} has no ncu counters for 'vision_encode'",
+                  "it profiled decode (20 kernels) and prefill (20 kernels)",
+                  "ncu_phases: [vision_encode, prefill, decode]"], id="phase: vision_encode"),
     ("kernel: d999", ["kernel: 'd999' is not a profiled decode kernel", "it has 20: d000 … d019", "ncu_top_n"]),
 ])
 def test_cli_book_exit_2_for_what_the_run_does_not_hold(tmp_path, yaml_text, says):

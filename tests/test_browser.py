@@ -174,7 +174,9 @@ def test_a_kernel_id_opens_its_card_in_chapter_05(browser, rendered_book):
     browser.get_log("browser")  # start clean: what follows is these pages' doing
     browser.get((report / "02_ncu.html").as_uri())
     links = browser.find_elements(By.CSS_SELECTOR, "table.kb a.kb-k")
-    assert len({a.get_attribute("data-card") for a in links}) == 40  # 20 decode + 20 prefill ids, each linked
+    cards = {a.get_attribute("data-card") for a in links}
+    # 20 vision encode + 20 prefill + 20 decode ids (the run's 60 profiled kernels), each linked
+    assert len(cards) == 60 and {"kernel-v000", "kernel-p012", "kernel-d004"} <= cards
     link = next(a for a in links if a.text == "p012")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", link)
     link.click()

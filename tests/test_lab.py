@@ -269,10 +269,19 @@ def test_chapter_in_jupyterlab(lab, browser, stem):
         assert json.dumps([o for o in after if PLOTLY in o.get("data", {})]) != before  # re-rendered on prefill
         assert all(n > 0 for n in _drawn_figures(driver))
     if stem == "03_histograms":
+        # the bundled run's ncu stage profiled vision encode too: the chapter draws that phase
         _set_parameters(driver, {"phase": '"vision_encode"'})
+        _run_all(driver)
+        after = _outputs(driver)
+        assert not [o for o in after if o["output_type"] == "error"]
+        assert len([o for o in after if PLOTLY in o.get("data", {})]) == FIGURES[stem]
+        assert all(n > 0 for n in _drawn_figures(driver))
+        # a committed run whose ncu stage profiled decode and prefill only: the phase it lacks stops with the note
+        _set_parameters(driver, {"run_dir": '"data/runs/h100-long-generation-2048"'})
         _run_all(driver)
         [err] = [o for o in _outputs(driver) if o["output_type"] == "error"]
         assert err["ename"] == "ChapterStop" and "it profiled decode (20 kernels) and prefill" in err["evalue"]
+        assert "no ncu counters for 'vision_encode'" in err["evalue"]
         assert "Traceback" not in driver.execute_script(WIDGET + "return w.node.textContent;")
     if stem == "05_classification":
         _explorer(driver, stem)

@@ -16,7 +16,9 @@ BUNDLED = ROOT / "data" / "runs" / "h100-deepseek-ocr-2"
 
 
 def test_committed_runs_are_found():
-    assert len(RUNS) >= 16
+    # 15 since the same-host twin h100-deepseek-ocr-2-host-s14 was removed (the graph run's host baseline is now the
+    # bundled eager run, captured on the same lease)
+    assert len(RUNS) >= 15
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.parent.name for p in RUNS])
@@ -44,7 +46,9 @@ def test_bundled_run_typed_values():
     assert m.environment.clocks.sm_clock_max_mhz == 1980
     assert m.measured_peaks.d2d_copy.trials == 10 and len(m.measured_peaks.d2d_copy.samples_s) == 10
     assert m.timeline_info.plain_phases["decode"].steps == 63
-    assert m.plain_ms_per_step()["decode"] == pytest.approx(18.474760412701354)
+    # the median of the three plain-generate timings, as recorded (the re-capture's host was faster: 12.09 ms)
+    samples = m.timeline_info.plain_phases["decode"].samples_ms_per_step
+    assert m.plain_ms_per_step()["decode"] == pytest.approx(12.087985666666675) == sorted(samples)[1]
     assert m.timeline_info.prompt_tokens == 1129
     assert m.ncu.cache_control == "all" and m.ncu.phases["decode"].selected == 20
     assert m.ncu.phases["decode"].error is None
@@ -79,7 +83,8 @@ def test_oldest_shape_takes_defaults():
     assert m.schema_version == 1 and m.timeline_info.plain_phases == {} and m.plain_ms_per_step() == {}
     assert m.timeline_info.sampling is None and m.timeline_info.shapes == {}
     assert m.ncu.mode is None and m.ncu.processes is None and m.ncu.results is None
-    assert m.ncu.total_wall_s == pytest.approx(84.44001412600005 * 2)  # the phases' walls, summed
+    # the phases' walls, summed: vision_encode, prefill and decode, each the one process's wall
+    assert m.ncu.total_wall_s == pytest.approx(102.29053815099999 * 3)
     assert m.produced_by == {} and m.peak_rss_gb == {} and m.host_baseline is None
 
 

@@ -51,19 +51,25 @@ def test_corrupt_and_truncated_reports_are_clear_errors(tmp_path):
 
 
 def test_bundled_run_coverage_is_complete(run):
-    """Decode and prefill top-20, one ncu process, selection by position: every kernel profiled, and
-    52 results for 40 kernels (the helpers the same op calls launch: cub's radix sort beside the MoE
-    routing, the grouped GEMM's setup kernel)."""
+    """Vision encode, prefill and decode top-20, one ncu process, selection by position: every kernel profiled,
+    and 75 results for 60 kernels (the helpers the same op calls launch: cub's radix sort beside the MoE
+    routing, the grouped GEMM's setup kernel, the kernels a vision op call launches beside the selected one)."""
     k = run.ncu_kernels()
-    assert len(k) == 40 and (k.status == "profiled").all()
-    assert k.groupby("phase").size().to_dict() == {"decode": 20, "prefill": 20}
+    assert len(k) == 60 and (k.status == "profiled").all()
+    assert k.groupby("phase").size().to_dict() == {"decode": 20, "prefill": 20, "vision_encode": 20}
+    assert set(k.kernel_id[k.phase == "vision_encode"]) == {f"v{i:03d}" for i in range(20)}
     info = run.manifest["ncu"]
     assert info["processes"] == 1 and info["cache_control"] == "all"
-    assert info["results"] == 52 and info["results_per_selected"] == pytest.approx(52 / 40)
+    results = pd.read_parquet(run.path / "ncu" / "results.parquet")
+    assert info["results"] == len(results) == 75 and info["results_per_selected"] == pytest.approx(75 / 60)
+    assert sum(p["results"] for p in info["phases"].values()) == 75
     # DRAM rate in GB/s: bytes ÷ ns (ncu's byte/s scaled by 1e-9)
     assert k.dram_gbps.to_numpy() == pytest.approx((k.dram_bytes / k.duration_ns).to_numpy(), rel=0.05, abs=0.01)
+    # the main pass's reads and writes add up to its DRAM bytes
+    assert (k.dram_read_bytes + k.dram_write_bytes).to_numpy() == pytest.approx(k.dram_bytes.to_numpy(), rel=1e-6)
     # the position each result was tied by is confirmed by the name in all but two rows, both explained
-    assert (k.identity == "position; names agree").sum() == 38
+    assert (k.identity == "position; names agree").sum() == 58
+    assert set(k.kernel_id[k.identity != "position; names agree"]) == {"p000", "p016"}
 
 
 def test_a_kernel_kineto_could_not_demangle_is_profiled_by_position(run):
@@ -97,8 +103,9 @@ def test_decode_bytes_are_what_the_weights_and_kv_cache_imply(run):
     assert k.loc["d000", "dram_bytes"] == pytest.approx(1280 * 1280 * 2, rel=0.15)
     assert k.loc["d008", "dram_bytes"] == pytest.approx(2 * 10 * 1130 * 128 * 2, rel=0.15)
     bf = byte_fidelity(run.ncu_kernels(), run.timeline, run.manifest).set_index("kernel_id")
-    assert bf.loc[bf.phase == "decode", "verdict"].eq("agrees").all() and (bf.phase == "decode").sum() == 4
-    assert bf.verdict.str.startswith("agrees").all()
+    mat = bf[bf.category.isin(["GEMM", "GEMV", "attention"])]
+    assert mat.loc[mat.phase == "decode", "verdict"].eq("agrees").all() and (mat.phase == "decode").sum() == 4
+    assert mat.verdict.str.startswith("agrees").all()
 
 
 def test_byte_check_uses_the_launch_ncu_profiled(run):
@@ -232,11 +239,11 @@ def test_results_are_tied_to_kernels_by_launch_position(run):
     from kernelbook.capture.ncu import expected_launches, representative_launches, select_kernels
 
     tl = run.timeline
-    sels = [select_kernels(tl, ph, 20) for ph in ("decode", "prefill")]
+    sels = [select_kernels(tl, ph, 20) for ph in ("vision_encode", "prefill", "decode")]
     reps = pd.concat([representative_launches(tl, s) for s in sels], ignore_index=True)
     exp = expected_launches(tl, reps)
     planned = pd.read_parquet(run.path / "ncu" / "launches.parquet")
-    assert len(exp) == 52 and (exp[["phase", "op_index", "name"]].values == planned[["phase", "op_index", "name"]].values).all()
+    assert len(exp) == len(planned) == run.manifest["ncu"]["expected_launches"] == 75 and (exp[["phase", "op_index", "name"]].values == planned[["phase", "op_index", "name"]].values).all()
     metrics = run.ncu_metrics().drop(columns=["phase"])
     results = pd.read_parquet(run.path / "ncu" / "results.parquet").drop(columns=["phase"])
     selected = pd.concat([s.kernels.assign(phase=s.phase) for s in sels], ignore_index=True)
@@ -285,8 +292,8 @@ def test_chapters_say_what_cache_control_none_distorts(run):
 
 
 def test_chapter_02_says_how_the_ncu_worker_ran(run):
-    """The bundled run's ncu account names the worker's one-token warmup and the decode steps that led up to a
-    profiled one without cuDNN attention, as the worker recorded them (manifest ncu.worker)."""
+    """The bundled run's ncu account names the worker's one-token warmup, the decode steps that led up to a
+    profiled one without cuDNN attention and its profiler gate, as the worker recorded them (manifest ncu.worker)."""
     from kernelbook.analyze.provenance import ncu_account
 
     w = run.manifest["ncu"]["worker"]
@@ -297,9 +304,12 @@ def test_chapter_02_says_how_the_ncu_worker_ran(run):
     assert w["cudnn_free_decode_steps"] == max(steps) - 1 - len(steps - {max(steps)})
     assert w["max_new_tokens"] == max(steps) + 1
     acc = ncu_account(run.manifest).set_index("item")["value"]
+    # the worker started the profiler only around each target op call (ncu ran with --profile-from-start off)
+    assert w["profile_gate"] is True and "--profile-from-start off" in run.manifest["ncu"]["command"]
     assert acc["ncu worker"] == (f"1 warmup generate of 1 token; {w['max_new_tokens']} new tokens; "
                                  f"{w['cudnn_free_decode_steps']} decode steps that lead up to a profiled one "
-                                 "ran attention without cuDNN")
+                                 "ran attention without cuDNN; ncu profiled only while the worker had the profiler "
+                                 "started, around each target op call")
 
 
 def test_nvidia_rule_results_travel_with_each_result():

@@ -77,9 +77,12 @@ def test_readme_papermill_command_runs_as_written(synced, line):
 
 
 def test_papermill_phase_the_run_lacks_gives_the_note_not_a_traceback(synced):
-    proc = _run("papermill notebooks/03_histograms.ipynb reports/03_vision.ipynb -p phase vision_encode", synced)
+    # the bundled run profiles vision_encode too; this committed run's ncu stage profiled decode and prefill only
+    proc = _run("papermill notebooks/03_histograms.ipynb reports/03_vision.ipynb -p phase vision_encode "
+                "-p run_dir data/runs/h100-long-generation-2048", synced)
     assert proc.returncode == 1
     out = json.loads((synced / "reports" / "03_vision.ipynb").read_text())
     [err] = [o for c in out["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert err["ename"] == "ChapterStop" and "it profiled decode (20 kernels) and prefill" in err["evalue"]
+    assert "no ncu counters for 'vision_encode'" in err["evalue"]
     assert len(err["traceback"]) == 1 and "Traceback" not in err["traceback"][0]

@@ -1,7 +1,8 @@
 """Chapter 05's analysis: bottleneck classes, per-class metrics, metric health, wave quantization,
 tile analysis, and the top optimization opportunities per phase (the profiler output contract).
 
-Rules follow the profiling skill seed: memory % high and compute % low → memory-bound; compute % high
+Rules (the project's own heuristic, inherited from the reference report's profiling notes, which are not
+public; see `THRESHOLD_SOURCES`): memory % high and compute % low → memory-bound; compute % high
 and memory % low → compute-bound; both low → latency-bound; otherwise balanced; L2 hit below its
 threshold adds a locality flag, for kernels whose work reuses its operands (GEMM, attention over more than
 one query): a GEMV, a copy or a decode step's attention touches each byte once, so a low hit rate is what
@@ -20,6 +21,7 @@ import pandas as pd
 from ..display import phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
+from .ncu_report import inloop_measured
 from ..escape import md
 from ..contract.manifest import Manifest, read_manifest
 from .timeline import plain_ms_per_step
@@ -59,9 +61,12 @@ def classify_row(sm_pct: float, mem_pct: float, rules: Rules = Rules()) -> str:
     return "balanced"
 
 
-def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = Rules()) -> pd.DataFrame:
+def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = Rules(),
+             in_loop: set[str] | None = None) -> pd.DataFrame:
     """One row per profiled kernel: class, roofline side (DRAM intensity vs the ridge), locality flag,
-    and the reason in words with the numbers that triggered it."""
+    and the reason in words with the numbers that triggered it. `in_loop` (kernel ids: chapter 02's
+    producer → consumer kernels, `ncu_report.in_loop_l2`) marks classes read from cold-cache counters whose
+    loop reads part of the operands from L2 (`counters`)."""
     k = kernels[kernels.status == "profiled"].copy()
     k["class"] = [classify_row(s, m, rules) for s, m in zip(k.sm_pct, k.memory_pct)]
     k["roofline_side"] = np.where(k.flops > 0, np.where(k.intensity_dram < ridge_flop_per_byte, "memory", "compute"),
@@ -75,6 +80,19 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
         + ((tr("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
             tr("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "")
         for s, m, h, lo, r in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct, low_hit, reuse)]
+    def counters(r) -> str:
+        if not (in_loop and r.kernel_id in in_loop):
+            return tr("cold cache, as in the loop")
+        m = inloop_measured(r)
+        if m is None:
+            return tr("cold-cache figure, in-loop traffic lower (producer → consumer)")
+        # the class stays on the flushed counters, the basis of every other kernel's class; the loop's own traffic,
+        # measured by ncu's in-loop pass, stands beside it
+        return tr("cold-cache figure (the class uses the flushed counters): {cold:.2f} MB read from DRAM, {cus:.2f} µs; "
+                  "in the loop (measured) {inr:.2f} MB, {ius:.2f} µs (producer → consumer)",
+                  cold=m["cold_read_bytes"] / 1e6, cus=m["cold_us"], inr=m["inloop_read_bytes"] / 1e6, ius=m["inloop_us"])
+
+    k["counters"] = [counters(r) for r in k.itertuples()]
     return k
 
 
@@ -116,8 +134,20 @@ def dominant_class(cp: pd.DataFrame) -> tuple[str, float]:
     return str(t.idxmax()), float(t.max() / t.sum())
 
 
+# Where the healthy levels come from, shown under the health table and chapter 03's captions.
+THRESHOLD_SOURCES = N_(
+    "The healthy levels are the project's own rules of thumb, carried over from the reference report's profiling "
+    "notes (not a published source), each with its reason: tensor pipe active > 60 % and DRAM throughput > 70 % — a "
+    "kernel below them leaves most of that unit's peak unused (60 % is also where Nsight Compute's own "
+    "SOLBottleneck rule starts calling a unit busy); achieved occupancy > 25 % — on Hopper 16 of 64 warp slots, "
+    "about what a memory-bound kernel needs to keep loads in flight; L2 hit > 80 % — for kernels that reuse "
+    "operands, lower means they are re-read from DRAM; no spilling; more than one wave, and a grid of at least 4× "
+    "the SM count — NVIDIA's CUDA optimization training gives the direction (more blocks than SMs, several per "
+    "SM), the factor 4 is ours: with 4 waves a part-empty last wave costs at most a quarter of the time. They are "
+    "guides for reading the table, not pass/fail limits.")
+
 HEALTH = {  # label (a catalog key: the table's header): (column, healthy test)
-    N_("tensor util > 60 %"): ("sm_pct", lambda v: v > 60),
+    N_("tensor pipe active > 60 %"): ("tensor_pipe_pct", lambda v: v > 60),
     N_("DRAM > 70 %"): ("dram_pct", lambda v: v > 70),
     N_("achieved occupancy > 25 %"): ("achieved_occupancy_pct", lambda v: v > 25),
     N_("L2 hit > 80 %"): ("l2_hit_pct", lambda v: v > 80),
@@ -127,11 +157,12 @@ HEALTH = {  # label (a catalog key: the table's header): (column, healthy test)
 
 
 def health(c: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel: each health metric's value and whether it is healthy (the skill seed's table).
-    Tensor utilisation applies only to kernels that issue tensor FLOPs."""
+    """Per kernel: each health metric's value and whether it is healthy (`THRESHOLD_SOURCES` says where the
+    levels come from). Tensor pipe activity (`tensor_pipe_pct`, `roofline.with_tensor_pipe`) applies only to kernels that
+    issue tensor FLOPs."""
     out = c[["kernel_id", "friendly_name"]].copy()
     for label, (col, ok) in HEALTH.items():
-        v = c[col].astype(float)
+        v = c[col].astype(float) if col in c else pd.Series(np.nan, index=c.index)
         if label.startswith("tensor"):
             v = v.where(c.flops_tensor > 0)
         out[label] = v
@@ -293,11 +324,34 @@ def times(x: float) -> str:
     return f"{x:.2f}" if x < 2 else f"{x:.1f}"
 
 
+def graph_replay_gaps(timeline: pd.DataFrame, phase: str = "decode") -> tuple[float, float] | None:
+    """(ms per step of gaps between consecutive kernels inside one CUDA-graph replay, their median in µs) of a
+    phase whose steps ran as graph replays (the trace names the launch `graph`; a replay's kernels share its
+    launch); None when the phase's kernels were not launched by graphs."""
+    d = timeline[(timeline.phase == phase)]
+    if "kind" in d:
+        d = d[d.kind == "kernel"]
+    if d.empty or "graph" not in d or not d["graph"].fillna(False).astype(bool).mean() > 0.5:
+        return None
+    d = d.sort_values("start_ns")
+    gap = d.start_ns.values[1:] - d.end_ns.values[:-1]
+    g = d["graph"].fillna(False).astype(bool).values
+    same = ((d.launch_ns.values[1:] == d.launch_ns.values[:-1]) & (d.step.values[1:] == d.step.values[:-1])
+            & g[1:] & g[:-1])
+    if not same.any():
+        return None
+    steps = max(1, d.step.nunique())
+    return float(gap[same].clip(min=0).sum() / 1e6 / steps), float(np.median(gap[same]) / 1e3)
+
+
 def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.Series, roofs,
-                  overhead_ratio: float | None = None, plain_ms: float | None = None) -> pd.DataFrame:
+                  overhead_ratio: float | None = None, plain_ms: float | None = None,
+                  graph_gaps: tuple[float, float] | None = None) -> pd.DataFrame:
     """Candidates for one phase, ranked by estimated gain (`gain_pct`: % of the phase's wall time on the
     basis of `wall_basis`, the plain run's where the capture timed it; `speedup`: 1 ÷ (1 − share)):
-    - launch overhead: the GPU-idle share of the phase (what CUDA graphs / fewer launches can recover);
+    - launch overhead: the GPU-idle share of the phase (what CUDA graphs / fewer launches can recover); on a
+      phase that already ran as CUDA graphs (`graph_gaps`: `graph_replay_gaps`), never graphs again: the idle
+      share split into the gaps between the graph's kernels and the host's time between replays;
     - per category of profiled kernels: time above the kernel's roof, i.e. duration − max(FLOPs ÷ compute
       roof, bytes ÷ bandwidth at each level), scaled to the category's share of the phase's kernel time.
     Gains are upper bounds, each alone: they assume the roof is reachable and nothing else moves."""
@@ -305,7 +359,24 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
     wall, busy, basis = wall_basis(summary_row, overhead_ratio, plain_ms)
     busy_frac = min(1.0, busy / wall) if wall else 0.0
     idle = 1 - busy_frac
-    if idle > 0:
+    if idle > 0 and graph_gaps is not None:
+        # the step already runs as a CUDA graph: no launch overhead left to cut with graphs. What is left between
+        # kernels is the graph's own node-to-node gaps and, between replays, the host's generate loop.
+        inside_ms, median_us = graph_gaps
+        inside = min(idle, inside_ms / wall) if wall else 0.0
+        host = idle - inside
+        rows.append({"opportunity": tr("Cut the host's time between graph replays (the generate loop)"),
+                     "gain_pct": 100 * host,
+                     "trigger": tr("decode already runs as CUDA graphs; of the {wall:.2f} ms step ({basis}) the GPU is "
+                                   "busy {busy:.2f} ms, gaps inside the graph replay take {inside:.3f} ms, and the "
+                                   "other {host:.2f} ms ({pct:.1f} %) lie between replays, on the host", wall=wall,
+                                   basis=basis, busy=busy, inside=inside_ms, host=host * wall, pct=100 * host)})
+        rows.append({"opportunity": tr("Fewer graph nodes: fuse kernels (gaps between a graph's kernels)"),
+                     "gain_pct": 100 * inside,
+                     "trigger": tr("{inside:.3f} ms per step between the graph's kernels (median gap {median:.2f} µs, "
+                                   "{launches:.0f} kernels per step)", inside=inside_ms, median=median_us,
+                                   launches=summary_row.get("launches_per_step", float("nan")))})
+    elif idle > 0:
         rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step") if phase == "decode"
                      else tr("Cut launch overhead: CUDA graphs / fewer, fused kernels"),
                      "gain_pct": 100 * idle,
@@ -408,8 +479,9 @@ def contract_legend(manifest: Manifest | dict, summary: pd.DataFrame, rows: list
         lines = [tr("Duration (us): each stage's wall time in µs under the profiler (this run has no plain per-stage "
                     "timings; the profiler stretches the host's gaps), per step for decode and per call for the "
                     "others.")]
-    lines += ["", tr("TC%: SM throughput (% of peak; ncu's busiest SM pipe, tensor included) of the kernels that issue "
-                     "tensor FLOPs; DRAM%: DRAM throughput, % of peak; Occ%: achieved occupancy, % of the SM's warp "
+    lines += ["", tr("TC%: tensor pipe active, % of peak (ncu's `sm__pipe_tensor_cycles_active`), every profiled "
+                     "kernel of the stage counted, one without tensor work at 0 % (— where the run's counters lack the "
+                     "metric); DRAM%: DRAM throughput, % of peak; Occ%: achieved occupancy, % of the SM's warp "
                      "slots. Each is a mean over the stage's profiled kernels weighted by their share of its kernel "
                      "time. Bottleneck: the class that holds the most of that time; Key Issue: the stage's first "
                      "opportunity below."),
@@ -427,7 +499,7 @@ def _duration_us(phase: str, s, plain_ms: float | None = None) -> str:
 
 def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
                       rules: Rules = Rules()) -> str:
-    """The skill seed's profiler output contract, one block for the run, stages = phases. The tables'
+    """The profiler output contract (the reference report's format), one block for the run, stages = phases. The tables'
     header lines and their stage and class values are the contract a tool reads: they stay as they
     are in every language; the prose around them (what each column and class means) is in the narrative
     language."""
@@ -461,11 +533,14 @@ def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, 
         pc = c[c.phase == s.phase]
         per = _duration_us(s.phase, s, plain.get(s.phase))
         if len(pc):
-            tc = weighted_mean(pc.sm_pct.where(pc.flops_tensor > 0), pc.share)
+            # TC%: tensor pipe active (% of peak), time-weighted over every profiled kernel of the stage (a kernel with
+            # no tensor work counts 0 %): the stage's tensor-core utilisation while its profiled kernels run
+            tp = pc.tensor_pipe_pct if "tensor_pipe_pct" in pc else pd.Series(np.nan, index=pc.index)
+            tc = weighted_mean(tp.fillna(0.0), pc.share) if tp.notna().any() else np.nan
             dram = weighted_mean(pc.dram_pct, pc.share)
             occ = weighted_mean(pc.achieved_occupancy_pct, pc.share)
             bott, _ = dominant_class(pc)
-            nums = [f"{tc:.0f}", f"{dram:.0f}", f"{occ:.0f}"]
+            nums = [f"{tc:.0f}" if tc == tc else "—", f"{dram:.0f}", f"{occ:.0f}"]
         else:
             bott, nums = "not profiled", ["—", "—", "—"]
         o = opps.get(s.phase)
@@ -520,7 +595,8 @@ def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dic
         if ph not in set(summary.phase):
             continue
         sh = shares[shares.phase == ph].set_index("category").pct / 100
-        out[ph] = opportunities(ph, summary.set_index("phase").loc[ph], c, sh, roofs, ratio, plain.get(ph))
+        gaps = graph_replay_gaps(run.timeline, ph) if ph == "decode" and run.info.workload.graph_decode else None
+        out[ph] = opportunities(ph, summary.set_index("phase").loc[ph], c, sh, roofs, ratio, plain.get(ph), gaps)
     return out
 
 

@@ -87,7 +87,7 @@ def bin_labels(lo, hi) -> list[str]:
 
 def captions(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per metric: unweighted median, time-weighted median, and the time share at or above the
-    threshold (the skill seed's "healthy" level where there is one)."""
+    threshold (the project's rule-of-thumb "healthy" level where there is one: classify.THRESHOLD_SOURCES)."""
     rows = []
     for col, title, unit, thr, v, w in samples(kernels):
         row = {"metric": title, "column": col, "unit": unit, "kernels": len(v), "median": float(v.median()),

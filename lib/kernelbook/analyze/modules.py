@@ -189,7 +189,17 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
         # grid with other shapes (a shared expert's up and down projections) moves other bytes, so it keeps the
         # bytes its shapes imply instead of the profiled launch's counter
         shapes = _profiled_shapes(timeline[timeline.phase == phase], prof)
-        ncu = {(r["name"], _grid(r.get("grid")), shapes.get(i)): float(r.dram_bytes) for i, r in prof.iterrows()}
+        # where the run measured the loop (ncu's in-loop pass), a profiled kernel moved its in-loop DRAM reads: the
+        # bytes it fetched from DRAM with the caches as the loop left them. Reads, not reads + writes: in-loop writes
+        # are the L2's write-backs during the launch, other kernels' dirty lines among them, while this kernel's own
+        # output is written back later, under another launch; reads belong to the kernel that issued them
+        inloop = inloop_basis(prof)
+
+        def moved(r) -> float:
+            v = r.get("dram_read_bytes_inloop") if inloop else None
+            return float(v) if v is not None and v == v else float(r.dram_bytes)
+
+        ncu = {(r["name"], _grid(r.get("grid")), shapes.get(i)): moved(r) for i, r in prof.iterrows()}
         hit = [ncu.get((n, g, sh), ncu.get((n, g, None))) for n, g, sh in zip(k["name"], k["grid"], k["op_shapes"])]
         got = pd.Series([h is not None for h in hit], index=k.index)
         k.loc[got, "moved"] = [h for h in hit if h is not None]
@@ -208,7 +218,16 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
     out["floor_us"] = (out.must_bytes / dram_bytes_per_s * 1e6).where(out.must_bytes >= MIN_FLOOR_BYTES)
     out["time_over_floor"] = out.kernel_us / out.floor_us
     body = out[out.module_type != "step"].sort_values("kernel_us", ascending=False)
-    return pd.concat([body, out[out.module_type == "step"]], ignore_index=True)[cols]
+    out = pd.concat([body, out[out.module_type == "step"]], ignore_index=True)[cols]
+    out.attrs["moved_basis"] = ("inloop_reads" if kernels is not None and inloop_basis(
+        kernels[(kernels.phase == phase) & (kernels.status == "profiled")]) else "cold")
+    return out
+
+
+def inloop_basis(prof: pd.DataFrame) -> bool:
+    """Whether the ledger's moved bytes of profiled kernels are their in-loop DRAM reads: the run's kernel table has
+    the in-loop pass's `dram_read_bytes_inloop` for some of `prof`."""
+    return "dram_read_bytes_inloop" in prof and bool(prof.dram_read_bytes_inloop.notna().any())
 
 
 def _profiled_shapes(timeline: pd.DataFrame, prof: pd.DataFrame) -> dict:
@@ -264,6 +283,11 @@ def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[fl
               "time, {over:.1f}× the floor.", must=step.must_bytes / 1e6, floor=step.floor_us, bw=bw[0] / 1e12,
               src=tr(bw[1]), moved=step.moved_bytes / 1e6, ratio=step.moved_bytes / max(step.must_bytes, 1.0),
               kernel=step.kernel_us, over=step.time_over_floor)]
+    if ledger.attrs.get("moved_basis") == "inloop_reads":
+        out.append(tr("Moved bytes of profiled kernels are their DRAM reads measured in the loop (ncu's in-loop pass, "
+                      "`--cache-control none`): what each fetched from DRAM with the caches as the loop left them, not "
+                      "the flushed-cache figure chapters 04 and 05 use. Reads only: the in-loop writes are the L2's "
+                      "write-backs during the launch, other kernels' among them."))
     if excess.max() > 0.05 * step.must_bytes:
         out.append(tr("The largest excess is in {module}: {moved:.0f} MB moved against {must:.0f} MB it must move "
                       "(+{extra:.0f} MB per step).", module=tr(worst.module_type), moved=worst.moved_bytes / 1e6,

@@ -382,12 +382,29 @@ def for_run(run, kernels: pd.DataFrame | None = None) -> tuple[object, dict, Roo
     return dev, sources, roofs(dev, run.info, k, run.ncu_metrics(), sources)
 
 
+TENSOR_PIPE = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
+
+
+def with_tensor_pipe(k: pd.DataFrame, metrics: pd.DataFrame | None) -> pd.DataFrame:
+    """`k` with `tensor_pipe_pct`: ncu's tensor pipe active cycles, % of peak sustained (`sm__pipe_tensor_cycles_
+    active`, all MMA types), per result; NaN where the run's metric table lacks it."""
+    k = k.copy()
+    if metrics is None or "result_id" not in k or not (metrics.metric == TENSOR_PIPE).any():
+        k["tensor_pipe_pct"] = np.nan
+        return k
+    m = metrics[metrics.metric == TENSOR_PIPE].groupby("result_id").value.first()
+    k["tensor_pipe_pct"] = k.result_id.map(lambda r: m.get(int(r), np.nan) if r == r else np.nan)
+    return k
+
+
+
 def profiled_kernels(run) -> pd.DataFrame:
     """The run's ncu kernel rows with identity columns (friendly name, category by work done, library)
-    from the timeline; empty frame when the run has no ncu stage or it profiled no kernel."""
+    from the timeline and `tensor_pipe_pct` (`with_tensor_pipe`); empty frame when the run has no ncu stage or
+    it profiled no kernel."""
     k = run.ncu_kernels()
     if k is None or "status" not in k or not (k.status == "profiled").any():
         return pd.DataFrame()  # no ncu stage, or one that profiled nothing (a partial capture)
     k = with_identity(k, run.timeline)
     k["duration_us"] = k.duration_ns / 1e3
-    return k
+    return with_tensor_pipe(k, run.ncu_metrics())

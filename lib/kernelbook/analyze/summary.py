@@ -210,7 +210,7 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
     rows = []
     for run, vtr in variants:
         p = run.info.params
-        twin = host_baseline(run, base_run)  # measured gains: plain runs of one host where the capture kept one
+        twin, one_host = _twin(run, base_run)  # measured gains: plain runs of one host where the capture kept one
         lv = lever(changed_params(base_run.info.params, p))
         changed = gpu.with_(**lv.design) if lv.design is not None else None
         preds: dict = {}  # this variant's prediction, per host scale
@@ -242,7 +242,7 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
             gain = base_ms / var_ms
             rows.append({"variant": variant_label(run), "run": run.run_id, "phase": ph, "unit": unit,
                          "basis": (tr("plain runs") if plain else tr("profiled pass")) + (
-                             "" if twin is base_run else tr(", same host: {run}", run=twin.run_id)),
+                             tr(", same host: {run}", run=twin.run_id) if one_host else ""),
                          "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
                          "predicted_gain": pred_gain, "measured_gain": gain,
                          "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})
@@ -262,16 +262,29 @@ def variant_label(run) -> str:
 
 def host_baseline(run, base_run):
     """The run a variant's measured gain is taken against: the baseline captured beside it in the same lease (its
-    manifest's `host_baseline`, a sibling run directory) when there is one, else `base_run`. Plain generate is
-    host-bound, and the host's speed differs between leases (1.02 s against 1.49 s for the same bundled run), so a
-    variant set against a baseline captured on another host measures the hosts, not the change."""
+    manifest's `host_baseline`, a sibling run directory, or `base_run` itself when that is the one it names) when
+    there is one, else `base_run`. Plain generate is host-bound, and the host's speed differs between leases (1.02 s
+    against 1.49 s for the same bundled run), so a variant set against a baseline captured on another host measures
+    the hosts, not the change."""
+    return _twin(run, base_run)[0]
+
+
+def same_host(run, base_run) -> bool:
+    """Whether `run` is measured against a baseline captured beside it on one host (`host_baseline` names `base_run`
+    itself or a sibling run that is there), not merely against `base_run` of whatever lease."""
+    return _twin(run, base_run)[1]
+
+
+def _twin(run, base_run) -> tuple:
     from ..load.run import load_run
 
     name = run.info.host_baseline
-    if not name or name == base_run.run_id:
-        return base_run
+    if not name:
+        return base_run, False
+    if name == base_run.run_id:
+        return base_run, True
     path = run.path.parent / name
-    return load_run(path) if path.is_dir() else base_run
+    return (load_run(path), True) if path.is_dir() else (base_run, False)
 
 
 def plain_generate(base_run, variants: list) -> pd.DataFrame:
@@ -308,7 +321,7 @@ def host_control(base_run, run) -> pd.DataFrame:
     from .compare import phases
 
     cols = ["phase", "wall_ms_per_step_a", "wall_ms_per_step_b", "wall_ratio", "gpu_busy_ratio"]
-    if host_baseline(run, base_run) is not base_run:
+    if same_host(run, base_run):
         return pd.DataFrame(columns=cols)
     ph = phases(base_run, run)
     same = (ph.gpu_busy_ratio - 1).abs() <= SAME_BUSY
@@ -361,13 +374,19 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
 
     out = [tr("{phase} holds {share:.0f} % of the profiled generate call's phase time", phase=phase_label(top.phase),
               share=top.share_pct)]
-    if limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
+    if (limit is not None and deploy is not None and len(deploy) > 1
+            and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]):
+        # the run as deployed first: the book's conclusions are about it; HF's eager loop beside it
+        out.insert(0, tr("as deployed (CUDA graphs, {run}) a plain decode step takes {wall:.2f} ms, {x:.1f}× the "
+                         "{limit:.2f} ms its weight and KV bytes need at measured DRAM bandwidth; HF's eager loop "
+                         "takes {eager:.1f} ms ({ex:.0f}×)", run=deploy.run.iloc[1], wall=deploy.plain_ms.iloc[1],
+                         x=deploy.plain_x.iloc[1], limit=limit.limit_ms, eager=deploy.plain_ms.iloc[0],
+                         ex=deploy.plain_x.iloc[0]))
+        out[0] = out[0][:1].upper() + out[0][1:]
+    elif limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
         out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
                       "bytes need at measured DRAM bandwidth", wall=deploy.plain_ms.iloc[0], x=deploy.plain_x.iloc[0],
                       limit=limit.limit_ms))
-        if len(deploy) > 1:
-            out.append(tr("as deployed (CUDA graphs) {wall:.2f} ms, {x:.1f}× the limit", wall=deploy.plain_ms.iloc[1],
-                          x=deploy.plain_x.iloc[1]))
     elif limit is not None and limit.plain_ms:
         out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
                       "bytes need at measured DRAM bandwidth", wall=limit.plain_ms, x=limit.step_multiple,
@@ -428,6 +447,28 @@ def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
     return pd.DataFrame(out, columns=cols)
 
 
+def twins_note(tw, base) -> str:
+    """Which runs chapter 07 (and 06) read: the eager run `base` and its run as deployed, found from whichever
+    run the book was given (`load.twins`), or why there is none."""
+    from ..load.twins import FOUND_HOST, FOUND_NAMED, FOUND_SIBLING
+
+    how = {FOUND_HOST: N_("captured beside it on one host"), FOUND_NAMED: N_("named by deployed_run"),
+           FOUND_SIBLING: N_("a run of the same workload in the same folder, captured on another host")}
+    if tw.deployed is None:
+        return tr("No run of this workload as deployed (decode as CUDA graphs: a static cache and a compiled step) "
+                  "lies beside {run}: the conclusions below are about HF's eager loop, which no serving stack runs. "
+                  "Capture one with `cache_implementation: static` (params/variant-static-graphs.yaml).",
+                  run=md(base.run_id))
+    if tw.eager is None:
+        return tr("{dep} decoded as CUDA graphs; no eager run of the same workload lies beside it, so nothing shows "
+                  "what HF's eager loop adds.", dep=md(tw.deployed.run_id))
+    given = tw.given.run_id
+    return tr("The book's run is {given}. This chapter reads the workload as deployed, {dep} (decode as CUDA graphs), "
+              "and the eager run {eager} beside it ({how}): the conclusions are the deployed run's, the eager run "
+              "shows what HF's eager loop adds, whichever of the two the book was given.", given=md(given),
+              dep=md(tw.deployed.run_id), eager=md(tw.eager.run_id), how=tr(how.get(tw.found, tw.found or "")))
+
+
 def deployed_of(run, candidate):
     """`candidate` when it is the same workload as `run` (variants_of) run as CUDA graphs, else None."""
     if candidate is None or not _graph_decode(candidate) or _graph_decode(run):
@@ -441,6 +482,14 @@ def deployed_missing(run, deployed_run: str) -> str:
         return tr("No deployed_run given: the figures of this chapter are eager HF generate's.")
     return tr("{d} is not this workload run as CUDA graphs (a static-cache variant of {r}); the chapter shows the "
               "eager run only.", d=md(deployed_run), r=md(run.run_id))
+
+
+def as_deployed_headline(deployed_line: str, dep, eager, eager_line: str) -> str:
+    """Chapter 06's line on a workload with a run as deployed: that run's model check first (the book's subject),
+    then the eager run's, as what HF's eager loop adds."""
+    return tr("As deployed ({dep}): {dline}. Eager ({eager}, what HF's eager loop adds): {eline}", dep=md(dep.run_id),
+              dline=deployed_line[:1].lower() + deployed_line[1:], eager=md(eager.run_id),
+              eline=eager_line[:1].lower() + eager_line[1:])
 
 
 def deployed_headline(dep, val: pd.DataFrame) -> str:

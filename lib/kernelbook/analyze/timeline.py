@@ -289,7 +289,8 @@ def matvec_padding_prose(run) -> str:
     if k is None or "status" not in k or not (k.status == "profiled").any():
         return ""
     f = fidelity(k, run.timeline)
-    f = f[f.matvec.astype(bool) & (f.flops_ratio > 1)] if len(f) else f
+    # tensor-core kernels only: a CUDA-core GEMV (cuBLAS's fp32 dot kernel for the router) pads nothing
+    f = f[f.matvec.astype(bool) & (f.flops_ratio > 1) & ~f.cuda_core.astype(bool)] if len(f) else f
     if f.empty:
         return ""
     return tr(" Here the matrix-vector products run on tensor cores, whose MMA tile pads the vector: ncu counts "

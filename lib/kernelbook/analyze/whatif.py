@@ -55,6 +55,11 @@ MATRIX_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::_grouped_mm", "aten
 SCALED = N_("scaled from category")
 REQUIRED = ("matrix_tflops", "vector_tflops", "dram_gbps", "sram_mb", "sram_gbps", "kernel_floor_us",
             "launch_overhead_us", "mem_efficiency", "matrix_efficiency", "fuse_elementwise", "source")
+# keys a design may leave out (null or absent: inherited from the run)
+OPTIONAL = ("graph_floor_us", "weight_precision", "sram_keeps_weights")
+# bytes of a weight per parameter, as a share of bf16's: weight-only quantisation (activations, KV cache and the
+# matrix unit's input precision unchanged; dequantisation is not priced)
+WEIGHT_SCALE = {"bf16": 1.0, "fp8": 0.5, "int4": 0.25}
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,22 @@ class Design:
     # a GPU measured in a run: its shortest kernels' duration (µs, `kernel_floor_us_of`); a design fitted on
     # another GPU scales that GPU's fitted latencies by the ratio of the two floors. None: not measured (npus.yaml)
     floor_us: float | None = None
+    # fixed time a graph-launched decode step pays once (µs), beyond its kernels and the gaps between its nodes;
+    # None: the run's GPU's, which sits inside the measured host time between replays (not separable there).
+    # Applies where decode ran as CUDA graphs (`ReplayHost.graph`); an eager run's launches pay per launch.
+    graph_floor_us: float | None = None
+    # weight precision ('bf16', 'fp8', 'int4': weight bytes × 1, 0.5, 0.25); None: the run's own (bf16)
+    weight_precision: str | None = None
+    # whether the on-chip memory keeps weights resident (a managed SRAM: hottest bytes first, `resident_fraction`).
+    # A GPU's L2 is a cache: a step streams ~1 GB of weights through it, so none survive to the next step
+    sram_keeps_weights: bool = True
 
     def with_(self, **kw) -> "Design":
         return replace(self, **kw)
+
+    @property
+    def weight_scale(self) -> float:
+        return WEIGHT_SCALE[self.weight_precision or "bf16"]
 
 
 def load_designs(path: str | Path = NPUS_YAML) -> dict[str, Design]:
@@ -84,12 +102,19 @@ def load_designs(path: str | Path = NPUS_YAML) -> dict[str, Design]:
     out, problems = {}, []
     for key, d in raw.items():
         missing = [f for f in REQUIRED if f not in d]
-        unknown = sorted(set(d) - set(REQUIRED))
-        if missing or unknown:
+        unknown = sorted(set(d) - set(REQUIRED) - set(OPTIONAL))
+        bad = ([f"weight_precision {d['weight_precision']!r} not one of {sorted(WEIGHT_SCALE)}"]
+               if d.get("weight_precision") not in (None, *WEIGHT_SCALE) else [])
+        for f in ("mem_efficiency", "matrix_efficiency"):  # a fraction of peak, or one per kernel class
+            v = d.get(f)
+            vals = v.values() if isinstance(v, dict) else [] if v is None else [v]
+            if not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in vals):
+                bad.append(f"{f} {v!r} not a fraction in (0, 1] (or a mapping of class to one)")
+        if missing or unknown or bad:
             problems.append(f"{key}: " + "; ".join(([f"missing {missing}"] if missing else [])
-                                                 + ([f"unknown {unknown}"] if unknown else [])))
+                                                 + ([f"unknown {unknown}"] if unknown else []) + bad))
             continue
-        out[key] = Design(key, **{f: d[f] for f in REQUIRED})
+        out[key] = Design(key, **{f: d[f] for f in REQUIRED}, **{f: d[f] for f in OPTIONAL if d.get(f) is not None})
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems) + " (see the field list at the top of the file)")
     return out
@@ -105,6 +130,7 @@ def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
                   vector_tflops=device.tflops["fp32"], dram_gbps=device.dram_gbps, sram_mb=device.l2_mb,
                   sram_gbps=l2 / 1e9 if l2 else device.dram_gbps * 2, kernel_floor_us=None, launch_overhead_us=None,
                   mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False, floor_us=floor_us,
+                  sram_keeps_weights=False,
                   source=i18n.tr("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
                                  "fitted on the run", device=device.key,
                                  l2=roofs.sources.get("l2", i18n.tr("2 × DRAM (no estimate)"))))
@@ -212,19 +238,62 @@ def _scale_missing(g: pd.DataFrame) -> None:
 
 # --- device time per launch -------------------------------------------------------------------------
 
+def at_precision(work: pd.DataFrame, precision: str | None) -> pd.DataFrame:
+    """The work table with its weights at `precision` ('bf16', 'fp8', 'int4'; None: as run): the weight operand
+    of each GEMM/GEMV launch (`weight_bytes`) × 1, 0.5 or 0.25, and the DRAM and on-chip byte columns less what
+    that saves; activations, KV cache and FLOPs unchanged (weight-only quantisation)."""
+    f = WEIGHT_SCALE[precision or "bf16"]
+    if f == 1.0:
+        return work
+    saved = work.weight_bytes * (1 - f)
+    return work.assign(weight_bytes=work.weight_bytes * f, dram_bytes=work.dram_bytes - saved,
+                       onchip_bytes=work.onchip_bytes - saved)
+
+
+def resident_fraction(work: pd.DataFrame, sram_mb: float) -> np.ndarray:
+    """Per work row, the share of its weight bytes that stay in an on-chip SRAM of `sram_mb` MiB (0–1).
+
+    Per phase, the hottest weights first: rows ranked by how often their weight operand is read per step
+    (`launches_per_step`; ties: the smaller operand first), each charged its weight bytes × launches per step
+    (every launch its own tensor, as each layer has its own weights: the conservative count), filled up to the
+    capacity; the row at the boundary is resident in part. The rest still comes from DRAM. Resident bytes grow
+    continuously with capacity, so the predicted time cannot jump (no all-or-nothing cliff)."""
+    wgt = work.weight_bytes.to_numpy(dtype=float)
+    per_step = (work.launches_per_step.to_numpy(dtype=float) if "launches_per_step" in work
+                else work.launches.to_numpy(dtype=float))
+    out = np.zeros(len(work))
+    cap = sram_mb * 2**20
+    if cap <= 0:
+        return out
+    phase = work.phase.to_numpy()
+    for ph in pd.unique(phase):
+        idx = np.flatnonzero((phase == ph) & (wgt > 0))
+        if not len(idx):
+            continue
+        o = idx[np.lexsort((wgt[idx], -per_step[idx]))]
+        need = wgt[o] * per_step[o]
+        before = np.cumsum(need) - need
+        out[o] = np.clip((cap - before) / need, 0.0, 1.0)
+    return out
+
+
 def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float | None = None,
             dram_scaling: np.ndarray | None = None, ref_gbps: float | None = None) -> np.ndarray:
     """Seconds per launch at the design's peaks: the slowest unit's time. Batch scales FLOPs and
-    activation bytes, not weights. With `dram_scaling` φ (per row, 0–1) and the fitting GPU's DRAM GB/s
+    activation bytes, not weights. Weights at the design's precision (`at_precision`); a design whose SRAM keeps
+    weights (`sram_keeps_weights`) reads the resident share of them on chip, not from DRAM (`resident_fraction`,
+    hottest first). With `dram_scaling` φ (per row, 0–1) and the fitting GPU's DRAM GB/s
     `ref_gbps`, only φ of the DRAM term moves with the design's bandwidth; the rest keeps the fitting GPU's
-    time per byte (latency-bound: bytes in flight, not peak bandwidth, set its rate)."""
+    time per byte (latency-bound: bytes in flight, not peak bandwidth, set its rate). `active_bytes` is kept
+    for callers of the former all-or-nothing rule and no longer used."""
+    work = at_precision(work, d.weight_precision)
     wgt = work.weight_bytes.to_numpy()
     ft = work.flops_tensor.to_numpy() * batch
     fc = np.nan_to_num(work.flops_cuda.to_numpy()) * batch
     dram = wgt + (np.nan_to_num(work.dram_bytes.to_numpy()) - wgt) * batch
     chip = wgt + (np.nan_to_num(work.onchip_bytes.to_numpy()) - wgt) * batch
-    if active_bytes is not None and d.sram_mb * 2**20 >= active_bytes:  # weights live on chip
-        dram = dram - wgt
+    if d.sram_keeps_weights:
+        dram = dram - wgt * resident_fraction(work, d.sram_mb)
     if dram_scaling is None or ref_gbps is None:
         dram_s = dram / (d.dram_gbps * 1e9)
     else:
@@ -323,16 +392,28 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
         L = np.full(len(work), d.kernel_floor_us * 1e-6)
     elif d.floor_us and gpu.floor_us:  # another measured GPU: its kernel floor over the fitting GPU's
         L = L * d.floor_us / gpu.floor_us
-    if d.matrix_efficiency is not None:
-        b = np.where(matrix, 1 / d.matrix_efficiency, b)
-    if d.mem_efficiency is not None:
-        b = np.where(matrix, b, 1 / d.mem_efficiency)
+    for eff, m in ((d.matrix_efficiency, matrix), (d.mem_efficiency, ~matrix)):
+        e = stated_efficiency(eff, work, m)
+        b = np.where(np.isnan(e), b, 1 / np.where(np.isnan(e), 1.0, e))
     fused = fusible & bool(d.fuse_elementwise)
     ideal = ideal_s(work, d, batch, active_bytes, phi, gpu.dram_gbps)
     t = np.where(fused, 0.0, L) + b * ideal
     with np.errstate(divide="ignore", invalid="ignore"):
         carried = median_s * ideal / ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps)
     return np.where(scaled, np.nan_to_num(carried), t), fused
+
+
+def stated_efficiency(eff, work: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+    """Per work row, the fraction of peak a design states for it (NaN: not stated, the fitted slowdown stays):
+    `eff` one fraction for every row of `mask`, or a mapping of kernel class (`kernel_class`) or category to a
+    fraction; rows outside `mask` NaN."""
+    if eff is None:
+        return np.full(len(work), np.nan)
+    if isinstance(eff, dict):
+        e = kernel_class(work).map(eff).fillna(work.category.map(eff)).to_numpy(dtype=float)
+    else:
+        e = np.full(len(work), float(eff))
+    return np.where(mask, e, np.nan)
 
 
 _MEMO: dict = {}  # (what, ids of the frames) -> (the frames, the result): a sweep prices one trace ~100 times
@@ -374,6 +455,71 @@ def _compute_launch_inputs(work: pd.DataFrame, calib: pd.DataFrame) -> tuple:
 
 # --- the run's launch sequence and its replay ---------------------------------------------------------
 
+@dataclass(frozen=True)
+class ReplayHost:
+    """Where a decode step's time goes between kernels (ms per step unless named otherwise).
+
+    On a run whose decode ran as CUDA graphs (`graph`), the kernels of one replay follow each other after a
+    node gap (`node_gap_us_median`, summed per step in `node_gaps_ms`): the graph's own dispatch, on the device.
+    The rest of the plain step beyond the replay's device span (GPU-busy + node gaps) is host time between
+    replays: HF generate's loop (sampling, stopping checks, copying the next inputs into the graph's static
+    buffers, the graph launch). `between_replays_ms` is that term, on the plain run's basis (the capture's timed
+    plain step, else the profiled wall ÷ the profiler's overhead ratio); `host_profiled_ms` is the same host
+    time as the profiled timeline shows it (the gaps that are not node gaps, inside a step and from the last
+    kernel of one step to the first of the next), inflated by the profiler. An eager run has no such term: its
+    host time is spread over its launches (`between_replays_ms` 0, node gaps NaN)."""
+    graph: bool
+    steps: int
+    busy_ms: float
+    node_gap_us_median: float
+    node_gaps_ms: float
+    node_launches: float     # kernel launches per step inside the replay
+    host_profiled_ms: float
+    plain_step_ms: float
+    between_replays_ms: float
+    basis: str
+
+    @property
+    def span_ms(self) -> float:
+        """The replay's device span per step: its kernels and the gaps between its nodes."""
+        return self.busy_ms + self.node_gaps_ms
+
+
+def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float, graph: bool) -> ReplayHost:
+    """Measure `ReplayHost` for the decode phase from the timeline (see there). `graph`: decode ran as CUDA graphs
+    (the workload's `graph_decode`); the timeline's `graph` column marks the launches of a replay."""
+    t = timeline[(timeline.phase == "decode") & timeline.kind.isin(["kernel", "memcpy", "memset"])]
+    t = t.sort_values("start_ns", kind="stable")
+    m = measured.set_index("phase").loc["decode"] if "decode" in set(measured.phase) else None
+    n = int(m.steps) if m is not None else 0
+    if not n or t.empty:
+        return ReplayHost(graph, n, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, N_("no decode"))
+    step = t["step"].fillna(-1).to_numpy()
+    start, end = t.start_ns.to_numpy(dtype=float), t.end_ns.to_numpy(dtype=float)
+    in_graph = (t["graph"].fillna(False).astype(bool).to_numpy() if "graph" in t else np.zeros(len(t), bool))
+    prev_end = np.r_[np.nan, np.maximum.accumulate(end)[:-1]]
+    same_step = np.r_[False, step[1:] == step[:-1]]
+    gap = np.clip(start - prev_end, 0, None)
+    # a node gap: between two launches of one replay (both graph nodes, one step)
+    node = same_step & in_graph & np.r_[False, in_graph[:-1]]
+    busy = float(t.duration_ns.sum()) / 1e6 / n
+    plain = float(m.get("plain_timed_ms_per_step", np.nan))
+    node_ms = float(gap[node].sum()) / 1e6 / n
+    host_prof = float(np.nansum(gap[~node & ~np.isnan(prev_end)])) / 1e6 / n
+    if not graph:
+        return ReplayHost(False, n, busy, np.nan, 0.0, 0.0, host_prof, plain, 0.0,
+                          N_("eager: host time is spent per launch"))
+    if plain == plain:
+        step_ms, basis = plain, N_("plain step the capture timed, less the replay's device span")
+    else:
+        step_ms, basis = float(m.wall_ms_per_step) / ratio, N_("profiled wall ÷ the profiler's overhead ratio, "
+                                                                "less the replay's device span")
+    span = busy + node_ms
+    return ReplayHost(True, n, busy, float(np.median(gap[node])) * 1e-3 if node.any() else np.nan, node_ms,
+                      float((in_graph & (t.kind == "kernel").to_numpy()).sum()) / n, host_prof, step_ms,
+                      max(step_ms - span, 0.0), basis)
+
+
 @dataclass
 class Trace:
     """What the model replays: per-launch work rows, the launch sequence, the run's measured phase times,
@@ -386,6 +532,7 @@ class Trace:
     gpu: Design
     calib: pd.DataFrame | None = None
     device: str = ""        # devices.yaml key of the run's GPU (for_run), naming it in cross-device tables
+    host: ReplayHost | None = None  # decode's host time between graph replays (graph runs) or per launch
 
     @property
     def steps(self) -> dict:
@@ -427,7 +574,10 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: Manifest | dic
                  for ph in measured.phase}
     if gpu.floor_us is None:
         gpu = replace(gpu, floor_us=kernel_floor_us_of(timeline))
-    tr = Trace(work, seq, measured, remainder, ratio, gpu)
+    # how often a row's operands are read per step of its phase (what SRAM residency ranks by)
+    work["launches_per_step"] = work.launches / work.phase.map(dict(zip(measured.phase, measured.steps))).fillna(1)
+    tr = Trace(work, seq, measured, remainder, ratio, gpu,
+               host=replay_host_of(timeline, measured, ratio, info.workload.graph_decode))
     tr.calib = calibrate(work, gpu)
     return tr
 
@@ -479,7 +629,12 @@ def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = N
             calib: pd.DataFrame | None = None, host_scale: float | None = None) -> pd.DataFrame:
     """Per phase: device time, wall time (ms per step; decode also per token) and the device's share of
     the wall. Host gaps are the run's own × `host_scale` (default: ÷ the capture's profiled/plain ratio,
-    i.e. a plain run), or the design's launch_overhead_us per launch when it sets one."""
+    i.e. a plain run), or the design's launch_overhead_us per launch when it sets one.
+
+    A plain prediction (`host_scale` None) of a run whose decode ran as CUDA graphs prices a decode step as the
+    host time between replays (`ReplayHost.between_replays_ms`, one term per step, not per launch) + the graph's
+    node gaps + the design's device time + its `graph_floor_us`: the host and the graph replay do not overlap
+    (generate waits for each step's token), and no per-launch dispatch applies inside a graph."""
     s = 1 / tr.overhead_ratio if host_scale is None else host_scale
     t_row, fused = launch_time_s(tr.work, d, tr.calib if calib is None else calib, tr.gpu, batch, active_bytes)
     seq = tr.seq
@@ -495,9 +650,19 @@ def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = N
     codes, names = _phase_codes(seq)
     busy = dict(zip(names, np.bincount(codes, weights=dur, minlength=len(names))))
     out = []
+    hr = tr.host
+    graph_plain = hr is not None and hr.graph and host_scale is None
     for ph, n in tr.steps.items():
         wall = (s * tr.remainder_s[ph] + spans.get(ph, 0.0)) / n
         dev = busy.get(ph, 0.0) / n
+        if ph == "decode" and graph_plain:
+            # a replayed graph: the host time between replays (generate's loop, a per-step term measured on the
+            # plain run), then the step's kernels back to back after the graph's node gaps (fewer where the design
+            # fuses kernels away), plus the design's per-graph floor where it states one
+            dk = k & (seq.phase.to_numpy() == "decode")
+            kept = 1 - float(fused[rows[dk]].sum()) / max(1, int(dk.sum()))
+            wall = (1e-3 * (hr.between_replays_ms + hr.node_gaps_ms * kept) + dev
+                    + 1e-6 * (d.graph_floor_us or 0.0))
         out.append({"phase": ph, "steps": n, "device_ms_per_step": 1e3 * dev, "wall_ms_per_step": 1e3 * wall,
                     "device_share_pct": 100 * dev / wall,
                     "bound": N_("device") if dev / wall >= 0.5 else N_("host/launch"),
@@ -540,48 +705,77 @@ def host_time_per_launch_us(tr: Trace, phase: str = "decode") -> float:
     return 1e3 * (timed if timed == timed else m.plain_wall_ms_per_step) / launches
 
 
-def active_weight_bytes(tr: Trace) -> float:
-    """Weight bytes one decode step reads (all GEMM/GEMV launches of decode ÷ steps)."""
-    w = tr.work[tr.work.phase == "decode"]
+def active_weight_bytes(tr: Trace, precision: str | None = None) -> float:
+    """Weight bytes one decode step reads (all GEMM/GEMV launches of decode ÷ steps), at `precision` ('fp8' halves
+    them, 'int4' quarters them; None: as run, bf16)."""
+    w = at_precision(tr.work[tr.work.phase == "decode"], precision)
     return float((w.weight_bytes * w.launches).sum() / max(1, tr.steps.get("decode", 1)))
 
 
-# sweep label (a catalog key: the figure shows it in the book's language) → design field and values
+# sweep label (a catalog key: the figure shows it in the book's language) → lever and values. The levers that
+# move a deployed (graph) decode step: kernel floor and efficiency first (the fitted L and b are the GPU's
+# software as much as its silicon), then DRAM bandwidth, SRAM that keeps weights (partial residency: a
+# continuous curve), weight precision and batch.
 SWEEPS = {
-    N_("DRAM bandwidth (GB/s)"): ("dram_gbps", np.geomspace(500, 16000, 24)),
-    N_("matrix bf16 TFLOP/s"): ("matrix_tflops", np.geomspace(25, 4000, 24)),
-    N_("host time per launch (µs)"): ("launch_overhead_us", np.geomspace(0.25, 64, 24)),
-    N_("on-chip SRAM (MiB)"): ("sram_mb", np.geomspace(8, 8192, 24)),
+    N_("kernel floor (µs per kernel)"): ("kernel_floor_us", np.geomspace(0.25, 4, 13)),
+    N_("efficiency (fraction of peak, every class)"): ("efficiency", np.geomspace(0.1, 1, 11)),
+    N_("DRAM bandwidth (GB/s)"): ("dram_gbps", np.geomspace(500, 16000, 16)),
+    N_("on-chip SRAM keeping weights (MiB)"): ("sram_mb", np.geomspace(8, 4096, 28)),
+    N_("weight bytes per parameter (int4 0.5, fp8 1, bf16 2)"): ("weight_precision", np.array([0.5, 1.0, 2.0])),
     N_("batch size"): ("batch", np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])),
 }
+PRECISION_OF_BYTES = {2.0: "bf16", 1.0: "fp8", 0.5: "int4"}
+
+
+def swept(d: Design, fld: str, x: float) -> tuple[Design, int]:
+    """Design `d` with one lever of `SWEEPS` at `x`, and the batch."""
+    if fld == "batch":
+        return d, int(x)
+    if fld == "matrix_tflops":
+        return d.with_(matrix_tflops={**d.matrix_tflops, "bf16": float(x)}), 1
+    if fld == "efficiency":
+        return d.with_(matrix_efficiency=float(x), mem_efficiency=float(x)), 1
+    if fld == "weight_precision":
+        return d.with_(weight_precision=PRECISION_OF_BYTES[float(x)]), 1
+    if fld == "sram_mb":  # an SRAM that keeps the hottest weights, whatever the design's own memory does
+        return d.with_(sram_mb=float(x), sram_keeps_weights=True), 1
+    return d.with_(**{fld: float(x)}), 1
 
 
 def sensitivity(tr: Trace, d: Design) -> pd.DataFrame:
-    """Long format: sweep, x, phase, ms (decode per token, prefill per call) with everything else at `d`."""
-    active = active_weight_bytes(tr)
+    """Long format: sweep, x, phase, ms (decode per token, prefill per call; plain run) with everything else at `d`."""
     rows = []
     for label, (fld, xs) in SWEEPS.items():
         for x in xs:
-            dd, batch = d, 1
-            if fld == "matrix_tflops":
-                dd = d.with_(matrix_tflops={**d.matrix_tflops, "bf16": float(x)})
-            elif fld == "batch":
-                batch = int(x)
-            else:
-                dd = d.with_(**{fld: float(x)})
-            p = predict(tr, dd, batch, active).set_index("phase")
+            dd, batch = swept(d, fld, x)
+            p = predict(tr, dd, batch).set_index("phase")
             for ph, col in (("decode", "per_token_ms"), ("prefill", "wall_ms_per_step")):
                 if ph in p.index:
                     rows.append({"sweep": label, "x": float(x), "phase": ph, "ms": float(p.loc[ph, col])})
     return pd.DataFrame(rows)
 
 
+def sram_curve(tr: Trace, d: Design, mib) -> pd.DataFrame:
+    """Decode ms per token (plain run) against the MiB of an SRAM that keeps the hottest weights (`resident_fraction`),
+    with the resident weight MiB per step; everything else at `d`."""
+    rows = []
+    for x in mib:
+        dd = d.with_(sram_mb=float(x), sram_keeps_weights=True)
+        p = predict(tr, dd).set_index("phase")
+        rows.append({"sram_mb": float(x), "resident_mib": resident_weight_bytes(tr, dd) / 2**20,
+                     "decode_ms": float(p.loc["decode", "per_token_ms"])})
+    return pd.DataFrame(rows)
+
+
 def knees(sens: pd.DataFrame, within_pct: float = 5.0) -> pd.DataFrame:
     """Per sweep and phase: the x beyond which the time stays within `within_pct` % of its best value
-    (where that resource stops mattering)."""
+    (where that resource stops mattering); for a lever where less is better (the time grows with x), the x
+    below which it does."""
     rows = []
     for (sw, ph), g in sens.groupby(["sweep", "phase"]):
         g = g.sort_values("x")
+        if g.ms.iloc[-1] > g.ms.iloc[0]:  # a lever where less is better (kernel floor, bytes per weight)
+            g = g.iloc[::-1]
         best = g.ms.min()
         ok = g.ms <= best * (1 + within_pct / 100)
         # first x from which every larger x is also within tolerance (monotone tail)
@@ -623,13 +817,18 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
                     graph_host_us: float = 2.0, xerr: pd.DataFrame | None = None,
                     env: dict | None = None) -> pd.DataFrame:
     """The reference report's nine areas, each with evidence from this run and a what-if number.
-    What-ifs are taken at `graph_host_us` host time per launch (launches issued as a graph), and each
-    sentence says so beside the same change at the run's eager host gaps, where decode is launch-bound and
-    the hardware knobs barely move it. `uncertainty`: the cross-device error of decode (`cross_device_error`,
+    On an eager run, what-ifs are taken at `graph_host_us` host time per launch (launches issued as a graph), and
+    each sentence says so beside the same change at the run's eager host gaps, where decode is launch-bound and
+    the hardware knobs barely move it. On a run whose decode already ran as CUDA graphs, what-ifs are taken on the
+    run as it ran, and nothing proposes graphs or cutting launch overhead: what is left between its kernels is
+    named instead (the graph's node gaps and generate's host time between replays, `ReplayHost`).
+    `uncertainty`: the cross-device error of decode (`cross_device_error`,
     `xerr`) and the ways the what-if's design lies outside what that check covered (`env`). Evidence,
     what-if and uncertainty are sentences in the narrative language; area, confidence and the reference
     claim are catalog keys (English in the frame, translated where shown)."""
-    g = d.with_(launch_overhead_us=graph_host_us)
+    hr = tr.host
+    graph = hr is not None and hr.graph
+    g = d if graph else d.with_(launch_overhead_us=graph_host_us)
     active = active_weight_bytes(tr)
     base, base_p, eager = at(tr, g), at(tr, g, "prefill"), at(tr, d)
     host_us = host_time_per_launch_us(tr)
@@ -654,40 +853,66 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
     launches = int(work[work.phase == "decode"].launches.sum() / max(1, steps.get("decode", 1)))
     mib = active / 2**20
     sram = max(1024, 1.1 * mib)  # the on-chip SRAM the what-if evaluates: one token's weights and 10 % room
+    half_sram = mib / 2  # an SRAM that keeps the hottest half of them
+    pin = dict(sram_keeps_weights=True)
     comm = sh.get("communication", 0)
     no_claim = i18n.tr("the data cannot support a claim")
+    if graph:
+        matrix_if = i18n.tr("half the matrix TFLOP/s, decode as run (CUDA graphs): decode/token {decode:+.0f} %, "
+                            "prefill {prefill:+.0f} %", decode=pct(at(tr, g, matrix_tflops=half_m), base),
+                            prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p))
+        dram_if = i18n.tr("decode as run (CUDA graphs): at 2.5 TB/s decode time per token changes by {at_2_5:+.0f} %, "
+                          "at 8 TB/s {at_8:+.0f} %", at_2_5=pct(at(tr, g, dram_gbps=2500), base),
+                          at_8=pct(at(tr, g, dram_gbps=8000), base))
+        fuse_if = i18n.tr(
+            "fusing those chains: decode/token {fused:+.0f} %. Decode already runs as CUDA graphs: no launch overhead "
+            "is left to cut; between its kernels are {node:.2f} ms of node gaps per step (median {gap:.2f} µs), and "
+            "between replays {host:.2f} ms of host time per step ({share:.0f} % of the plain {step:.2f} ms step: HF "
+            "generate's loop), which no hardware lever moves", fused=pct(at(tr, g, fuse_elementwise=True), base),
+            node=hr.node_gaps_ms, gap=hr.node_gap_us_median, host=hr.between_replays_ms,
+            share=100 * hr.between_replays_ms / hr.plain_step_ms, step=hr.plain_step_ms)
+    else:
+        matrix_if = i18n.tr(
+            "half the matrix TFLOP/s, launches issued as a graph ({graph_us:g} µs each): decode/token "
+            "{decode:+.0f} %, prefill {prefill:+.0f} %; at the run's eager host gaps decode/token {eager:+.0f} %",
+            graph_us=graph_host_us, decode=pct(at(tr, g, matrix_tflops=half_m), base),
+            prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p),
+            eager=pct(at(tr, d, matrix_tflops=half_m), eager))
+        dram_if = i18n.tr(
+            "launches issued as a graph ({graph_us:g} µs each): at 2.5 TB/s decode time per token changes by "
+            "{at_2_5:+.0f} %, at 8 TB/s {at_8:+.0f} %; at the run's eager host gaps {eager_2_5:+.0f} % and "
+            "{eager_8:+.0f} %", graph_us=graph_host_us,
+            at_2_5=pct(at(tr, g, dram_gbps=2500), base), at_8=pct(at(tr, g, dram_gbps=8000), base),
+            eager_2_5=pct(at(tr, d, dram_gbps=2500), eager), eager_8=pct(at(tr, d, dram_gbps=8000), eager))
+        fuse_if = i18n.tr("fusing those chains: decode/token {fused:+.0f} %; eager dispatch (the run's host gaps, "
+                          "{host_us:.1f} µs per launch) vs graph ({graph_us:g} µs): {graph:+.0f} %",
+                          fused=pct(at(tr, g, fuse_elementwise=True), base), host_us=host_us,
+                          graph_us=graph_host_us, graph=pct(base, eager))
     rows = [
         (i18n.tr("tensor-core kernels run at {sm} SM throughput (time-weighted) in decode", sm=_pct(w_sm)),
-         i18n.tr("half the matrix TFLOP/s, launches issued as a graph ({graph_us:g} µs each): decode/token "
-                 "{decode:+.0f} %, prefill {prefill:+.0f} %; at the run's eager host gaps decode/token {eager:+.0f} %",
-                 graph_us=graph_host_us, decode=pct(at(tr, g, matrix_tflops=half_m), base),
-                 prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p),
-                 eager=pct(at(tr, d, matrix_tflops=half_m), eager)), CONFIDENCE["medium"]),
-        (i18n.tr("decode matrix products read {gb:.2f} GB of weights per token", gb=active / 1e9),
-         i18n.tr("launches issued as a graph ({graph_us:g} µs each): at 2.5 TB/s decode time per token changes by "
-                 "{at_2_5:+.0f} %, at 8 TB/s {at_8:+.0f} %; at the run's eager host gaps {eager_2_5:+.0f} % and "
-                 "{eager_8:+.0f} %", graph_us=graph_host_us,
-                 at_2_5=pct(at(tr, g, dram_gbps=2500), base), at_8=pct(at(tr, g, dram_gbps=8000), base),
-                 eager_2_5=pct(at(tr, d, dram_gbps=2500), eager), eager_8=pct(at(tr, d, dram_gbps=8000), eager)),
+         matrix_if, CONFIDENCE["medium"]),
+        (i18n.tr("decode matrix products read {gb:.2f} GB of weights per token", gb=active / 1e9), dram_if,
          CONFIDENCE["medium"]),
         (i18n.tr("decode L2 hit {hit} (time-weighted, ncu replay); one token's weights are {mib:,.0f} MiB",
                  hit=_pct(l2hit), mib=mib),
-         i18n.tr("an on-chip SRAM of {sram:,.0f} MiB holds them: decode/token {change:+.0f} %",
-                 sram=sram, change=pct(at(tr, g, sram_mb=sram), base)),
+         i18n.tr("an on-chip SRAM that keeps the hottest weights: {half:,.0f} MiB (half of them) decode/token "
+                 "{change_half:+.0f} %, {sram:,.0f} MiB (all) {change:+.0f} %", half=half_sram,
+                 change_half=pct(at(tr, g, sram_mb=half_sram, **pin), base), sram=sram,
+                 change=pct(at(tr, g, sram_mb=sram, **pin), base)),
          CONFIDENCE["low_sram"]),
         (i18n.tr("GEMV is {gemv:.0f} % of decode kernel time; counted tensor FLOPs are {lo:.0f}–{hi:.0f}× 2·M·N·K "
                  "(MMA tiles pad the token dimension)", gemv=sh.get("GEMV", 0), lo=pad.min(), hi=pad.max()),
          i18n.tr("batch 8 instead of 1: decode per token {change:+.0f} % (weights read once for 8 tokens)",
                  change=pct(at(tr, g, batch=8), base)), CONFIDENCE["medium"]),
         (i18n.tr("elementwise + copy/cast + reduction = {fusible:.0f} % of decode kernel time, in ~{launches} "
-                 "launches per token", fusible=fus, launches=launches),
-         i18n.tr("fusing those chains: decode/token {fused:+.0f} %; eager dispatch (the run's host gaps, "
-                 "{host_us:.1f} µs per launch) vs graph ({graph_us:g} µs): {graph:+.0f} %",
-                 fused=pct(at(tr, g, fuse_elementwise=True), base), host_us=host_us, graph_us=graph_host_us,
-                 graph=pct(base, eager)), CONFIDENCE["high"]),
-        (i18n.tr("copy/cast kernels take {pct:.0f} % of decode kernel time", pct=sh.get("copy/cast", 0)),
-         i18n.tr("not modelled: the run has no FP8/INT8 kernels to measure; halving weight bytes halves the DRAM "
-                 "term of GEMVs only once decode is bandwidth-bound"), CONFIDENCE["none"]),
+                 "launches per token", fusible=fus, launches=launches), fuse_if, CONFIDENCE["high"]),
+        (i18n.tr("copy/cast kernels take {pct:.0f} % of decode kernel time; decode reads {gb:.2f} GB of bf16 weights "
+                 "per token", pct=sh.get("copy/cast", 0), gb=active / 1e9),
+         i18n.tr("weights in fp8 ({fp8:.2f} GB per token): decode/token {c8:+.0f} %; in int4 ({int4:.2f} GB): "
+                 "{c4:+.0f} % (weight bytes only: activations and KV cache unchanged, compute stays bf16, "
+                 "dequantisation not priced)", fp8=active_weight_bytes(tr, "fp8") / 1e9,
+                 int4=active_weight_bytes(tr, "int4") / 1e9, c8=pct(at(tr, g, weight_precision="fp8"), base),
+                 c4=pct(at(tr, g, weight_precision="int4"), base)), CONFIDENCE["low"]),
         (i18n.tr("achieved occupancy {occ} (time-weighted); {under} of profiled decode time in kernels under one wave",
                  occ=_pct(occ), under=_pct(100 * under_wave)),
          i18n.tr("not a what-if: fewer SMs would not slow kernels that fill less than one wave, but the model has "
@@ -699,11 +924,12 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
     ]
     out = pd.DataFrame(rows, columns=["evidence (this run)", "what-if", "confidence"])
     # the designs each what-if moves to, against what the cross-device check covered
-    sram = max(1024, 1.1 * mib)
     moved = [[g.with_(matrix_tflops=half_m)], [g.with_(dram_gbps=2500), g.with_(dram_gbps=8000)],
-             [g.with_(sram_mb=sram)], [g], [g.with_(fuse_elementwise=True)], [], [], [], []]
+             [g.with_(sram_mb=half_sram, **pin), g.with_(sram_mb=sram, **pin)], [g], [g.with_(fuse_elementwise=True)],
+             [g.with_(weight_precision="fp8"), g.with_(weight_precision="int4")], [], [], []]
     batches = [1, 1, 1, 8, 1, 1, 1, 1, 1]
     e = None if xerr is None else xerr.set_index("phase").loc["decode"] if "decode" in set(xerr.phase) else None
+    held = model_error(validation(tr), None, tr=tr)
     unc = []
     for ds, bt in zip(moved, batches):
         if not ds:
@@ -712,8 +938,9 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
         why = list(dict.fromkeys(r for dd in ds for r in outside_envelope(dd, env, bt)))
         err = (i18n.tr("decode device time ±{pct:.0f} %, gain ±{gain:.2f}× across GPUs", pct=e.device_error_pct,
                        gain=e.gain_error) if e is not None else i18n.tr("not checked on another GPU"))
-        unc.append(err + (i18n.tr("; outside what was checked: {why}", why=i18n.tr(", ").join(why)) if why and
-                          e is not None else i18n.tr("; within what was checked") if e is not None else ""))
+        unc.append(i18n.tr("decode {held}; ", held=held) + err
+                   + (i18n.tr("; outside what was checked: {why}", why=i18n.tr(", ").join(why)) if why and
+                      e is not None else i18n.tr("; within what was checked") if e is not None else ""))
     out["uncertainty"] = unc
     out.insert(0, "area", AREAS)
     out["reference report"] = out.area.map(REFERENCE_CLAIMS)
@@ -726,6 +953,14 @@ def headline(val: pd.DataFrame, tr: Trace) -> str:
     device is busy most of the step, are device-bound)."""
     errs = i18n.tr(", ").join(f"{phase_label(r.phase)} {r.device_error_pct:+.0f} %" for r in val.itertuples())
     d = val.set_index("phase")
+    hr = tr.host
+    if hr is not None and hr.graph:
+        return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode runs as "
+                       "CUDA graphs: of the plain {step:.2f} ms step the replay's kernels are {busy:.2f} ms GPU-busy "
+                       "with {node:.2f} ms of node gaps (median {gap:.2f} µs), and {host:.2f} ms is host time between "
+                       "replays (generate's loop, one term per step, not per launch), so the hardware knobs below "
+                       "move the rest", errors=errs, step=hr.plain_step_ms, busy=hr.busy_ms, node=hr.node_gaps_ms,
+                       gap=hr.node_gap_us_median, host=hr.between_replays_ms)
     if "decode" in d.index and d.loc["decode", "predicted_device_share_pct"] >= 50:
         return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is "
                        "device-bound here (the device busy {share:.0f} % of the predicted step, {host_us:.1f} µs of "
@@ -917,6 +1152,12 @@ def outside_envelope(d: Design, env: dict | None, batch: int = 1) -> list[str]:
         out.append(i18n.tr("fused elementwise chains"))
     if d.kernel_floor_us is not None or d.mem_efficiency is not None or d.matrix_efficiency is not None:
         out.append(i18n.tr("latency or efficiency set by the design, not fitted"))
+    if d.graph_floor_us is not None:
+        out.append(i18n.tr("a per-graph floor set by the design"))
+    if d.sram_keeps_weights:
+        out.append(i18n.tr("weights kept in on-chip SRAM (a GPU's L2 keeps none)"))
+    if d.weight_precision not in (None, "bf16"):
+        out.append(i18n.tr("{precision} weights (bytes only: dequantisation not priced)", precision=d.weight_precision))
     if batch != 1:
         out.append(i18n.tr("batch {batch}", batch=batch))
     return out
@@ -954,40 +1195,241 @@ def error_by_class(tr: Trace) -> pd.DataFrame:
     return e[["phase", "class", "measured_ms", "predicted_ms", "error_ms"]]
 
 
-def design_table(designs: dict, tr: Trace, env: dict | None = None) -> pd.DataFrame:
-    """Predicted times per design; `outside what was checked`: how the design lies outside the
+# the levers a design states or inherits (catalog keys: the design table's columns)
+LEVERS = (N_("kernel floor"), N_("graph floor"), N_("efficiency (matrix)"), N_("efficiency (memory)"),
+          N_("dispatch"), N_("on-chip SRAM"), N_("weight precision"))
+
+
+def _range(v: np.ndarray, fmt: str) -> str:
+    lo, hi = float(np.nanmin(v)), float(np.nanmax(v))
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+def design_levers(d: Design, tr: Trace) -> dict[str, tuple[str, bool]]:
+    """Per lever (`LEVERS`): what the design runs with, as the reader reads it, and whether the design states it
+    (True) or inherits it from the GPU the model was fitted on (False: the fitted per-class latency L and
+    slowdown b, the run's host gaps or graph replay, the run's bf16 weights)."""
+    cal = tr.calib[tr.calib["class"] != "pooled"]
+    matrix = cal["class"].str.split(" ").str[0].isin(MATRIX).to_numpy()
+    hr = tr.host
+    out = {}
+    if d.kernel_floor_us is not None:
+        out["kernel floor"] = (i18n.tr("{us:g} µs per kernel", us=d.kernel_floor_us), True)
+    else:
+        scale = d.floor_us / tr.gpu.floor_us if d.floor_us and tr.gpu.floor_us else 1.0
+        out["kernel floor"] = (i18n.tr("{range} µs per kernel (L fitted per class)",
+                                       range=_range(cal.latency_us.to_numpy() * scale, "{:.1f}")), False)
+    if d.graph_floor_us is not None:
+        out["graph floor"] = (i18n.tr("{us:g} µs per graph", us=d.graph_floor_us), True)
+    elif hr is not None and hr.graph:
+        out["graph floor"] = (i18n.tr("inside the host time between replays ({ms:.2f} ms per step)",
+                                      ms=hr.between_replays_ms), False)
+    else:
+        out["graph floor"] = (i18n.tr("none: decode ran eager"), False)
+    for lever, eff, m in (("efficiency (matrix)", d.matrix_efficiency, matrix),
+                          ("efficiency (memory)", d.mem_efficiency, ~matrix)):
+        fitted = 100 / cal.slowdown.to_numpy()[m] if m.any() else np.array([np.nan])
+        if isinstance(eff, dict):
+            out[lever] = (i18n.tr(", ").join(f"{c} {100 * v:.0f} %" for c, v in eff.items())
+                          + i18n.tr("; other classes fitted"), True)
+        elif eff is not None:
+            out[lever] = (i18n.tr("{pct:.0f} % of peak", pct=100 * eff), True)
+        else:
+            out[lever] = (i18n.tr("{range} % of peak (1/b fitted per class)", range=_range(fitted, "{:.0f}")), False)
+    if hr is not None and hr.graph:
+        out["dispatch"] = (i18n.tr("CUDA graph: node gaps {gap:.2f} µs (median), {node:.2f} ms per step",
+                                   gap=hr.node_gap_us_median, node=hr.node_gaps_ms), False)
+    elif d.launch_overhead_us is not None:
+        out["dispatch"] = (i18n.tr("{us:g} µs per launch", us=d.launch_overhead_us), True)
+    else:
+        out["dispatch"] = (i18n.tr("the run's host gaps ({us:.1f} µs per launch, plain)",
+                                   us=host_time_per_launch_us(tr)), False)
+    sram = i18n.tr("{mb:,.0f} MiB at {gbps:,.0f} GB/s", mb=d.sram_mb, gbps=d.sram_gbps)
+    out["on-chip SRAM"] = (sram + ("" if d.sram_keeps_weights else i18n.tr(", a cache: no weights stay")), True)
+    out["weight precision"] = ((d.weight_precision, True) if d.weight_precision is not None
+                               else (i18n.tr("bf16 (the run's)"), False))
+    return out
+
+
+# the design table's other columns named by catalog keys (the table shows them in the narrative language)
+DESIGN_COLUMNS = (N_("resident weights MiB"), N_("decode model error"), N_("decode ms/token as deployed"),
+                  N_("as deployed: model error"))
+
+
+def lever_cell(value: str, own: bool) -> str:
+    """A lever as the design table shows it: its value and whether the design states it or inherits it."""
+    return i18n.tr("{value} (own)", value=value) if own else i18n.tr("{value} (inherited)", value=value)
+
+
+def resident_weight_bytes(tr: Trace, d: Design, phase: str = "decode") -> float:
+    """Weight bytes per step of `phase` that design `d`'s SRAM keeps on chip (at its weight precision)."""
+    w = at_precision(tr.work, d.weight_precision)
+    if not d.sram_keeps_weights:
+        return 0.0
+    f = resident_fraction(w, d.sram_mb)
+    m = (w.phase == phase).to_numpy()
+    return float((f * w.weight_bytes * w.launches)[m].sum() / max(1, tr.steps.get(phase, 1)))
+
+
+def fit_error_pct(tr: Trace, phase: str = "decode") -> float:
+    """Device-time error (%) of the calibration the what-ifs use (fitted on every phase) on `phase` of its own run,
+    host gaps as recorded: what the held-out error does not show when a phase's own kernels pull the fit."""
+    p = predict(tr, tr.gpu, host_scale=1.0).set_index("phase")
+    m = tr.measured.set_index("phase")
+    return float(100 * (p.loc[phase, "device_ms_per_step"] - m.loc[phase, "busy_ms_per_step"])
+                 / m.loc[phase, "busy_ms_per_step"])
+
+
+def model_error(val: pd.DataFrame | None, xerr: pd.DataFrame | None = None, phase: str = "decode",
+                tr: Trace | None = None) -> str:
+    """What a what-if number of `phase` carries: with `tr`, the device-time error of the fit it uses on its own
+    run (`fit_error_pct`); its held-out device-time error on the run (`validation`) and, where a cross-device
+    check ran, its error across GPUs."""
+    parts = []
+    if tr is not None and phase in tr.steps:
+        parts.append(i18n.tr("{pct:+.0f} % as fitted", pct=fit_error_pct(tr, phase)))
+    if val is not None and phase in set(val.phase):
+        parts.append(i18n.tr("{pct:+.0f} % held out", pct=float(val.set_index("phase").loc[phase, "device_error_pct"])))
+    if xerr is not None and phase in set(xerr.phase):
+        parts.append(i18n.tr("±{pct:.0f} % across GPUs",
+                             pct=float(xerr.set_index("phase").loc[phase, "device_error_pct"])))
+    return i18n.tr(", ").join(parts)
+
+
+def design_table(designs: dict, tr: Trace, env: dict | None = None, deployed: Trace | None = None,
+                 val: pd.DataFrame | None = None, dep_val: pd.DataFrame | None = None,
+                 xerr: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per design: each lever (`LEVERS`) with '(own)' where the design states it and '(inherited)' where it
+    carries what the model fitted on the run's GPU; the weight bytes of a decode step its SRAM keeps (MiB);
+    predicted times (plain run) on `tr` and, with `deployed` (the same workload with decode as CUDA graphs),
+    decode on the deployed run; each decode figure's model error (held out on its run, `val` / `dep_val`,
+    computed when not given; across GPUs with `xerr`); `outside what was checked`: how the design lies outside the
     cross-device check's envelope (`envelope`), when there was one."""
-    active = active_weight_bytes(tr)
-    host_us = host_time_per_launch_us(tr)
+    val = validation(tr) if val is None else val
+    if deployed is not None and dep_val is None:
+        dep_val = validation(deployed)
+    err = model_error(val, xerr, tr=tr)
+    dep_err = model_error(dep_val, None, tr=deployed) if deployed is not None else ""  # xerr: eager runs only
     rows = []
     for key, d in designs.items():
-        p = predict(tr, d, 1, active).set_index("phase")
+        p = predict(tr, d).set_index("phase")
 
         def get(ph, col):
             return p.loc[ph, col] if ph in p.index else np.nan
-        rows.append({"design": key, "bf16 TFLOP/s": d.matrix_tflops.get("bf16"), "DRAM GB/s": d.dram_gbps,
-                     "SRAM MiB": d.sram_mb, "host µs/launch": d.launch_overhead_us if d.launch_overhead_us is not None
-                     else i18n.tr("run's gaps ({host_us:.1f})", host_us=host_us),
-                     "fuses elementwise": d.fuse_elementwise,
-                     "weights on chip": d.sram_mb * 2**20 >= active,
-                     "vision_encode ms": get("vision_encode", "wall_ms_per_step"),
-                     "prefill ms": get("prefill", "wall_ms_per_step"), "decode ms/token": get("decode", "per_token_ms"),
-                     "decode bound": get("decode", "bound"),
-                     "outside what was checked": i18n.tr(", ").join(outside_envelope(d, env)) if env else "",
-                     "source": d.source})
+        row = {"design": key}
+        row.update({lv: lever_cell(*v) for lv, v in design_levers(d, tr).items()})
+        row.update({"bf16 TFLOP/s": d.matrix_tflops.get("bf16"), "DRAM GB/s": d.dram_gbps, "SRAM MiB": d.sram_mb,
+                    "resident weights MiB": resident_weight_bytes(tr, d) / 2**20,
+                    "fuses elementwise": d.fuse_elementwise,
+                    "vision_encode ms": get("vision_encode", "wall_ms_per_step"),
+                    "prefill ms": get("prefill", "wall_ms_per_step"), "decode ms/token": get("decode", "per_token_ms"),
+                    "decode bound": get("decode", "bound"), "decode model error": err})
+        if deployed is not None:
+            q = predict(deployed, d).set_index("phase")
+            row["decode ms/token as deployed"] = q.loc["decode", "per_token_ms"] if "decode" in q.index else np.nan
+            row["as deployed: model error"] = dep_err
+        row["outside what was checked"] = i18n.tr(", ").join(outside_envelope(d, env)) if env else ""
+        row["source"] = d.source
+        rows.append(row)
     out = pd.DataFrame(rows)
     return out if env else out.drop(columns="outside what was checked")
 
 
-def sensitivity_both(tr: Trace, d: Design, graph_host_us: float = 2.0) -> pd.DataFrame:
-    """`sensitivity` at the run's eager host gaps and at graph dispatch; `dispatch` labels the two in the
-    narrative language (they are legend entries)."""
+def sensitivity_both(tr: Trace, d: Design, graph_host_us: float = 2.0, deployed: Trace | None = None) -> pd.DataFrame:
+    """`sensitivity` per way of dispatching decode; `dispatch` labels each in the narrative language (they are
+    legend entries). An eager run: at its own host gaps and at graph-style `graph_host_us` per launch, and with
+    `deployed` (the same workload's CUDA-graph run) on that run as deployed. A run whose decode ran as CUDA graphs:
+    that run alone (its host time between replays is a per-step term, not a per-launch one)."""
+    hr = tr.host
+    if hr is not None and hr.graph:
+        return sensitivity(tr, d).assign(dispatch=i18n.tr(
+            "as run: CUDA graphs ({ms:.2f} ms host time per step between replays)", ms=hr.between_replays_ms))
     a = sensitivity(tr, d).assign(dispatch=i18n.tr("eager (run's host gaps, {us:.0f} µs/launch)",
                                                    us=host_time_per_launch_us(tr)))
     b = sensitivity(tr, d.with_(launch_overhead_us=graph_host_us)).assign(
         dispatch=i18n.tr("graph ({us:g} µs/launch)", us=graph_host_us))
-    return pd.concat([a, b], ignore_index=True)
+    parts = [a, b]
+    if deployed is not None and deployed.host is not None and deployed.host.graph:
+        parts.append(sensitivity(deployed, deployed.gpu).assign(dispatch=i18n.tr(
+            "as deployed: CUDA graphs ({ms:.2f} ms host time per step between replays)",
+            ms=deployed.host.between_replays_ms)))
+    return pd.concat(parts, ignore_index=True)
 
 
 def knees_both(sens: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([knees(g).assign(dispatch=k) for k, g in sens.groupby("dispatch")], ignore_index=True)
+
+
+def replay_host_table(traces: dict) -> pd.DataFrame:
+    """Per run (label → Trace): how its decode step splits between the replay's kernels, the gaps between them
+    and host time (ms per step; `ReplayHost`). On a graph run the host time between replays is one term per step;
+    on an eager run it is spread over the launches (host µs per launch, plain)."""
+    rows = []
+    for label, t in traces.items():
+        h = t.host
+        if h is None:
+            continue
+        rows.append({"run": label, "decode as": i18n.tr("CUDA graphs") if h.graph else i18n.tr("eager launches"),
+                     "plain step ms": h.plain_step_ms, "GPU-busy ms": h.busy_ms, "node gaps ms": h.node_gaps_ms,
+                     "node gap median µs": h.node_gap_us_median,
+                     "host between replays ms": h.between_replays_ms if h.graph else np.nan,
+                     "host µs per launch (plain)": np.nan if h.graph else host_time_per_launch_us(t),
+                     "host gaps under the profiler ms": h.host_profiled_ms, "basis": i18n.tr(h.basis)})
+    return pd.DataFrame(rows)
+
+
+# the levers of `lever_table` (catalog keys)
+LEVER_ROWS = (N_("as fitted"), N_("kernel floor"), N_("efficiency"), N_("efficiency and kernel floor"),
+              N_("DRAM bandwidth"), N_("on-chip SRAM keeping weights"), N_("weight precision"), N_("batch"))
+
+
+def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_us: float = 2.0,
+                val: pd.DataFrame | None = None, dep_val: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One what-if per row, decode ms per token of a plain run: on `tr` (an eager run with launches issued as a
+    graph at `graph_host_us` each; a graph run as it ran) and on `deployed` (the same workload's CUDA-graph run, as
+    it ran), each with its change against the fitted model and the model's error (`model_error`) beside it."""
+    g = tr.gpu if tr.host is not None and tr.host.graph else tr.gpu.with_(launch_overhead_us=graph_host_us)
+    mib = active_weight_bytes(tr) / 2**20
+    keep = dict(sram_keeps_weights=True)
+    cases = [("as fitted", "", {}, 1), ("kernel floor", i18n.tr("{us:g} µs per kernel", us=0.5),
+                                        dict(kernel_floor_us=0.5), 1),
+             ("efficiency", i18n.tr("{pct:.0f} % of peak", pct=100), dict(matrix_efficiency=1.0, mem_efficiency=1.0), 1),
+             ("efficiency and kernel floor", i18n.tr("{pct:.0f} % of peak, {us:g} µs per kernel", pct=100, us=0.5),
+              dict(matrix_efficiency=1.0, mem_efficiency=1.0, kernel_floor_us=0.5), 1),
+             ("DRAM bandwidth", i18n.tr("{gbps:,.0f} GB/s", gbps=8000), dict(dram_gbps=8000.0), 1)]
+    for mb in (256, 512, 1024, float(np.ceil(1.1 * mib))):
+        cases.append(("on-chip SRAM keeping weights", i18n.tr("{mb:,.0f} MiB", mb=mb), dict(sram_mb=mb, **keep), 1))
+    cases += [("weight precision", p, dict(weight_precision=p), 1) for p in ("fp8", "int4")]
+    cases.append(("batch", "8", {}, 8))
+    runs = [(tr, g, val if val is not None else validation(tr), "")]
+    if deployed is not None:
+        runs.append((deployed, deployed.gpu, dep_val if dep_val is not None else validation(deployed), " as deployed"))
+    out = pd.DataFrame({"lever": [c[0] for c in cases], "setting": [c[1] for c in cases]})
+    for t, base_d, v, suffix in runs:
+        base = at(t, base_d)
+        ms = [at(t, base_d.with_(**ch), batch=b) for _, _, ch, b in cases]
+        out["decode ms/token" + suffix] = ms
+        out["change %" + suffix] = [100 * (m - base) / base for m in ms]
+        out["model error" + suffix] = model_error(v, tr=t)
+    return out
+
+
+# `lever_table` and `replay_host_table` columns named by catalog keys
+LEVER_COLUMNS = (N_("lever"), N_("setting"), N_("change %"), N_("model error"), N_("decode ms/token as deployed"),
+                 N_("change % as deployed"), N_("model error as deployed"), N_("decode as"), N_("plain step ms"),
+                 N_("node gaps ms"), N_("node gap median µs"), N_("host between replays ms"),
+                 N_("host µs per launch (plain)"), N_("host gaps under the profiler ms"))
+
+
+def sensitivity_errors(tr: Trace, val: pd.DataFrame, deployed: Trace | None = None,
+                       dep_val: pd.DataFrame | None = None) -> str:
+    """The model errors the sensitivity curves' decode figures carry (`model_error` on each run drawn), and the
+    levers no run checked: a stated kernel floor or efficiency, weights kept in SRAM and weight precision move the
+    model beyond anything the runs measured."""
+    parts = [i18n.tr("this run: {err}", err=model_error(val, tr=tr))]
+    if deployed is not None and dep_val is not None:
+        parts.append(i18n.tr("as deployed: {err}", err=model_error(dep_val, tr=deployed)))
+    return i18n.tr("Decode device time error of the model on each run drawn ({parts}). The kernel-floor, efficiency, "
+                   "SRAM and weight-precision panels move the model beyond anything measured: no run had another "
+                   "kernel floor, kernels at peak, weights kept on chip or fp8/int4 weights, so those curves say what "
+                   "the model implies, not what was checked.", parts=i18n.tr("; ").join(parts))

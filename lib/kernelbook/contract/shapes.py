@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..i18n import tr
+from ..i18n import N_, tr
 
 # Fidelity target: a matrix kernel's counted tensor FLOPs ÷ 2·M·N·K of its shapes within ±5 %.
 FLOPS_TOLERANCE = 0.05
@@ -129,8 +129,14 @@ def implied_bytes(op: str | None, op_shapes: str | None, category: str | None, e
             return None
         q, kk, v = args[:3]
         kv = numel(kk) + numel(v)
-        return (float(elem_bytes) * (numel(q) + kv), float(elem_bytes) * numel(q),
-                f"q {'×'.join(map(str, q))} + K, V {'×'.join(map(str, kk))} ({kv * elem_bytes / 1e6:.2f} MB)")
+        # an attention mask or bias (the 4th argument, 4-D: SAM's relative-position bias in vision encode, 23 MB for
+        # 25×12×196×196) is read once too, as attention_work counts it
+        mask = args[3] if len(args) > 3 and len(args[3]) == 4 else None
+        what = f"q {'×'.join(map(str, q))} + K, V {'×'.join(map(str, kk))} ({kv * elem_bytes / 1e6:.2f} MB)"
+        if mask is not None:
+            what += tr(" + mask {shape}", shape="×".join(map(str, mask)))
+        return (float(elem_bytes) * (numel(q) + kv + (numel(mask) if mask is not None else 0)),
+                float(elem_bytes) * numel(q), what)
     return None
 
 
@@ -146,6 +152,41 @@ def attention_work(op_shapes: str) -> tuple[float, float] | None:
     flops = 4.0 * b * h * sq * sk * dh
     nbytes = 2.0 * (2 * numel(args[0]) + numel(k) + numel(args[2]) + sum(numel(t) for t in args[3:4]))
     return flops, nbytes
+
+
+# ops whose shapes give the tensor indexed, not how much of it is read: no byte count from the shapes
+_SELECTS = {"aten::index", "aten::index_copy_", "aten::index_select", "aten::gather", "aten::embedding",
+            "aten::index_put_", "aten::scatter_", "aten::masked_select"}
+
+
+def elementwise_bytes(op: str | None, op_shapes: str | None, dtype_bytes: int) -> tuple[float, float] | None:
+    """(read bytes, write bytes) of an elementwise/copy/reduction launch from its aten input shapes if each
+    operand is read once and the output written once, at `dtype_bytes` per element (the accounting of
+    `elementwise_work`, split): cat and copy_ write what they read (copy_ reads its source, writes its
+    destination), fill_ only writes, an in-place op writes its first input, a reduction its result. None when
+    the shapes do not say."""
+    if not isinstance(op, str) or not isinstance(op_shapes, str) or op in _SELECTS:
+        return None
+    args = [a for a in arg_shapes(op_shapes) if a]
+    if not args:
+        return None
+    tensors = [t for a in args for t in a]
+    read = sum(numel(t) for t in tensors)
+    if op == "aten::cat":
+        return float(read) * dtype_bytes, float(read) * dtype_bytes
+    if op == "aten::fill_":
+        return 0.0, float(numel(args[0][0])) * dtype_bytes
+    if op == "aten::copy_" and len(tensors) >= 2:
+        return float(numel(tensors[1])) * dtype_bytes, float(numel(tensors[0])) * dtype_bytes
+    if op.endswith("_"):
+        out = numel(args[0][0])
+    elif op in ("aten::_softmax", "aten::native_layer_norm"):
+        out = numel(args[0][0])
+    elif "reduction" in op or op in ("aten::mean", "aten::sum"):
+        out = 1
+    else:
+        out = numel(_broadcast([a[0] for a in args]))
+    return float(read) * dtype_bytes, float(out) * dtype_bytes
 
 
 def elementwise_work(op: str, op_shapes: str, dtype_bytes: int) -> tuple[float, float]:
@@ -189,3 +230,66 @@ def grid_blocks(grid) -> float:
         return float(np.prod([int(v) for v in str(grid).split("x")]))
     except ValueError:
         return 0.0
+
+
+# --- useful work of pointwise ops and the MMA tile's padding ------------------------------------------
+
+# aten ops whose useful arithmetic is one FLOP per output element (a binary op; its in-place form)
+_ONE_PER_OUTPUT = {"aten::add", "aten::sub", "aten::mul", "aten::div", "aten::add_", "aten::sub_", "aten::mul_",
+                   "aten::div_"}
+# reductions: one add per input element
+_ONE_PER_INPUT = {"aten::sum", "aten::mean"}
+
+
+def elementwise_flops(op: str | None, op_shapes: str | None) -> tuple[float, str] | None:
+    """(useful FLOPs, basis) of a pointwise or reduction launch from its aten shapes: one FLOP per output
+    element of a binary arithmetic op (add, sub, mul, div, broadcast as aten does), one per input element of a
+    sum or mean; a copy or cat does none (0). None for ops whose FLOPs per element the shapes do not fix
+    (silu, rsqrt, softmax, topk, ...). `basis` is the rule in words (English; a catalog key)."""
+    if not isinstance(op, str) or not isinstance(op_shapes, str):
+        return None
+    tensors = [a[0] for a in arg_shapes(op_shapes) if a]
+    if not tensors:
+        return None
+    if op in _ONE_PER_OUTPUT:
+        return float(numel(_broadcast(tensors))), N_("1 FLOP per output element")
+    if op in _ONE_PER_INPUT:
+        return float(numel(tensors[0])), N_("1 FLOP per input element")
+    if op in ("aten::copy_", "aten::cat", "aten::index", "aten::index_copy_", "aten::fill_"):
+        return 0.0, N_("a copy: no arithmetic")
+    return None
+
+
+_TILE_CLUSTER = re.compile(r"_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)_")
+_TILE = re.compile(r"_(\d+)x(\d+)_(\d+)x(\d+)_")
+
+
+def tile_padding(kernel_name: str | None, op_shapes: str | None) -> tuple[float, str] | None:
+    """The factor by which a tiled matrix kernel's MMA work exceeds 2·M·N·K because M and N are rounded up
+    to its tile (and, for nvjet's `_<BM>x<BN>_<BK>x<stages>_<cm>x<cn>_` names, to its cluster of tiles), with
+    the padded shape in words ('1×1280 → 8×1280'): (padded M·N) ÷ (M·N). The kernel's name does not say
+    which operand is its M, so both orientations are tried and each returned by `tile_paddings`; this one
+    returns the smallest. None when the name carries no tile or the shapes are not a matrix product."""
+    pads = tile_paddings(kernel_name, op_shapes)
+    return min(pads, key=lambda p: p[0]) if pads else None
+
+
+def tile_paddings(kernel_name: str | None, op_shapes: str | None) -> list[tuple[float, str]]:
+    """Every candidate (padding factor, words) of `tile_padding`: tile rows on M or on N, with and without
+    the cluster."""
+    g = gemm_dims(op_shapes)
+    name = (kernel_name or "") + "_"
+    m = _TILE_CLUSTER.search(name) or _TILE.search(name)
+    if g is None or m is None:
+        return []
+    _, mm, nn, _, _ = g
+    bm, bn = int(m.group(1)), int(m.group(2))
+    clusters = [(1, 1)]
+    if m.re is _TILE_CLUSTER:
+        clusters.append((int(m.group(5)), int(m.group(6))))
+    out = []
+    for cm, cn in clusters:
+        for tm, tn in ((bm * cm, bn * cn), (bn * cn, bm * cm)):
+            pm, pn = -(-mm // tm) * tm, -(-nn // tn) * tn
+            out.append((pm * pn / (mm * nn), f"{mm}×{nn} → {pm}×{pn}"))
+    return out

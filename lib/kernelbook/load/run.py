@@ -46,8 +46,10 @@ PCT_NOISE = 5.0
 # ncu/kernels.parquet: the columns that are amounts (times, bytes, FLOPs, rates, counts, shares, percentages of
 # peak): never infinite, never negative (percentages: not below −PCT_NOISE). NaN is allowed there: a kernel that
 # was not profiled has no counters, and a profiled one lacks what its sections did not measure (its L1
-# intensity when it moved no L1 bytes). Positions (op_index, launch_index, profiled_step) may be −1 or NaN.
-_AMOUNT = re.compile(r"(_ns|_bytes|_per_s|_hz|_gbps|_pct|_size|_per_block|_per_sm)$|^(flops|intensity_)|"
+# intensity when it moved no L1 bytes). The in-loop pass's columns (`duration_ns_inloop`, `dram_read_bytes_inloop`,
+# ...: capture.ncu_stage._inloop) are amounts of the same kind, NaN where the in-loop pass did not reach the kernel
+# (a launch without an op call to mark). Positions (op_index, launch_index, profiled_step) may be −1 or NaN.
+_AMOUNT = re.compile(r"(_ns|_bytes|_per_s|_hz|_gbps|_pct|_size|_per_block|_per_sm)(_inloop)?$|^(flops|intensity_)|"
                      r"^(launches|share|registers|configs_profiled)$")
 # ... and those taken from the timeline for every selected kernel, which the chapters rank and sum by
 _FROM_TIMELINE = ("total_ns", "launches", "median_ns", "share")

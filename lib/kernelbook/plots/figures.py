@@ -376,28 +376,33 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
 
 
 def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame, env: dict | None = None) -> go.Figure:
-    """One panel per swept resource: decode ms/token and prefill ms vs the resource (log x), per dispatch mode;
-    knees marked; with `env` (whatif.envelope: what the cross-device check covered) the DRAM bandwidth
-    panels shade the stretch of bandwidth that check covered."""
+    """One row of panels per swept lever (whatif.SWEEPS): decode ms/token and prefill ms vs the lever (log x),
+    one line per way of dispatching decode (`dispatch`: the run's host gaps, graph-style dispatch, the run as
+    deployed); knees marked; with `env` (whatif.envelope: what the cross-device check covered) the DRAM
+    bandwidth panels shade the stretch of bandwidth that check covered. The legend sits under the last row of
+    panels, clear of every panel and title."""
     from plotly.subplots import make_subplots
 
     sweeps = list(dict.fromkeys(sens.sweep))
     fig = make_subplots(rows=len(sweeps), cols=2, subplot_titles=[f"{ph}: {text(s)}" for s in sweeps
                                                                   for ph in (tr("decode ms/token"), tr("prefill ms"))],
-                        vertical_spacing=0.05)
-    colours = dict(zip(sorted(sens.dispatch.unique()), ("#d9822b", "#2b6cb0")))
+                        vertical_spacing=0.25 / max(1, len(sweeps)))
+    colours = dict(zip(list(dict.fromkeys(sens.dispatch)), ("#d9822b", "#2b6cb0", "#805ad5", "#c53030")))
     for i, sw in enumerate(sweeps):
         for j, ph in enumerate(("decode", "prefill")):
             for disp, col in colours.items():
-                q = sens[(sens.sweep == sw) & (sens.phase == ph) & (sens.dispatch == disp)]
-                fig.add_trace(go.Scatter(x=q.x, y=q.ms, mode="lines", name=disp, legendgroup=disp,
-                                         showlegend=i == 0 and j == 0, line=dict(color=col)), row=i + 1, col=j + 1)
+                q = sens[(sens.sweep == sw) & (sens.phase == ph) & (sens.dispatch == disp)].sort_values("x")
+                if q.empty:
+                    continue
+                fig.add_trace(go.Scatter(x=q.x, y=q.ms, mode="lines+markers" if len(q) < 5 else "lines",
+                                         name=plot(disp), legendgroup=disp, showlegend=i == 0 and j == 0,
+                                         line=dict(color=col)), row=i + 1, col=j + 1)
                 kn = knees[(knees.sweep == sw) & (knees.phase == ph) & (knees.dispatch == disp)]
                 if len(kn) and kn.knee_x.iloc[0] == kn.knee_x.iloc[0]:
                     y = float(np.interp(kn.knee_x.iloc[0], q.x, q.ms))
                     fig.add_trace(go.Scatter(x=[kn.knee_x.iloc[0]], y=[y], mode="markers", showlegend=False,
                                              marker=dict(size=9, color=col, symbol="circle-open", line=dict(width=2)),
-                                             hovertemplate=tr("knee: %{{x:.3g}}") + f"<extra>{disp}</extra>"),
+                                             hovertemplate=tr("knee: %{{x:.3g}}") + f"<extra>{plot(disp)}</extra>"),
                                   row=i + 1, col=j + 1)
             if env is not None and sw == "DRAM bandwidth (GB/s)":
                 lo, hi = env["dram_gbps"]  # the band in data units; the annotation's x in decades (log axis)
@@ -410,8 +415,13 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame, env: dict | None =
             panel = sens[(sens.sweep == sw) & (sens.phase == ph)]
             fig.update_xaxes(type="log", row=i + 1, col=j + 1, **log_ticks(panel.x))
             fig.update_yaxes(type="log", row=i + 1, col=j + 1, **log_ticks(panel.ms))
-    fig.update_layout(template=TEMPLATE, height=260 * len(sweeps), title=tr("What-if sensitivity on the measured GPU"),
-                      legend=dict(orientation="h", y=1.01, x=0.5))
+    # the legend in a band of its own under the panels: one entry per line, 22 px each, below the last row's ticks
+    legend_px = 30 + 22 * len(colours)
+    height = 260 * len(sweeps) + legend_px
+    fig.update_layout(template=TEMPLATE, height=height, title=tr("What-if sensitivity on the measured GPU"),
+                      margin=dict(b=legend_px + 50),
+                      legend=dict(orientation="v", yanchor="top", y=-40 / (height - legend_px - 100), x=0,
+                                  xanchor="left"))
     return fig
 
 

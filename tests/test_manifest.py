@@ -136,4 +136,4 @@ def test_workload_view():
     assert g.static_cache and g.graph_decode and g.differs(w) == []
     old = read_manifest({"status": "complete", "params": {"model": "m"}}).workload  # an older run: defaults
     assert (old.batch_size, old.dtype, old.cache_implementation, old.graph_decode) == (1, "bfloat16", "dynamic", False)
-    assert old.differs(w) == ["model", "weights"]
+    assert old.differs(w) == ["model", "weights", "max_new_tokens"]

@@ -24,6 +24,7 @@ from .histograms import weighted_mean
 from .ncu_report import inloop_measured
 from ..escape import md
 from ..contract.manifest import Manifest, read_manifest
+from .steps import graph_node_gaps
 from .timeline import plain_ms_per_step
 
 MAX_WARPS_PER_SM = {"hopper": 64, "ampere": 64, "ada": 48, "blackwell": 64}
@@ -325,23 +326,10 @@ def times(x: float) -> str:
 
 
 def graph_replay_gaps(timeline: pd.DataFrame, phase: str = "decode") -> tuple[float, float] | None:
-    """(ms per step of gaps between consecutive kernels inside one CUDA-graph replay, their median in µs) of a
-    phase whose steps ran as graph replays (the trace names the launch `graph`; a replay's kernels share its
-    launch); None when the phase's kernels were not launched by graphs."""
-    d = timeline[(timeline.phase == phase)]
-    if "kind" in d:
-        d = d[d.kind == "kernel"]
-    if d.empty or "graph" not in d or not d["graph"].fillna(False).astype(bool).mean() > 0.5:
-        return None
-    d = d.sort_values("start_ns")
-    gap = d.start_ns.values[1:] - d.end_ns.values[:-1]
-    g = d["graph"].fillna(False).astype(bool).values
-    same = ((d.launch_ns.values[1:] == d.launch_ns.values[:-1]) & (d.step.values[1:] == d.step.values[:-1])
-            & g[1:] & g[:-1])
-    if not same.any():
-        return None
-    steps = max(1, d.step.nunique())
-    return float(gap[same].clip(min=0).sum() / 1e6 / steps), float(np.median(gap[same]) / 1e3)
+    """(ms per step of the gaps between a CUDA-graph replay's nodes, their median in µs) of a phase whose steps ran
+    as graph replays (`steps.graph_node_gaps`, the definition chapter 06 reads too), else None."""
+    g = graph_node_gaps(timeline, phase)
+    return None if g is None else (g.ms_per_step, g.median_us)
 
 
 def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.Series, roofs,

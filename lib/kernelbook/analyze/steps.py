@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dataclasses import dataclass
+
 from ..i18n import tr
 from .timeline import busy_ns
 
@@ -167,3 +169,34 @@ def prose(run) -> str:
               n=len(plain), a=ctx + 1, b=ctx + len(plain), head=head, tail=tail, chg=100 * (tail - head) / head,
               what=what, busy=prof.busy_ms.median(),
               share=100 * prof.busy_ms.sum() / max(1e-9, prof.wall_ms.sum()))
+
+
+@dataclass(frozen=True)
+class NodeGaps:
+    """The gaps between consecutive nodes of one CUDA-graph replay (kernels, memcpy and memset nodes of one step,
+    in start order): the graph's own dispatch on the device, not launch overhead and not the host's loop."""
+
+    ms_per_step: float   # their sum per step
+    median_us: float     # the median gap
+    nodes_per_step: float
+    steps: int
+
+
+def graph_node_gaps(timeline: pd.DataFrame, phase: str = "decode") -> NodeGaps | None:
+    """`NodeGaps` of `phase`, or None where its launches are not graph replays (the timeline's `graph` column)."""
+    if "graph" not in timeline:
+        return None
+    t = timeline[(timeline.phase == phase) & timeline.kind.isin(["kernel", "memcpy", "memset"])]
+    t = t.sort_values("start_ns", kind="stable")
+    g = t["graph"].fillna(False).astype(bool).to_numpy()
+    if t.empty or not g.mean() > 0.5:
+        return None
+    step = t["step"].fillna(-1).to_numpy()
+    start, end = t.start_ns.to_numpy(dtype=float), t.end_ns.to_numpy(dtype=float)
+    gap = np.clip(start - np.r_[np.nan, np.maximum.accumulate(end)[:-1]], 0, None)
+    node = np.r_[False, step[1:] == step[:-1]] & g & np.r_[False, g[:-1]]
+    if not node.any():
+        return None
+    n = int(t.loc[g, "step"].nunique())
+    return NodeGaps(float(gap[node].sum()) / 1e6 / n, float(np.median(gap[node])) / 1e3,
+                    float((g & (t.kind == "kernel").to_numpy()).sum()) / n, n)

@@ -41,6 +41,7 @@ from ..contract.shapes import (attention_work, elementwise_work, expected_gemm_f
 from . import roofline as R
 from .histograms import weighted_mean
 from ..contract.manifest import Manifest, read_manifest
+from .steps import graph_node_gaps
 from .timeline import phase_summary, plain_ms_per_step, work_category
 
 NPUS_YAML = Path(__file__).resolve().parents[3] / "params" / "npus.yaml"
@@ -494,18 +495,13 @@ def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float,
     n = int(m.steps) if m is not None else 0
     if not n or t.empty:
         return ReplayHost(graph, n, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, N_("no decode"))
-    step = t["step"].fillna(-1).to_numpy()
     start, end = t.start_ns.to_numpy(dtype=float), t.end_ns.to_numpy(dtype=float)
-    in_graph = (t["graph"].fillna(False).astype(bool).to_numpy() if "graph" in t else np.zeros(len(t), bool))
     prev_end = np.r_[np.nan, np.maximum.accumulate(end)[:-1]]
-    same_step = np.r_[False, step[1:] == step[:-1]]
-    gap = np.clip(start - prev_end, 0, None)
-    # a node gap: between two launches of one replay (both graph nodes, one step)
-    node = same_step & in_graph & np.r_[False, in_graph[:-1]]
     busy = float(t.duration_ns.sum()) / 1e6 / n
     plain = float(m.get("plain_timed_ms_per_step", np.nan))
-    node_ms = float(gap[node].sum()) / 1e6 / n
-    host_prof = float(np.nansum(gap[~node & ~np.isnan(prev_end)])) / 1e6 / n
+    ng = graph_node_gaps(timeline, "decode")  # the one definition of a node gap (chapter 05 reads it too)
+    node_ms = ng.ms_per_step * ng.steps / n if ng is not None else 0.0
+    host_prof = float(np.nansum(np.clip(start - prev_end, 0, None))) / 1e6 / n - node_ms
     if not graph:
         return ReplayHost(False, n, busy, np.nan, 0.0, 0.0, host_prof, plain, 0.0,
                           N_("eager: host time is spent per launch"))
@@ -515,8 +511,8 @@ def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float,
         step_ms, basis = float(m.wall_ms_per_step) / ratio, N_("profiled wall ÷ the profiler's overhead ratio, "
                                                                 "less the replay's device span")
     span = busy + node_ms
-    return ReplayHost(True, n, busy, float(np.median(gap[node])) * 1e-3 if node.any() else np.nan, node_ms,
-                      float((in_graph & (t.kind == "kernel").to_numpy()).sum()) / n, host_prof, step_ms,
+    return ReplayHost(True, n, busy, ng.median_us if ng is not None else np.nan, node_ms,
+                      ng.nodes_per_step * ng.steps / n if ng is not None else 0.0, host_prof, step_ms,
                       max(step_ms - span, 0.0), basis)
 
 

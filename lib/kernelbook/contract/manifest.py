@@ -371,7 +371,9 @@ class Workload:
     tensor_parallel: int = 1
     variant: str | None = None
 
-    SAME = ("model", "weights", "dtype")  # a variant of a run keeps these (and the GPU model)
+    # a variant of a run keeps these (and the GPU model): it changes how the work runs, not what it is; a longer
+    # generation is other work (its KV cache and the limit of its steps grow with the tokens)
+    SAME = ("model", "weights", "dtype", "max_new_tokens")
 
     @classmethod
     def read(cls, p: Mapping[str, Any]) -> "Workload":

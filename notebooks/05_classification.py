@@ -36,6 +36,7 @@ from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import why as W
 from kernelbook.devices import facts_table
+from kernelbook.load.twins import twins
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, phase=phase, high_pct=high_pct, low_pct=low_pct,
@@ -50,7 +51,13 @@ c = C.classify(k, dev.ridge("bf16"), rules, in_loop)
 cp = c[c.phase == phase]
 summary = T.phase_summary(r.timeline, r.phases)
 opps = C.all_opportunities(r, summary, c, roofs)
-kb.summary(C.headline(cp, opps.get(phase), phase))
+# the eager run and the run as deployed of this workload, whichever run_dir names: the headline and the
+# opportunities lead with the deployed run's (what a serving stack runs), the eager run's beside them
+tw = twins(r, open_run=kb.open_run)
+mine = (r, c, opps)
+twin = (tw.other, *C.classified(tw.other, rules)) if tw.other is not None else None
+deployed_side, eager_side = (mine, twin) if r is tw.deployed else (twin, mine)
+kb.summary(C.pair_headline(deployed_side, eager_side, phase))
 
 # %% [markdown]
 # ## Classes
@@ -191,11 +198,19 @@ kb.table(C.littles_law(cp, dev, rules), kb.tr("Bytes in flight per SM (Little's 
 
 # %% [markdown]
 # ## Top opportunities
-# Ranked by estimated gain in % of the phase's wall time (upper bounds: the roof assumed reachable).
+# Ranked by estimated gain in % of the phase's wall time (upper bounds: the roof assumed reachable). Where the
+# workload was also captured as deployed (decode as CUDA graphs), that run's come first: they are what is left
+# to gain in serving; the eager run's follow, as what HF's eager loop adds.
 
 # %%
-kb.table(opps.get(phase), kb.tr("Top opportunities in {phase}", phase=kb.phase_label(phase)),
-         empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase)))
+kb.table(deployed_side[2].get(phase), kb.tr("Top opportunities in {phase}: {run}", phase=kb.phase_label(phase),
+                                            run=deployed_side[0].run_id),
+         empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase))) if deployed_side else None
+
+# %%
+kb.table(eager_side[2].get(phase), kb.tr("Top opportunities in {phase}: {run}", phase=kb.phase_label(phase),
+                                         run=eager_side[0].run_id),
+         empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase))) if eager_side else None
 
 # %%
 kb.source(C.contract_markdown(r, summary, c, opps, rules))

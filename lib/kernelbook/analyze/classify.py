@@ -588,6 +588,33 @@ def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dic
     return out
 
 
+def classified(run, rules: Rules = Rules()) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """(classes of every profiled kernel, ranked opportunities per phase) of a run, as chapter 05 computes them
+    for its own run: its twin's (the eager run's or the deployed run's, `load.twins`) the same way."""
+    from . import roofline as R
+    from . import ncu_report as N
+    from .timeline import phase_summary
+
+    k = R.profiled_kernels(run)
+    dev, _, roofs = R.for_run(run, k)
+    c = classify(k, dev.ridge("bf16"), rules, N.in_loop_l2(N.fidelity(run.ncu_kernels(), run.timeline, run.manifest)))
+    return c, all_opportunities(run, phase_summary(run.timeline, run.phases), c, roofs)
+
+
+def pair_headline(deployed: tuple | None, eager: tuple | None, phase: str) -> str:
+    """Chapter 05's line for a workload captured eager and as deployed: the deployed run's classes and first
+    opportunity (the book's subject), then the eager run's as what HF's eager loop adds. Each side is
+    (run, classes, opportunities) or None."""
+    def side(x):
+        run, c, opps = x
+        return headline(c[c.phase == phase], opps.get(phase), phase)
+
+    if deployed is None or eager is None:
+        return side(deployed or eager)
+    return tr("As deployed ({dep}): {d}. Eager ({eager}, what HF's eager loop adds): {e}",
+              dep=md(deployed[0].run_id), d=side(deployed), eager=md(eager[0].run_id), e=side(eager))
+
+
 def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
     top, frac = dominant_class(cp)
     first = "" if opps is None or not len(opps) else tr(

@@ -67,6 +67,25 @@ kb.table(M.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.t
          kb.tr("Per-kernel metrics (one representative launch per kernel)"), notes=N.METRIC_MISSING)
 
 # %% [markdown]
+# ## The few launches that hold a kernel's time
+# ncu profiled one launch of each kernel, yet a kernel can spend most of its time in a few launches far
+# longer than the rest. For each profiled kernel whose launches are heavy-tailed (the rule is stated
+# below), its longest launches grouped by the module that launched them, the aten op and its shapes: how
+# many per step or call, how long each, and what share of the kernel's and of the phase's time they hold.
+
+# %%
+ht = N.heavy_tailed(kernels, r.timeline)
+hl = N.heavy_launches(ht, r.timeline, r.manifest)
+kb.md(N.heavy_prose(ht, hl))
+
+# %%
+kb.table(N.heavy_table(hl), kb.tr("The few launches that hold its time"), columns=N.heavy_headers(),
+         notes=N.HEAVY_MISSING, empty=kb.tr("No profiled kernel's launches are heavy-tailed."))
+
+# %%
+kb.md(N.vision_prose(N.vision_heavy(ht, hl, r.timeline), kernels))
+
+# %% [markdown]
 # ## Fidelity: ncu in context
 # ncu replays each kernel in isolation with its own caches and clocks (`--cache-control` and
 # `--clock-control` as recorded), so its duration can differ from the same kernel inside the

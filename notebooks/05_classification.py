@@ -25,7 +25,7 @@ high_pct: float = 60.0  # SM or memory throughput at or above this is high
 low_pct: float = 30.0  # below this is low
 l2_hit_min_pct: float = 80.0  # L2 hit rate below this flags a locality issue
 mem_latency_cycles: float = 800.0  # global-memory latency assumed by S_min and Little's law
-kernel: str = ""  # kernel id (d000 … for decode, p000 … for prefill) the explorer opens on; empty: the one with the most time
+kernel: str = ""  # kernel id (d000 … decode, p000 … prefill, v000 … vision encode) the explorer opens on; empty: the one with the most time
 
 # %%
 from kernelbook import notebook as kb

@@ -25,6 +25,7 @@ language: str = "en"  # narrative language: en or zh (the book runner translates
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import levers as L
 from kernelbook.analyze import modules as M
 from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
@@ -117,6 +118,21 @@ kb.md(sections)
 cross = kb.open_run(cross_run) if cross_run else None
 xd = W.cross_device(tr, W.for_run(cross)[0]) if cross is not None and not W.cross_run_note(r, cross) else None
 kb.md(W.headline(W.validation(tr), tr) + (W.cross_device_headline(xd) if xd is not None else ""))
+
+# %% [markdown]
+# ## Levers on one scale
+# Software levers (measured kernel time removed from the deployed run's step) beside chapter 06's hardware levers
+# (the model's change, with its error), each as decode ms per token of the deployed step, ranked by gain. A lever
+# the deployed run already has is listed as such, not proposed.
+
+# %%
+tr_dep = W.for_run(tw.deployed)[0] if tw.deployed is not None else None
+lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
+kb.table(lev if lev is not None else L.empty(), kb.tr("Levers on one scale"),
+         empty=kb.tr("no run of this workload as deployed (decode as CUDA graphs)"))
+
+# %%
+kb.md(L.levers_prose(lev, tw.deployed) if lev is not None else "")
 
 # %% [markdown]
 # ## Variants: predicted against measured

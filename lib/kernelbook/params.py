@@ -268,7 +268,7 @@ SCHEMA: dict[str, Param] = {
     "params_file": Param(str, "", ("00_setup", "01_timeline", "02_ncu"),
                          "capture parameters (YAML) the capture chapters use when they capture; empty: defaults",
                          check=lambda v: _exists("file")(v) if v else None),
-    "kernel": Param(str, "", ("05_classification",), "kernel id (d000 …, p000 …) the explorer opens on; empty = the one "
+    "kernel": Param(str, "", ("05_classification",), "kernel id (d000 …, p000 …, v000 …) the explorer opens on; empty = the one "
                     "with the most time"),
     "high_pct": Param((int, float), 60.0, ("05_classification",), "throughput % counted as high", min=0, max=100),
     "low_pct": Param((int, float), 30.0, ("05_classification",), "throughput % counted as low", min=0, max=100),

@@ -142,11 +142,53 @@ def _attributed(timeline: pd.DataFrame) -> pd.DataFrame:
         return timeline.iloc[0:0].assign(module_type=None, layer=None)
     k = timeline[(timeline.kind == "kernel") & timeline.phase.isin(["vision_encode", "prefill", "decode"])]
     recorded = k[k["module"].notna()][["phase", "step"]].drop_duplicates()
-    k = with_module_types(k.merge(recorded, on=["phase", "step"]))
+    k = k.merge(recorded, on=["phase", "step"])
+    if "graph" in k and len(k):  # a compiled step's gather kernel: the module of the expert GEMM it feeds
+        att = attributed_modules(k)
+        k = k.assign(module=att.module, module_class=att.module_class)
+    k = with_module_types(k)
     if "graph" in k:  # a CUDA-graph node with no eager twin (Inductor's fused kernels) has no module of its own
         fused = k["graph"].fillna(False).astype(bool) & k["module"].isna()
         k.loc[fused, "module_type"] = "compiled step (fused)"
     return k
+
+
+# Inductor names a fused kernel after the aten ops it fused: a gather fuses `index` (`index_copy` is a cache write)
+GATHER_KERNEL = re.compile(r"^triton_\w*?fused\w*?_index(?!_copy)(?:_|$)")
+
+
+def attributed_modules(kernels: pd.DataFrame) -> pd.DataFrame:
+    """`module` and `module_class` of each kernel row (same index), with a compiled step's gather kernels attributed:
+    a CUDA-graph node that fused an `aten.index` gather (`triton_*fused*_index*`, not `index_copy`) and has no module
+    of its own takes the module of the launch it feeds, the next launch of its step that has a module, where that
+    module is MoE experts (the expert GEMM that reads the gathered weights: the eager twin runs the same `aten::index`
+    in that module, right before the same `aten::bmm`). `consumer`, `consumer_shapes`: that launch's kernel name and
+    op shapes (None for rows not attributed this way)."""
+    cols = ["module", "module_class", "consumer", "consumer_shapes"]
+    out = pd.DataFrame({"module": kernels["module"].astype(object),
+                        "module_class": (kernels["module_class"] if "module_class" in kernels
+                                         else pd.Series(None, index=kernels.index)).astype(object),
+                        "consumer": None, "consumer_shapes": None}, index=kernels.index)[cols]
+    if "graph" not in kernels or not len(kernels):
+        return out
+    gather = (kernels["graph"].fillna(False).astype(bool) & kernels["module"].isna()
+              & kernels["name"].astype(str).str.contains(GATHER_KERNEL))
+    if not gather.any():
+        return out
+    order = kernels.sort_values(["phase", "step", "start_ns"], kind="stable")
+    has = order["module"].notna()
+    # the next launch with a module, within the same phase and step: backward fill over the launches after each row
+    nxt = order[["module", "module_class", "name", "op_shapes"]].where(has)
+    nxt = nxt.groupby([order["phase"], order["step"]], sort=False).bfill()
+    nxt = nxt.reindex(kernels.index)
+    ok = gather & nxt["module"].notna()
+    ok &= pd.Series([module_type(m, c) == "MoE experts" if o else False
+                     for m, c, o in zip(nxt["module"], nxt["module_class"], ok)], index=kernels.index)
+    out.loc[ok, "module"] = nxt.loc[ok, "module"]
+    out.loc[ok, "module_class"] = nxt.loc[ok, "module_class"]
+    out.loc[ok, "consumer"] = nxt.loc[ok, "name"]
+    out.loc[ok, "consumer_shapes"] = nxt.loc[ok, "op_shapes"]
+    return out
 
 
 LEDGER_NOTE = N_("must move: the weights a module's matrix products read (2 bytes per weight element, from each "

@@ -733,3 +733,322 @@ def cache_control_note(manifest: Manifest | dict, chapter: str, in_loop: set[str
                             ids=md(id_ranges(sorted(in_loop))))
         return out
     return tr("This run records no ncu cache control; treat its DRAM counters with care.")
+
+
+# --- The few launches that hold a kernel's time (issue 41, point 7) -----------------------------------------------
+# A kernel ncu profiled once (its representative launch) can spend most of its time in a few launches far longer
+# than the rest: vision encode's copies and adds, whose mean launch is several times their median. Heavy-tailed
+# here: the mean launch at least HEAVY_MEAN_MEDIAN × the median, or — with at least HEAVY_MIN_LAUNCHES launches —
+# the longest HEAVY_TOP_FRACTION of its launches holding at least HEAVY_TOP_SHARE of its time. The project's own
+# thresholds, set from the bundled runs: they single out vision encode's copy, add and attention (mean ÷ median
+# 3.4–11×, longest tenth 57–73 % of the time) and one prefill kernel (2.1×), and none of decode's kernels
+# (within 1.5×).
+HEAVY_MEAN_MEDIAN = 2.0
+HEAVY_TOP_FRACTION = 0.10
+HEAVY_TOP_SHARE = 0.50
+HEAVY_MIN_LAUNCHES = 10
+# the groups of launches shown per kernel, longest first, until they hold this share of its time (at most
+# HEAVY_MAX_GROUPS groups)
+HEAVY_HOLD = 0.50
+HEAVY_MAX_GROUPS = 8
+# a module path's numeric components (layer, expert, block indices)
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def _kernel_rows(timeline: pd.DataFrame) -> pd.DataFrame:
+    """The timeline's kernel launches (no memcpy/memset rows), with `module`, `op`, `op_shapes` and `step` present
+    (NaN where the run does not record them)."""
+    tl = timeline[timeline.kind == "kernel"] if "kind" in timeline else timeline
+    missing_cols = [c for c in ("module", "op", "op_shapes", "step") if c not in tl]
+    return tl.assign(**{c: np.nan for c in missing_cols}) if missing_cols else tl
+
+
+def index_set(values) -> str:
+    """Indices in braces, runs of three or more as ranges: [2, 5, 8, 11] → '{2, 5, 8, 11}', [0..11] → '{0–11}'
+    (a space after each comma: '{0,1,3}' would read as the number 13 in a table of numbers)."""
+    v = sorted({int(x) for x in values})
+    runs: list[list[int]] = []
+    for x in v:
+        if runs and x == runs[-1][-1] + 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    return "{" + ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs) + "}"
+
+
+def module_template(path) -> tuple[str | None, tuple[int, ...]]:
+    """A module path with its numeric components as `{}` and those numbers: 'model.x.layers.2.attn' →
+    ('model.x.layers.{}.attn', (2,)). (None, ()) where the launch has no module."""
+    if not isinstance(path, str) or not path:
+        return None, ()
+    return _INDEX.sub("{}", path), tuple(int(x) for x in _INDEX.findall(path))
+
+
+def short_template(template: str, others) -> str:
+    """The distinguishing tail of a module template: from the component that owns the first index list (two
+    before the first `{}`; the last two components where there is none), extended to the left while another
+    template of `others` (the phase's) ends the same way or the tail starts with a bare 'model'."""
+    parts = template.split(".")
+    first = next((i for i, p in enumerate(parts) if p == "{}"), None)
+    start = max(0, (first - 2) if first is not None else len(parts) - 2)
+    rest = [o.split(".") for o in set(others) if o != template]
+    while start > 0 and (parts[start] == "model"
+                         or any(len(o) >= len(parts) - start and o[-(len(parts) - start):] == parts[start:]
+                                for o in rest)):
+        start -= 1
+    return ".".join(parts[start:])
+
+
+def _fill_indices(template: str, indices: list[tuple[int, ...]]) -> str:
+    """A short template with each `{}` filled by the set of indices the group's launches ran at there."""
+    sets = [index_set(col) for col in zip(*indices)] if indices and indices[0] else []
+    out = template
+    # the short template keeps the last `{}`s of the full one
+    sets = sets[len(sets) - out.count("{}"):] if out.count("{}") else []
+    for s in sets:
+        out = out.replace("{}", s.replace("{", "\x00").replace("}", "\x01"), 1)
+    return out.replace("\x00", "{").replace("\x01", "}")
+
+
+def heavy_tailed(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
+    """Per profiled kernel, how its phase's launches of it spread (durations from the timeline, every launch of its
+    name in its phase, the basis of its `share`): `launches`, `total_ns`, `mean_us`, `median_us`, `mean_over_median`,
+    `top_launches` (the longest HEAVY_TOP_FRACTION, at least one) and the % of its time they hold (`top_share_pct`),
+    its % of the phase's kernel time (`phase_share_pct`), and `heavy`: heavy-tailed by the rule above."""
+    cols = ["kernel_id", "phase", "friendly_name", "category", "launches", "total_ns", "mean_us", "median_us",
+            "mean_over_median", "top_launches", "top_share_pct", "phase_share_pct", "heavy", "name"]
+    k = kernels[kernels.status == "profiled"] if "status" in kernels else kernels
+    if k.empty:
+        return pd.DataFrame(columns=cols)
+    k = with_identity(k, timeline, ["friendly_name", "category"])
+    tl = _kernel_rows(timeline)
+    phase_ns = tl.groupby("phase").duration_ns.sum()
+    rows = []
+    for r in k.itertuples():
+        d = np.sort(tl.loc[(tl.phase == r.phase) & (tl.name == r.name), "duration_ns"].to_numpy(float))[::-1]
+        if not len(d) or not d.sum():
+            continue
+        top = max(1, int(np.ceil(len(d) * HEAVY_TOP_FRACTION)))
+        mean, median, top_share = d.mean(), float(np.median(d)), d[:top].sum() / d.sum()
+        ratio = mean / median if median else np.inf
+        rows.append({"kernel_id": r.kernel_id, "phase": r.phase, "friendly_name": getattr(r, "friendly_name", None),
+                     "category": getattr(r, "category", None), "launches": len(d), "total_ns": d.sum(),
+                     "mean_us": mean / 1e3, "median_us": median / 1e3, "mean_over_median": ratio,
+                     "top_launches": top, "top_share_pct": 100 * top_share,
+                     "phase_share_pct": 100 * d.sum() / phase_ns[r.phase],
+                     "heavy": bool(ratio >= HEAVY_MEAN_MEDIAN
+                                   or (len(d) >= HEAVY_MIN_LAUNCHES and top_share >= HEAVY_TOP_SHARE)),
+                     "name": r.name})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def heavy_launches(ht: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest | dict | None = None) -> pd.DataFrame:
+    """For each heavy-tailed kernel of `ht` (`heavy_tailed`): its launches grouped by (module with its indices
+    gathered, aten op, op shapes), longest first (mean duration), until the groups hold HEAVY_HOLD of its time
+    (at most HEAVY_MAX_GROUPS). Per group: `module` (the distinguishing tail, indices in braces; None where the
+    timeline records no module), `modules` (the full paths), `op`, `op_shapes`, `launches`, `launches_per_call`
+    (over the phase's steps: one call of vision encode or prefill, one decode step), `us_each` (mean µs),
+    `min_us`, `max_us`, `total_ns`, `kernel_share_pct` (% of the kernel's time in its phase), `phase_share_pct`
+    (% of the phase's kernel time), `cumulative_pct` (of the kernel's time, over the groups so far), and
+    `implied_gbps` (the bytes the op's shapes imply a pointwise or copy launch moves, read + written, over its mean
+    duration; NaN where the shapes do not say)."""
+    cols = ["kernel_id", "phase", "friendly_name", "module", "op", "op_shapes", "launches", "launches_per_call",
+            "us_each", "min_us", "max_us", "kernel_share_pct", "phase_share_pct", "cumulative_pct", "implied_gbps",
+            "total_ns", "modules"]
+    heavy = ht[ht.heavy.astype(bool)] if len(ht) else ht
+    if heavy.empty:
+        return pd.DataFrame(columns=cols)
+    elem = 2
+    if manifest is not None:
+        elem = DTYPE_BYTES.get(read_manifest(manifest).workload.dtype, 2)
+    tl = _kernel_rows(timeline)
+    rows = []
+    for h in heavy.itertuples():
+        ph = tl[tl.phase == h.phase]
+        steps = max(1, ph.step.nunique()) if ph.step.notna().any() else 1
+        templates = {t for t in (module_template(m)[0] for m in ph.module.dropna().unique()) if t}
+        mine = ph[ph.name == h.name].copy()
+        tm = [module_template(m) for m in mine.module]
+        mine["template"] = [t or "" for t, _ in tm]
+        mine["indices"] = [i for _, i in tm]
+        mine["op_key"] = mine.op.fillna("")
+        mine["shape_key"] = mine.op_shapes.fillna("")
+        total = mine.duration_ns.sum()
+        groups = []
+        for (tpl, op, shp), g in mine.groupby(["template", "op_key", "shape_key"], sort=False):
+            groups.append((g.duration_ns.mean(), tpl, op, shp, g))
+        groups.sort(key=lambda x: -x[0])
+        cum = 0.0
+        for mean, tpl, op, shp, g in groups[:HEAVY_MAX_GROUPS]:
+            if cum >= HEAVY_HOLD * total:
+                break
+            cum += g.duration_ns.sum()
+            idx = [i for i in g.indices if len(i) == tpl.count("{}")] if tpl else []
+            module = _fill_indices(short_template(tpl, templates), idx) if tpl else None
+            bytes_ = elementwise_bytes(op or None, shp or None, elem) if h.category not in ("GEMM", "GEMV",
+                                                                                                "attention") else None
+            rows.append({"kernel_id": h.kernel_id, "phase": h.phase, "friendly_name": h.friendly_name,
+                         "module": module, "op": op or None, "op_shapes": shp or None, "launches": len(g),
+                         "launches_per_call": len(g) / steps, "us_each": mean / 1e3,
+                         "min_us": g.duration_ns.min() / 1e3, "max_us": g.duration_ns.max() / 1e3,
+                         "kernel_share_pct": 100 * g.duration_ns.sum() / total,
+                         "phase_share_pct": 100 * g.duration_ns.sum() / ph.duration_ns.sum(),
+                         "cumulative_pct": 100 * cum / total,
+                         "implied_gbps": sum(bytes_) / mean if bytes_ and mean else np.nan,
+                         "total_ns": g.duration_ns.sum(),
+                         "modules": tuple(sorted(g.module.dropna().unique()))})
+    return pd.DataFrame(rows, columns=cols)
+
+
+# what the reader sees of `heavy_launches`: header overrides (catalog keys)
+HEAVY_HEADERS = {
+    "module": N_("Module (indices gathered)"),
+    "launches": N_("Launches"),
+    "launches_per_call": N_("Launches per step or call"),
+    "us_each": N_("µs each (mean)"),
+    "min_us": N_("shortest µs"),
+    "max_us": N_("longest µs"),
+    "kernel_share_pct": N_("% of the kernel's time"),
+    "phase_share_pct": N_("% of the phase's kernel time"),
+    "cumulative_pct": N_("cumulative % of the kernel's time"),
+    "implied_gbps": N_("bytes the shapes imply ÷ duration (GB/s)"),
+}
+HEAVY_MISSING = {
+    "module": N_("the timeline records no module for these launches (a CUDA graph's replayed kernels, a run captured "
+                 "without module attribution, or a launch outside any module's forward)"),
+    "op_shapes": N_("the launch has no aten op shapes in the timeline"),
+    "implied_gbps": N_("a matrix or attention kernel, or shapes that do not say what a pointwise launch moves"),
+}
+
+
+def heavy_table(hl: pd.DataFrame) -> pd.DataFrame:
+    """`heavy_launches` as chapter 02 shows it (the full module paths and nanosecond totals left out)."""
+    return hl.drop(columns=["total_ns", "modules"], errors="ignore")
+
+
+def heavy_headers() -> dict[str, str]:
+    """The header of each column `heavy_table` shows, in the narrative language."""
+    return {c: text(h) for c, h in HEAVY_HEADERS.items()}
+
+
+def _ms_range(lo_us: float, hi_us: float) -> str:
+    """A duration range in ms ('0.52–1.31 ms'; one value when both agree to 1 %)."""
+    if hi_us <= lo_us * 1.01:
+        return tr("{ms:.2f} ms", ms=hi_us / 1e3)
+    return tr("{lo:.2f}–{hi:.2f} ms", lo=lo_us / 1e3, hi=hi_us / 1e3)
+
+
+def heavy_prose(ht: pd.DataFrame, hl: pd.DataFrame) -> str:
+    """The rule that makes a kernel heavy-tailed, then each such kernel: its mean against its median, what its
+    longest tenth holds, and how many launches the table's groups take to hold HEAVY_HOLD of its time. Where no
+    profiled kernel is heavy-tailed, says so (with the largest mean ÷ median seen)."""
+    lines = [tr("A kernel's launches are heavy-tailed here when its mean launch is at least {ratio:.0f}× its median, or "
+                "when, with at least {n} launches, its longest {top:.0f} % of launches hold at least {share:.0f} % of "
+                "its time (the project's thresholds, set from the bundled runs). ncu profiled one launch of each "
+                "kernel; for a heavy-tailed one that launch says little about where its time goes, so the table "
+                "groups its longest launches by module (layer indices gathered in braces), aten op and shapes, "
+                "longest first, until they hold {hold:.0f} % of its time.", ratio=HEAVY_MEAN_MEDIAN,
+                n=HEAVY_MIN_LAUNCHES, top=100 * HEAVY_TOP_FRACTION, share=100 * HEAVY_TOP_SHARE,
+                hold=100 * HEAVY_HOLD)]
+    if ht.empty:
+        lines.append(tr("No profiled kernel has launches in the timeline: nothing to show."))
+        return "\n\n".join(lines)
+    heavy = ht[ht.heavy.astype(bool)]
+    if heavy.empty:
+        worst = ht.sort_values("mean_over_median", ascending=False).iloc[0]
+        lines.append(tr("No profiled kernel of this run is heavy-tailed: nothing to show. The largest mean ÷ median is "
+                        "{ratio:.2f}× ({kernel}, {phase}).", ratio=worst.mean_over_median, kernel=md(worst.kernel_id),
+                        phase=phase_label(worst.phase)))
+        return "\n\n".join(lines)
+    items = []
+    for h in heavy.itertuples():
+        g = hl[hl.kernel_id == h.kernel_id]
+        items.append(tr("- {kernel} {name} ({phase}): {n} launches, mean {mean:.1f} µs against a median {median:.1f} µs "
+                        "({ratio:.2f}×); its longest {top} hold {top_share:.0f} % of its time. In the table {shown} "
+                        "launches in {groups} group(s) hold {held:.0f} % of its time, {phase_share:.1f} % of the "
+                        "phase's kernel time.", kernel=md(h.kernel_id), name=md(h.friendly_name),
+                        phase=phase_label(h.phase), n=h.launches, mean=h.mean_us, median=h.median_us,
+                        ratio=h.mean_over_median, top=h.top_launches, top_share=h.top_share_pct,
+                        shown=int(g.launches.sum()), groups=len(g),
+                        held=g.cumulative_pct.iloc[-1] if len(g) else 0.0, phase_share=g.phase_share_pct.sum()))
+    lines.append("\n".join(items))
+    nomod = hl[hl.module.isna()]
+    if len(nomod):
+        lines.append(tr("The timeline records no module for {n} of these groups ({ids}): a CUDA graph's replayed "
+                        "kernels, a run captured without module attribution, or launches outside any module's "
+                        "forward carry none; they are grouped by aten op and shapes alone.", n=len(nomod),
+                        ids=md(id_ranges(sorted(set(nomod.kernel_id))))))
+    return "\n\n".join(lines)
+
+
+VISION = "vision_encode"
+# the kinds of kernel the vision sentence is about: vision encode's copies and pointwise ops (adds)
+_COPIES_AND_POINTWISE = ("copy/cast", "elementwise")
+
+
+def vision_heavy(ht: pd.DataFrame, hl: pd.DataFrame, timeline: pd.DataFrame) -> dict:
+    """Where vision encode's copy and pointwise time goes, as numbers: `state` ('no phase', 'not profiled', 'not
+    heavy', 'ok'); with 'ok': `kernels` (ids of its heavy-tailed copy/pointwise kernels, else of all its heavy-tailed
+    kernels: `copies` says which), `kernel_pct` (their % of the phase's kernel time), `phase_ms` (the phase's kernel
+    time per call, ms), `module` (the module whose shown groups hold the most of that time; None where the timeline
+    records none), `launches`, `lo_us`, `hi_us`, `ops`, `pct` (those groups' launches, their duration range, their
+    aten ops, their % of the phase's kernel time), and `next` (the same for the next module, or None)."""
+    tl = _kernel_rows(timeline)
+    if not (tl.phase == VISION).any():
+        return {"state": "no phase"}
+    mine = ht[ht.phase == VISION] if len(ht) else ht
+    if mine.empty:
+        return {"state": "not profiled"}
+    heavy = mine[mine.heavy.astype(bool)]
+    if heavy.empty:
+        worst = mine.sort_values("mean_over_median", ascending=False).iloc[0]
+        return {"state": "not heavy", "ratio": float(worst.mean_over_median), "kernel": worst.kernel_id}
+    copies = heavy[heavy.category.isin(_COPIES_AND_POINTWISE)]
+    pick = copies if len(copies) else heavy
+    ph = tl[tl.phase == VISION]
+    steps = max(1, ph.step.nunique()) if ph.step.notna().any() else 1
+    g = hl[hl.kernel_id.isin(pick.kernel_id)].copy()
+    g["module_key"] = g.module.fillna("")
+    by = (g.groupby("module_key", sort=False)
+          .agg(total_ns=("total_ns", "sum"), launches=("launches", "sum"), lo_us=("min_us", "min"),
+               hi_us=("max_us", "max"), pct=("phase_share_pct", "sum"),
+               ops=("op", lambda s: tuple(dict.fromkeys(x.removeprefix("aten::") for x in s.dropna()))))
+          .sort_values("total_ns", ascending=False))
+
+    def one(key, row) -> dict:
+        return {"module": key or None, "launches": int(row.launches), "lo_us": float(row.lo_us),
+                "hi_us": float(row.hi_us), "ops": row.ops, "pct": float(row.pct)}
+
+    out = {"state": "ok", "copies": bool(len(copies)), "kernels": list(pick.kernel_id),
+           "names": list(pick.friendly_name), "kernel_pct": float(pick.phase_share_pct.sum()),
+           "phase_ms": ph.duration_ns.sum() / steps / 1e6, "steps": steps}
+    out.update(one(by.index[0], by.iloc[0]))
+    out["next"] = one(by.index[1], by.iloc[1]) if len(by) > 1 else None
+    return out
+
+
+def vision_prose(v: dict, kernels: pd.DataFrame) -> str:
+    """`vision_heavy` in one sentence (what is missing where the run cannot say)."""
+    if v["state"] == "no phase":
+        return tr("This run has no vision encode phase: no vision kernels to look at.")
+    if v["state"] == "not profiled":
+        phases = tr(", ").join(phase_label(p) for p in dict.fromkeys(kernels.phase)) if len(kernels) else "—"
+        return tr("Vision encode ran, but this run's ncu capture did not profile it (its selection covers {phases}): "
+                  "its launches are in the timeline, their counters are not, so no vision kernel is shown here.",
+                  phases=phases)
+    if v["state"] == "not heavy":
+        return tr("No profiled vision encode kernel is heavy-tailed (the largest mean ÷ median is {ratio:.2f}×, {kernel}).",
+                  ratio=v["ratio"], kernel=md(v["kernel"]))
+    what = tr("the copies and pointwise ops") if v["copies"] else tr("the heavy-tailed kernels")
+    where = f"`{md_code(v['module'])}`" if v["module"] else tr("launches with no module in the timeline")
+    out = tr("In vision encode {what} ({kernels}: {kernel_pct:.0f} % of its {ms:.1f} ms of kernel time per call) sit "
+             "in a few launches: {n} launches of {range} in {where} ({ops}) hold {pct:.1f} % of vision encode kernel "
+             "time", what=what, kernels=tr(", ").join(f"{md(k)} {md(n)}" for k, n in zip(v["kernels"], v["names"])),
+             kernel_pct=v["kernel_pct"], ms=v["phase_ms"], n=v["launches"], range=_ms_range(v["lo_us"], v["hi_us"]),
+             where=where, ops=tr(", ").join(f"`{md_code(o)}`" for o in v["ops"]), pct=v["pct"])
+    nxt = v.get("next")
+    if nxt:
+        out += tr("; the next, {where}: {n} launches of {range}, {pct:.1f} %",
+                  where=f"`{md_code(nxt['module'])}`" if nxt["module"] else tr("launches with no module in the timeline"),
+                  n=nxt["launches"], range=_ms_range(nxt["lo_us"], nxt["hi_us"]), pct=nxt["pct"])
+    return tr("{sentence}.", sentence=out)

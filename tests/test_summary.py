@@ -230,3 +230,18 @@ def test_headline_decode_step_is_the_plain_step_whatever_is_passed(runs):
     assert "under the profiler (the run has no plain step timing)" in S.headline(S.phase_table(base), old, none)
     t = lim.table().set_index("quantity")
     assert t.loc["wall per step (measured, plain run)", "value"] == plain
+
+
+def test_a_sampled_generation_says_how_many_decode_steps_its_phase_share_rests_on():
+    """The 2048-token run's profiled pass recorded windows of decode steps (72 of 2,047): its "decode holds N %"
+    says so; a run that recorded every step does not."""
+    from kernelbook.load.run import load_run
+
+    long = load_run(REPO / "data" / "runs" / "h100-long-generation-2048")
+    sampling = long.info.timeline_info.sampling
+    ph = S.phase_table(long)
+    line = S.headline(ph, None, pd.DataFrame(columns=["phase"]))
+    assert (f"(the profiler recorded {sampling['profiled_decode_steps']} of its "
+            f"{sampling['decode_steps']:,} decode steps)") in line
+    bundled = S.phase_table(load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2"))
+    assert "recorded" not in S.headline(bundled, None, pd.DataFrame(columns=["phase"]))

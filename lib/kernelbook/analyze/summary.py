@@ -36,9 +36,13 @@ def phase_table(run) -> pd.DataFrame:
     s = phase_summary(run.timeline, run.phases)
     s = s[s.phase.isin(PHASE_ORDER[:3])].copy()
     total = s.wall_ms.sum()
-    return pd.DataFrame({"phase": s.phase, "steps": s.steps.clip(lower=1), "wall_ms": s.wall_ms,
-                         "share_pct": 100 * s.wall_ms / total, "gpu_busy_ms": s.gpu_busy_ms,
-                         "busy_pct": 100 * s.gpu_busy_ms / s.wall_ms}).reset_index(drop=True)
+    out = pd.DataFrame({"phase": s.phase, "steps": s.steps.clip(lower=1), "wall_ms": s.wall_ms,
+                        "share_pct": 100 * s.wall_ms / total, "gpu_busy_ms": s.gpu_busy_ms,
+                        "busy_pct": 100 * s.gpu_busy_ms / s.wall_ms}).reset_index(drop=True)
+    sampling = run.info.timeline_info.sampling
+    if sampling:  # a sampled long generation: the profiled pass recorded windows of its decode steps only
+        out.attrs["decode_steps"] = (sampling.get("profiled_decode_steps"), sampling.get("decode_steps"))
+    return out
 
 
 @dataclass
@@ -372,8 +376,11 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
     top = phases.sort_values("wall_ms", ascending=False).iloc[0]
     from ..display import phase_label
 
+    recorded, of = phases.attrs.get("decode_steps", (None, None))
     out = [tr("{phase} holds {share:.0f} % of the profiled generate call's phase time", phase=phase_label(top.phase),
-              share=top.share_pct)]
+              share=top.share_pct)
+           + (tr(" (the profiler recorded {n} of its {total:,} decode steps)", n=recorded, total=of)
+              if top.phase == "decode" and recorded and of and recorded < of else "")]
     if (limit is not None and deploy is not None and len(deploy) > 1
             and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]):
         # the run as deployed first: the book's conclusions are about it; HF's eager loop beside it

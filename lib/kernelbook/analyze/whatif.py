@@ -839,6 +839,9 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
                                         "achieved_occupancy_pct", "waves_per_sm"], dtype=float)
     dk = kernels[(kernels.phase == "decode") & (kernels.status == "profiled")]
     w_sm = weighted_mean(dk.sm_pct.where(dk.flops_tensor > 0), dk.share)
+    # the tensor pipe's own activity where the run's counters have it (chapter 05's TC%), else SM throughput, said so
+    tp = dk.tensor_pipe_pct if "tensor_pipe_pct" in dk else pd.Series(np.nan, index=dk.index)
+    w_tp = weighted_mean(tp.where(dk.flops_tensor > 0), dk.share) if tp.notna().any() else np.nan
     l2hit = weighted_mean(dk.l2_hit_pct, dk.share)
     occ = weighted_mean(dk.achieved_occupancy_pct, dk.share)
     under_wave = weighted_mean((dk.waves_per_sm < 1).astype(float), dk.share)
@@ -885,7 +888,9 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
                           fused=pct(at(tr, g, fuse_elementwise=True), base), host_us=host_us,
                           graph_us=graph_host_us, graph=pct(base, eager))
     rows = [
-        (i18n.tr("tensor-core kernels run at {sm} SM throughput (time-weighted) in decode", sm=_pct(w_sm)),
+        (i18n.tr("tensor-core kernels keep the tensor pipe {tp} active (time-weighted) in decode", tp=_pct(w_tp))
+         if w_tp == w_tp else
+         i18n.tr("tensor-core kernels run at {sm} SM throughput (time-weighted) in decode", sm=_pct(w_sm)),
          matrix_if, CONFIDENCE["medium"]),
         (i18n.tr("decode matrix products read {gb:.2f} GB of weights per token", gb=active / 1e9), dram_if,
          CONFIDENCE["medium"]),

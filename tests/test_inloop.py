@@ -1,21 +1,21 @@
 """The in-loop figures (ncu's in-loop pass: `--cache-control none`, one replay pass, capture.ncu_stage._inloop) on the
-committed graph run: chapter 02's producer → consumer verdicts, chapter 05's `counters` column and the bytes ledger
+graph run with the pass's measured columns restored (conftest.with_inloop; the committed run leaves them out): chapter 02's producer → consumer verdicts, chapter 05's `counters` column and the bytes ledger
 show the measured in-loop DRAM reads beside the cold, flushed figures, and say which figure each uses. CPU only."""
 import pytest
 
-from conftest import REPO
+from conftest import with_inloop
 from kernelbook.analyze import classify as C
 from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.load.run import load_run
 
-GRAPHS = "data/runs/h100-variant-static-graphs"
+GRAPHS = "h100-variant-static-graphs"
 
 
 @pytest.fixture(scope="module")
-def graphs():
-    return load_run(REPO / GRAPHS)
+def graphs(tmp_path_factory):
+    return load_run(with_inloop(GRAPHS, tmp_path_factory.mktemp("inloop")))
 
 
 @pytest.fixture(scope="module")

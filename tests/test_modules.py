@@ -47,11 +47,11 @@ def test_the_ledger_sets_weights_and_kv_against_what_the_kernels_moved():
     lm = body.loc["lm_head"]
     assert lm.moved_ncu_pct == pytest.approx(100.0)
     assert lm.moved_bytes == pytest.approx(lm.must_bytes, rel=0.02)
-    # the routed experts moved more than their weights: the gather reads each routed expert's weights to copy them
-    # (1×), and the expert GEMM reads the copy back, in the loop about a third of it from DRAM (the rest still in
-    # L2: ncu's in-loop pass, the ledger's basis where the run has it), so 1.3-2× rather than the flushed 2×
+    # the routed experts moved more than their weights: with flushed counters the gather reads each routed expert's
+    # weights and writes the copy (2×), and the expert GEMM reads the copy again (up to 3×; tests/test_inloop.py has
+    # what the loop moves instead, where the run kept the in-loop pass)
     moved, must = body.loc["MoE experts", "moved_bytes"], body.loc["MoE experts", "must_bytes"]
-    assert 1.3 * must < moved < 2 * must
+    assert 2 * must < moved < 3 * must
     assert "MoE experts" in M.ledger_prose(led.reset_index(), T.plain_ms_per_step(r.manifest).get("decode"), (bw, "x"))
 
 

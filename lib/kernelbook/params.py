@@ -212,9 +212,10 @@ SCHEMA: dict[str, Param] = {
                         "profiles (a phase the run does not have, e.g. vision_encode of a text model, is skipped and "
                         "named in the manifest)", check=_phases, items=str),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),
-    "ncu_inloop": Param(bool, True, (CAPTURE,), "a second ncu pass over the same launches with --cache-control none "
-                        "and one-pass counters (duration, DRAM and L2 bytes): each kernel's traffic with the L2 as the "
-                        "loop left it (a consumer reads what its producer just wrote), beside the cold-cache figure"),
+    "ncu_inloop": Param(bool, False, (CAPTURE,), "a second ncu pass over the same launches with --cache-control "
+                        "none and one-pass counters (duration, DRAM and L2 bytes): each kernel's traffic with the L2 as "
+                        "the loop left it, beside the flushed figure; off by default: its counters come from a warm "
+                        "L2, which a run's DRAM counters must not"),
     "clock_control": Param(str, "none", (CAPTURE,), "ncu --clock-control (shared GPU machines need none)",
                            choices=("none", "base")),
     "cache_control": Param(str, "all", (CAPTURE,), "ncu --cache-control: all flushes caches between replay "

@@ -50,7 +50,7 @@ MOE = dict(hidden_size=1024, intermediate_size=2816, moe_intermediate_size=768, 
 # One parameter set per configuration (overrides of the schema in lib/kernelbook/params.py); `model` is added
 # by the fixture. ncu_top_n is small: ncu costs about a second per profiled launch.
 DENSE_BOOK = dict(weights="pretrained", prompt_tokens=256, max_new_tokens=8, ncu_top_n=5,
-                  ncu_phases=["decode", "prefill"])
+                  ncu_phases=["decode", "prefill"], ncu_inloop=True)
 # a 40-token eager generation recorded in windows (decode steps 1-4, 17-20, 33-39), for the agreement check alone
 MOE_SAMPLED = dict(weights="random", prompt_tokens=128, max_new_tokens=40, sample_window=4, sample_every=16,
                    ncu_top_n=0, measure_peaks=False)
@@ -59,6 +59,7 @@ MOE_SAMPLED = dict(weights="random", prompt_tokens=128, max_new_tokens=40, sampl
 # more and reach below the graph's copy nodes (the copy-node rule then has something to leave out).
 MOE_GRAPHS = dict(weights="random", batch_size=32, prompt_tokens=64, max_new_tokens=10,
                   cache_implementation="static", compile_decode=True, ncu_top_n=20, ncu_phases=["vision_encode", "decode"],
+                  ncu_inloop=True,
                   timing_trials=2, measure_peaks=False)
 DENSE_STOPPED = dict(weights="pretrained", prompt_tokens=256, max_new_tokens=8, ncu_top_n=8,
                      ncu_phases=["decode", "prefill"], timing_trials=1, measure_peaks=False)

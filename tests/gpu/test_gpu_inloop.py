@@ -14,7 +14,7 @@ LM_HEAD_BYTES = 32000 * 1024 * 2  # vocab × hidden, bf16 (tests/gpu/conftest.DE
 
 def _inloop(run):
     info = run.manifest["ncu"].get("inloop")
-    assert info, "the manifest records no in-loop pass (ncu_inloop defaults to true)"
+    assert info, "the manifest records no in-loop pass (the suite's captures ask for it: ncu_inloop=True)"
     assert info["error"] is None, info["error"]
     assert info["passes"] == 1, f"in-loop kernels needed {info['passes']} replay passes: later ones read a warm L2"
     k = run.ncu_kernels()

@@ -127,7 +127,8 @@ def changed_params(base: dict, variant: dict) -> dict:
     """The capture parameters a variant changed (workload keys only; ncu selection and labels aside)."""
     from ..params import CAPTURE, SCHEMA
 
-    skip = {"variant", "ncu_top_n", "ncu_phases", "ncu_timeout_s", "capture_timeout_s", "timing_trials", "measure_peaks"}
+    skip = {"variant", "ncu_top_n", "ncu_phases", "ncu_step", "ncu_inloop", "clock_control", "cache_control",
+            "ncu_timeout_s", "capture_timeout_s", "timing_trials", "measure_peaks"}  # how it was measured, not what ran
     # a key one run's manifest lacks (captured before the key existed) had its schema default
     defaults = {k: p.default for k, p in SCHEMA.items() if CAPTURE in p.feeds}
     base, variant = {**defaults, **base}, {**defaults, **variant}

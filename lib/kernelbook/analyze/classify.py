@@ -611,8 +611,15 @@ def pair_headline(deployed: tuple | None, eager: tuple | None, phase: str) -> st
 
     if deployed is None or eager is None:
         return side(deployed or eager)
-    return tr("As deployed ({dep}): {d}. Eager ({eager}, what HF's eager loop adds): {e}",
-              dep=md(deployed[0].run_id), d=side(deployed), eager=md(eager[0].run_id), e=side(eager))
+    return deployed_beside_eager(deployed[0], side(deployed), eager[0], side(eager))
+
+
+def deployed_beside_eager(dep, deployed_line: str, eager, eager_line: str) -> str:
+    """A chapter's line on a workload captured as deployed and eager (chapters 05 and 06): the deployed run's
+    finding first, the book's subject, then the eager run's as what HF's eager loop adds."""
+    return tr("As deployed ({dep}): {dline}. Eager ({eager}, what HF's eager loop adds): {eline}", dep=md(dep.run_id),
+              dline=deployed_line[:1].lower() + deployed_line[1:], eager=md(eager.run_id),
+              eline=eager_line[:1].lower() + eager_line[1:])
 
 
 def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:

@@ -477,14 +477,6 @@ def twins_note(tw, base) -> str:
               dep=md(tw.deployed.run_id), eager=md(tw.eager.run_id), how=tr(how.get(tw.found, tw.found or "")))
 
 
-def deployed_of(run, candidate):
-    """`candidate` when it is the same workload as `run` (variants_of) run as CUDA graphs, else None."""
-    if candidate is None or not _graph_decode(candidate) or _graph_decode(run):
-        return None
-    kept, _ = variants_of(run, [candidate])
-    return candidate if kept else None
-
-
 def deployed_missing(run, deployed_run: str) -> str:
     if not deployed_run:
         return tr("No deployed_run given: the figures of this chapter are eager HF generate's.")
@@ -494,19 +486,10 @@ def deployed_missing(run, deployed_run: str) -> str:
 
 def as_deployed_headline(deployed_line: str, dep, eager, eager_line: str) -> str:
     """Chapter 06's line on a workload with a run as deployed: that run's model check first (the book's subject),
-    then the eager run's, as what HF's eager loop adds."""
-    return tr("As deployed ({dep}): {dline}. Eager ({eager}, what HF's eager loop adds): {eline}", dep=md(dep.run_id),
-              dline=deployed_line[:1].lower() + deployed_line[1:], eager=md(eager.run_id),
-              eline=eager_line[:1].lower() + eager_line[1:])
+    then the eager run's, as what HF's eager loop adds (`classify.deployed_beside_eager`, chapter 05's too)."""
+    from .classify import deployed_beside_eager
 
-
-def deployed_headline(dep, val: pd.DataFrame) -> str:
-    """Chapter 06's line for the deployment-shaped run, beside the eager run's."""
-    d = val.set_index("phase").loc["decode"] if "decode" in set(val.phase) else None
-    if d is None:
-        return ""
-    return tr("; as deployed ({run}, CUDA graphs): decode device time {err:+.0f} % held out, the device busy {share:.0f} "
-              "% of the predicted step", run=md(dep.run_id), err=d.device_error_pct, share=d.predicted_device_share_pct)
+    return deployed_beside_eager(dep, deployed_line, eager, eager_line)
 
 
 def deployed_prose(table: pd.DataFrame) -> str:

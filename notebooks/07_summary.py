@@ -126,7 +126,7 @@ kb.md(W.headline(W.validation(tr), tr) + (W.cross_device_headline(xd) if xd is n
 # the deployed run already has is listed as such, not proposed.
 
 # %%
-tr_dep = W.for_run(tw.deployed)[0] if tw.deployed is not None else None
+tr_dep = S.trace_of(tw.deployed, variants)
 lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
 kb.table(lev if lev is not None else L.empty(), kb.tr("Levers on one scale"),
          empty=kb.tr("no run of this workload as deployed (decode as CUDA graphs)"))

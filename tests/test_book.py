@@ -178,10 +178,10 @@ def test_ctrl_c_ends_the_running_chapters_at_once_and_keeps_the_previous_report(
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
     kernels = []
-    while time.time() < deadline and len(kernels) < 2:  # both chapters' kernels started
+    while time.time() < deadline and len(kernels) < 2:  # at least two chapters' kernels started
         time.sleep(0.5)
         kernels = [c for c in _children(proc.pid) if "ipykernel" in open(f"/proc/{c}/cmdline").read()]
-    assert len(kernels) == 2, "two chapter kernels never ran side by side"
+    assert len(kernels) >= 2, "two chapter kernels never ran side by side"
     time.sleep(2)  # inside the chapters' cells
     t = time.time()
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends (the kernels run in sessions of their own)

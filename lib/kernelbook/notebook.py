@@ -9,7 +9,8 @@ figure as JSON), a one-line text/plain, and a text/html that draws the same figu
   figure of a kernel carries plotly.js itself (hidden from an AMD `define`, so it sets `window.Plotly`
   whether or not the page's require.js loaded), the later ones draw with it;
 - the book's HTML replaces each text/html with one that draws the JSON with the one plotly.min.js
-  shipped beside the report (`runner._html`), so its pages stay small.
+  shipped beside the report (`runner._html`), so its pages stay small; under the book runner
+  (`BookSession.plotlyjs_beside`) no figure carries plotly.js, so the executed notebooks stay small too.
 Every figure's config leaves out plotly's network-bound controls (`NO_NETWORK`): no "Share chart…"
 upload to Plotly Cloud; kernel-level profiles of unreleased models and hardware
 must not be one click from an upload.
@@ -38,6 +39,7 @@ _PLOTLYJS_SENT = [False]  # whether this kernel's outputs already carry plotly.j
 _CHAPTER_RUN = [None]  # the chapter's own run_dir (its parameter), as setup was given it
 
 from . import escape as esc
+from .contract import session
 from .display import phase_label, sentence, styler_table, table  # noqa: F401  (chapters call kb.table / kb.sentence)
 from .i18n import language, tr, use_language  # noqa: F401  (chapters call kb.tr / kb.use_language)
 
@@ -82,7 +84,8 @@ def setup(language: str = "en", **parameters) -> None:
     link_kernels(())
 
     pio.renderers["kernelbook"] = FigureRenderer(config=PLOTLY_CONFIG)
-    _PLOTLYJS_SENT[0] = False  # the chapter's first figure carries plotly.js (a re-run from the top, too)
+    # the chapter's first figure carries plotly.js (a re-run from the top, too), unless the book runner ships it
+    _PLOTLYJS_SENT[0] = session.current().plotlyjs_beside
     pio.renderers.default = "kernelbook"
     pd.set_option("display.max_colwidth", 80)
     pd.set_option("display.max_columns", None)  # the HTML scrolls sideways; a "..." column hides data

@@ -238,7 +238,7 @@ SCHEMA: dict[str, Param] = {
                                "stops answering, is ended and run once more, then reported failed", min=10,
                                max=86400),
     "render_jobs": Param(int, 0, (BOOK,), "chapters the book runner renders at the same time after the capture "
-                         "chapters, each in its own kernel; 0: one per CPU core, at most 4; 1: one after another",
+                         "chapters, each in its own kernel; 0: one more than the CPU cores, at most 4; 1: one after another",
                          min=0, max=64),
     "baseline_run": Param(str, "", ("07_summary",), "a run to compare run_dir against (chapter 07's comparison "
                           "section, as `python -m kernelbook diff baseline_run run_dir`); empty: no comparison",

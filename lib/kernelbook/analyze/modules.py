@@ -368,11 +368,13 @@ def kernel_modules(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFram
         return pd.DataFrame(columns=cols)
     k = _attributed(timeline)
     k = k[k.module.notna()]
+    by_kernel = k.groupby(["phase", "name"], sort=False).indices  # one pass over the timeline, not one per kernel
     rows = []
     for r in kernels.itertuples():
-        mine = k[(k.phase == r.phase) & (k.name == r.name)]
-        if mine.empty:
+        pos = by_kernel.get((r.phase, r.name))
+        if pos is None:
             continue
+        mine = k.iloc[pos]
         step, op = getattr(r, "profiled_step", None), getattr(r, "op_index", None)
         at = mine[(mine.step == step) & (mine.op_index == op)] if pd.notna(step) and pd.notna(op) else mine.iloc[:0]
         module = (at if len(at) else mine).groupby("module").size().idxmax()

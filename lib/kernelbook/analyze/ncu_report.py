@@ -102,19 +102,50 @@ def metric_table(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     return k[[c for c in TABLE_COLUMNS if c in k.columns] + ["status"]]
 
 
-def _profiled_rows(k, timeline: pd.DataFrame, cfg: pd.DataFrame) -> pd.DataFrame:
+class Launches:
+    """A run's timeline indexed once for the per-kernel lookups below: its launches by (kernel name, phase) and its
+    kernel launches by (phase, step). Every function that takes `timeline` also takes this (`Launches.of`); a loop
+    over the profiled kernels builds it once instead of scanning the whole timeline per kernel."""
+
+    def __init__(self, timeline: pd.DataFrame):
+        self.frame = timeline
+        self._named = timeline.groupby(["name", "phase"], sort=False).indices if len(timeline) else {}
+        steps = timeline[timeline.kind == "kernel"] if "kind" in timeline else timeline
+        self._steps = ({key: steps.index[pos] for key, pos in steps.groupby(["phase", "step"], sort=False).indices.items()}
+                       if "step" in timeline and len(steps) else {})
+        self._configs: dict = {}  # lookups already made: launch configurations and sorted steps
+
+    @staticmethod
+    def of(timeline: "pd.DataFrame | Launches") -> "Launches":
+        return timeline if isinstance(timeline, Launches) else Launches(timeline)
+
+    def named(self, name, phase) -> pd.DataFrame:
+        """The launches of kernel `name` in `phase`, in timeline order."""
+        pos = self._named.get((name, phase))
+        return self.frame.iloc[pos] if pos is not None else self.frame.iloc[:0]
+
+    def step(self, phase, step) -> pd.DataFrame:
+        """The kernel launches of one step of `phase`, in launch order (as the ncu stage numbers a graph phase's
+        launches: by launch time, then start)."""
+        key = ("step", phase, step)
+        if key not in self._configs:
+            idx = self._steps.get((phase, step))
+            st = self.frame.loc[idx] if idx is not None else self.frame.iloc[:0]
+            self._configs[key] = st.sort_values([c for c in ("launch_ns", "start_ns") if c in st], kind="stable")
+        return self._configs[key]
+
+
+def _profiled_rows(k, timeline: "pd.DataFrame | Launches", cfg: pd.DataFrame) -> pd.DataFrame:
     """The timeline row(s) of the launch ncu profiled: (`profiled_step`, `op_index`) in an eager phase, the
     op call's launches of the kernel's configuration `cfg`; (`profiled_step`, `launch_index`) in a graph phase,
     the step's launch at that index in launch order (as the ncu stage numbered them). Empty when the run does
     not say."""
+    ix = Launches.of(timeline)
     step, op_index, li = k.get("profiled_step"), k.get("op_index"), k.get("launch_index")
-    if not pd.notna(step) or "step" not in timeline:
+    if not pd.notna(step) or "step" not in ix.frame:
         return cfg.iloc[:0]
     if li is not None and pd.notna(li) and li >= 0:
-        st = timeline[(timeline.phase == k["phase"]) & (timeline.step == step)]
-        if "kind" in st:
-            st = st[st.kind == "kernel"]
-        st = st.sort_values([c for c in ("launch_ns", "start_ns") if c in st], kind="stable")
+        st = ix.step(k["phase"], step)
         if int(li) < len(st) and st.iloc[int(li)]["name"] == k["name"]:
             return st.iloc[[int(li)]]
         return cfg.iloc[:0]
@@ -124,23 +155,28 @@ def _profiled_rows(k, timeline: pd.DataFrame, cfg: pd.DataFrame) -> pd.DataFrame
     return cfg.iloc[:0]
 
 
-def launch_config(k, timeline: pd.DataFrame) -> pd.DataFrame:
+def launch_config(k, timeline: "pd.DataFrame | Launches") -> pd.DataFrame:
     """Every timeline launch of the kernel's name in its phase with its launch configuration (grid and block;
     all of its launches in the phase when none match)."""
-    tl = timeline[(timeline.name == k["name"]) & (timeline.phase == k["phase"])]
-    same = tl[(tl.grid.map(dim3) == dim3(k.get("grid"))) & (tl.block.map(dim3) == dim3(k.get("block")))]
-    return same if len(same) else tl
+    ix = Launches.of(timeline)
+    key = (k["name"], k["phase"], dim3(k.get("grid")), dim3(k.get("block")))
+    if key not in ix._configs:
+        tl = ix.named(k["name"], k["phase"])
+        same = tl[(tl.grid.map(dim3) == key[2]) & (tl.block.map(dim3) == key[3])]
+        ix._configs[key] = same if len(same) else tl
+    return ix._configs[key]
 
 
-def profiled_launch(k, timeline: pd.DataFrame) -> tuple[pd.DataFrame, str | None, str | None]:
+def profiled_launch(k, timeline: "pd.DataFrame | Launches") -> tuple[pd.DataFrame, str | None, str | None]:
     """For one profiled kernel row: the timeline launches of its launch shape — its launch configuration and
     the aten op shapes of the launch ncu profiled (`profiled_step` with `op_index`, or `launch_index` in a graph
     phase; a decode attention's KV length grows with the step), else the configuration's most common shapes —
     and that aten op and those shapes. Launches of other shapes of the same kernel and grid are left out: a
     grid can run two projections of different sizes (gate_up and down of one MoE), whose times differ. Where
     the timeline records no shapes, the configuration's launches. Every check against the shapes uses this."""
-    cfg = launch_config(k, timeline)
-    at = _profiled_rows(k, timeline, cfg)
+    ix = Launches.of(timeline)
+    cfg = launch_config(k, ix)
+    at = _profiled_rows(k, ix, cfg)
     shapes = at.op_shapes.dropna() if at.op_shapes.notna().any() else cfg.op_shapes.dropna().mode()
     shp = shapes.iloc[0] if len(shapes) else None
     ref = cfg[cfg.op_shapes == shp] if shp is not None else cfg
@@ -173,16 +209,16 @@ def _ddr_ceiling(manifest: Manifest | None) -> tuple[float | None, str]:
     return (float(gbps), tr("the {gbps:,.0f} GB/s device-to-device copy measured on this GPU", gbps=gbps)) if gbps else (None, "")
 
 
-def _producer(k, timeline: pd.DataFrame, cfg: pd.DataFrame) -> pd.Series | None:
+def _producer(k, timeline: "pd.DataFrame | Launches", cfg: pd.DataFrame) -> pd.Series | None:
     """The launch that wrote this kernel's operands just before it, when one of the `PRODUCER_WINDOW` launches
     before the profiled one (same step) is a gather/index or copy/cast kernel: None otherwise."""
-    at = _profiled_rows(k, timeline, cfg)
-    if at.empty or "start_ns" not in timeline:
+    ix = Launches.of(timeline)
+    at = _profiled_rows(k, ix, cfg)
+    if at.empty or "start_ns" not in ix.frame:
         return None
     me = at.iloc[0]
-    st = timeline[(timeline.phase == k["phase"]) & (timeline.step == me.step) & (timeline.start_ns < me.start_ns)]
-    if "kind" in st:
-        st = st[st.kind == "kernel"]
+    st = ix.step(k["phase"], me.step)
+    st = st[st.start_ns < me.start_ns]
     before = st.sort_values("start_ns").tail(PRODUCER_WINDOW)
     hit = before[before.category.isin(_PRODUCES)] if "category" in before else before.iloc[:0]
     return hit.iloc[-1] if len(hit) else None
@@ -328,7 +364,7 @@ def _flops_verdict(r: dict, k, inst: dict) -> str | None:
 
 
 def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest | dict | None = None,
-             metrics: pd.DataFrame | None = None, l2_bytes: float | None = None) -> pd.DataFrame:
+             metrics: pd.DataFrame | None = None, l2_bytes: float | None = None, verdicts: bool = True) -> pd.DataFrame:
     """Per profiled kernel, ncu in context:
     - duration: ncu's ÷ the timeline median of the same launch shape (configuration and aten shapes of the
       launch profiled, `profiled_launch`; never pooled across shapes), the launches of that shape, the other
@@ -341,7 +377,9 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest |
     - FLOPs: counted (tensor, else CUDA-core) ÷ useful: 2·M·N·K for a matrix product (grouped MoE GEMM: summed
       over its groups), one per element for a pointwise op or reduction (`shapes.elementwise_flops`), with the
       verdict on any difference (`flops_verdict`; `metrics`, the run's long table, splits CUDA-core FLOPs by
-      instruction)."""
+      instruction).
+    `verdicts=False`: the measured and expected figures only, for a line of prose that needs no more (the verdict
+    columns, `other_shapes` and `in_loop_l2` stay empty)."""
     info = read_manifest(manifest) if manifest is not None else None
     cache = info.cache_control if info is not None else None
     ceiling, ceiling_text = _ddr_ceiling(info)
@@ -349,11 +387,12 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest |
         l2_bytes = info.environment.gpu.l2_bytes
     kernels = with_identity(kernels, timeline, ["friendly_name", "category"])
     prof = kernels[kernels.status == "profiled"]
+    ix = Launches(timeline)
     rows = []
     for _, k in prof.iterrows():
-        cfg = launch_config(k, timeline)
-        ref, op, shp = profiled_launch(k, timeline)
-        others = cfg[cfg.op_shapes.notna() & (cfg.op_shapes != shp)] if shp is not None else cfg.iloc[:0]
+        cfg = launch_config(k, ix)
+        ref, op, shp = profiled_launch(k, ix)
+        others = cfg[cfg.op_shapes.notna() & (cfg.op_shapes != shp)] if shp is not None and verdicts else cfg.iloc[:0]
         other = tr("; ").join(tr("{shapes}: {n} launches, median {us:.2f} µs", shapes=s, n=len(g),
                                   us=g.duration_ns.median() / 1e3) for s, g in others.groupby("op_shapes"))
         gemm = k.get("category") in ("GEMM", "GEMV") or (isinstance(k.get("name"), str) and "nvjet" in k["name"])
@@ -386,7 +425,10 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest |
     floor_us = prof.duration_ns.min() / 1e3 if len(prof) else np.nan
     out = []
     for r, k, cfg in rows:
-        prod = _producer(k, timeline, cfg)
+        if not verdicts:
+            out.append(r)
+            continue
+        prod = _producer(k, ix, cfg)
         r["in_context"], r["in_loop_l2"] = _context(r, floor_us, ceiling, ceiling_text, l2_bytes, prod, cache)
         m = inloop_measured(k)
         if r["in_loop_l2"] and m:
@@ -583,9 +625,10 @@ def byte_fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manif
     cache = info.cache_control
     elem = DTYPE_BYTES.get(info.workload.dtype, 2)
     k = with_identity(kernels, timeline, ["friendly_name", "category"])
+    ix = Launches(timeline)
     rows = []
     for _, r in k[k.status == "profiled"].iterrows():
-        _, op, shp = profiled_launch(r, timeline)
+        _, op, shp = profiled_launch(r, ix)
         if shp is None:
             continue
         cat = "GEMV" if r.get("category") == "GEMM" and is_matvec(shp) else r.get("category")

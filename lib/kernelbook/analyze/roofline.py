@@ -22,7 +22,7 @@ from ..i18n import N_, text, tr
 from .histograms import weighted_mean
 from ..contract.kernels import with_identity
 from ..contract.manifest import Manifest, read_manifest
-from .ncu_report import profiled_launch
+from .ncu_report import Launches, profiled_launch
 from ..escape import md
 
 LEVELS = ("dram", "l2", "l1")
@@ -165,8 +165,9 @@ def useful_work(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
             "useful_flops", "padding_ratio", "intensity_dram", "useful_intensity_dram", "flops_per_s",
             "useful_flops_per_s"]
     rows = []
+    ix = Launches(timeline)
     for _, k in kernels[(kernels.status == "profiled") & (kernels.flops > 0)].iterrows():
-        _, op, shp = profiled_launch(k, timeline)
+        _, op, shp = profiled_launch(k, ix)
         if k.category in ("GEMM", "GEMV"):
             useful, basis = expected_gemm_flops(shp), N_("2·M·N·K")
         elif k.category == "attention" and shp:

@@ -157,6 +157,14 @@ def variants_of(base_run, runs: list) -> tuple[list, list[str]]:
     return kept, out
 
 
+def trace_of(run, variants: list) -> "W.Trace | None":
+    """Chapter 06's model of `run` (None for no run): the one already built among `variants` ((run, trace) pairs)
+    when `run` is one of them, else built now. Chapter 07's run as deployed is usually one of its variants."""
+    if run is None:
+        return None
+    return next((t for v, t in variants if v.path == run.path), None) or W.for_run(run)[0]
+
+
 @dataclass
 class Lever:
     """What chapter 06's model changes to predict a variant, or why it cannot."""

@@ -288,7 +288,7 @@ def matvec_padding_prose(run) -> str:
     k = run.ncu_kernels()
     if k is None or "status" not in k or not (k.status == "profiled").any():
         return ""
-    f = fidelity(k, run.timeline)
+    f = fidelity(k, run.timeline, verdicts=False)
     # tensor-core kernels only: a CUDA-core GEMV (cuBLAS's fp32 dot kernel for the router) pads nothing
     f = f[f.matvec.astype(bool) & (f.flops_ratio > 1) & ~f.cuda_core.astype(bool)] if len(f) else f
     if f.empty:

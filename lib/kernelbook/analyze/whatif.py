@@ -399,8 +399,10 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
     fused = fusible & bool(d.fuse_elementwise)
     ideal = ideal_s(work, d, batch, active_bytes, phi, gpu.dram_gbps)
     t = np.where(fused, 0.0, L) + b * ideal
+    on_gpu = _memo("ideal on the run's GPU", (work, calib, gpu),
+                   lambda: (ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps),))[0]
     with np.errstate(divide="ignore", invalid="ignore"):
-        carried = median_s * ideal / ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps)
+        carried = median_s * ideal / on_gpu
     return np.where(scaled, np.nan_to_num(carried), t), fused
 
 
@@ -612,6 +614,17 @@ def _segment_spans(seq: pd.DataFrame, dur: np.ndarray, gap: np.ndarray) -> dict:
     return {str(n): float(v) for n, v, p in zip(names, sums, present) if p}
 
 
+def _seq_arrays(seq: pd.DataFrame) -> tuple:
+    """The launch sequence's columns `predict` reads, as arrays, once per sequence: work row, recorded duration and
+    gap (s), whether the item follows a blocking copy, whether it is decode's."""
+    def compute():
+        sync = seq.sync.to_numpy(dtype=bool)
+        return (seq.row.to_numpy(), seq.dur_s.to_numpy(dtype=float), seq.gap_s.to_numpy(dtype=float),
+                np.r_[False, sync[:-1]], (seq.phase == "decode").to_numpy(dtype=bool))
+
+    return _memo("sequence arrays", (seq,), compute)
+
+
 def _phase_codes(seq: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The launch sequence's phase as integer codes and their names, once per sequence."""
     def compute():
@@ -634,12 +647,12 @@ def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = N
     s = 1 / tr.overhead_ratio if host_scale is None else host_scale
     t_row, fused = launch_time_s(tr.work, d, tr.calib if calib is None else calib, tr.gpu, batch, active_bytes)
     seq = tr.seq
-    k = seq.row.to_numpy() >= 0
-    rows = np.maximum(seq.row.to_numpy(), 0)
-    dur = np.where(k, t_row[rows], seq.dur_s.to_numpy())
-    gap = seq.gap_s.to_numpy() * s
+    row, dur_s, gap_s, after_sync, in_decode = _seq_arrays(seq)
+    k = row >= 0
+    rows = np.maximum(row, 0)
+    dur = np.where(k, t_row[rows], dur_s)
+    gap = gap_s * s
     if d.launch_overhead_us is not None:
-        after_sync = np.r_[False, seq.sync.to_numpy()[:-1]]
         gap = np.where((gap > 0) & ~after_sync, d.launch_overhead_us * 1e-6, gap)
     gap = np.where(k & fused[rows], 0.0, gap)  # a fused op is not launched
     spans = _segment_spans(seq, dur, gap)
@@ -655,7 +668,7 @@ def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = N
             # a replayed graph: the host time between replays (generate's loop, a per-step term measured on the
             # plain run), then the step's kernels back to back after the graph's node gaps (fewer where the design
             # fuses kernels away), plus the design's per-graph floor where it states one
-            dk = k & (seq.phase.to_numpy() == "decode")
+            dk = k & in_decode
             kept = 1 - float(fused[rows[dk]].sum()) / max(1, int(dk.sum()))
             wall = (1e-3 * (hr.between_replays_ms + hr.node_gaps_ms * kept) + dev
                     + 1e-6 * (d.graph_floor_us or 0.0))

@@ -22,6 +22,10 @@ class BookSession:
     # the capture chapters side by side: a folder where the runner marks each one's end (`<stem>.ended`); a part
     # then waits for the part before it to be in the run (capture.chapters); "": one after another or alone
     pipeline: str = ""
+    # the runner draws every figure of its HTML with the plotly.min.js it ships beside the report (runner._html):
+    # a chapter's figures need not carry plotly.js themselves (4.8 MB in each executed notebook, which papermill
+    # writes again after every cell)
+    plotlyjs_beside: bool = False
 
     def env(self) -> dict[str, str]:
         return {ENV: json.dumps(asdict(self))}

@@ -95,7 +95,7 @@ kb.table(deploy, kb.tr("Decode per step: eager and as deployed, against the phys
          empty=kb.tr("the run has no decode phase"))
 
 # %%
-kb.md(S.deployed_prose(deploy))
+kb.md(S.deployed_prose(deploy, limit))
 
 # %% [markdown]
 # ## Bounds and the top opportunities

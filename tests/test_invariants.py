@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, RUN
+from kernelbook.contract.quantity import unspanned
 from kernelbook.analyze import modules as M
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
@@ -43,7 +44,7 @@ def test_shares_of_one_whole_sum_to_100(run):
 def test_the_rendered_headline_uses_the_plain_decode_step(run, rendered_book):
     plain = run.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"]
     graphs = read_manifest(run.path.parent / "h100-variant-static-graphs").timeline_info.plain_phases["decode"]
-    html = (rendered_book("en") / "07_summary.html").read_text()
+    html = unspanned((rendered_book("en") / "07_summary.html").read_text())
     # the run as deployed first, the eager loop beside it: both plain steps, neither the profiled one
     assert f"a plain decode step takes {graphs.ms_per_step:.2f} ms" in html
     assert f"HF's eager loop takes {plain:.1f} ms" in html
@@ -53,7 +54,7 @@ def test_the_rendered_headline_uses_the_plain_decode_step(run, rendered_book):
 
 
 def test_chapter_07s_what_if_line_carries_the_cross_device_error(rendered_book):
-    html = (rendered_book("en") / "07_summary.html").read_text()
+    html = unspanned((rendered_book("en") / "07_summary.html").read_text())
     assert "across GPUs (h100-sxm ↔ h200, each fitted on one and predicting the other) device time within" in html
 
 
@@ -64,7 +65,7 @@ def test_a_measured_gain_across_hosts_says_so_in_the_headline(rendered_book, run
     from kernelbook.analyze import summary as S
     from kernelbook.analyze import whatif as W
 
-    html = (rendered_book("en") / "07_summary.html").read_text()
+    html = unspanned((rendered_book("en") / "07_summary.html").read_text())
     assert "faster decode (predicted" in html and "on another host than its baseline" not in html
     tr_, gpu, roofs, _ = W.for_run(run)
     var = load_run(REPO / "data" / "runs" / "h100-variant-static-graphs")
@@ -110,7 +111,7 @@ def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
         "06 validation": W.validation_prose(W.validation(tr_), tr_),
         "07 headline": S.headline(S.phase_table(run), limit, S.variant_rows(tr_, gpu, run, [])),
         "07 limit": S.limit_prose(limit),
-        "07 deployed": S.deployed_prose(S.deployed(run, limit, [])),
+        "07 deployed": S.deployed_prose(S.deployed(run, limit, []), limit),
     }
     clauses = {name: _clauses(t) for name, t in texts.items()}
     assert len(clauses["01 phases"]) >= 5 and clauses["00 headline"] and clauses["07 headline"]

@@ -49,6 +49,7 @@ from .capture.chapters import SKIPPED
 from .contract.config import BookConfig
 from .contract.layout import RunLayout
 from .contract.manifest import read_manifest
+from .contract import quantity
 from .contract.session import BookSession
 from .clocks import clock_lock
 from .watch import execute_chapter, stop_all
@@ -141,6 +142,7 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
     nb = nbformat.read(executed, as_version=4)
     _static_widgets(nb)
     _stop_notes(nb)
+    _unmark_figures(nb)
     _plotly_html(nb)
     exp = getattr(_EXPORTERS, "html", None)
     if exp is None:  # one per rendering thread: its templates compile once (0.14 s), not once per chapter
@@ -152,6 +154,7 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
         exp.exclude_input_prompt = True
         exp.exclude_output_prompt = True
     body, _ = exp.from_notebook_node(nb)
+    body = quantity.spans(body)  # a quantity the chapter printed: a span the one-value test reads
     body = re.sub(rf'<script src="{re.escape(OFFLINE_DROP)}">\s*</script>', "", body)
     # plotly.js is UMD: hide AMD `define` while it loads so it sets window.Plotly.
     loader = (f'<script>window.__kbdef=window.define;window.define=undefined;</script>'
@@ -160,6 +163,8 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
     body = re.sub(r"<html(?![^>]*\blang=)", f'<html lang="{HTML_LANG[language]}"', body, count=1)
     body = re.sub(r'<html([^>]*)\blang="[^"]*"', rf'<html\1lang="{HTML_LANG[language]}"', body, count=1)
     out_html.write_text(body, encoding="utf-8")
+    # the notebook the report keeps shows the figures as printed, without their marks
+    nbformat.write(quantity.plain_tree(nbformat.read(executed, as_version=4)), executed)
 
 
 _EXPORTERS = threading.local()
@@ -176,6 +181,18 @@ def _static_widgets(nb) -> None:
             data = out.get("data", {})
             if WIDGET_VIEW in data and "text/html" in data:
                 del data[WIDGET_VIEW]
+
+
+def _unmark_figures(nb) -> None:
+    """A figure's text (a title, a hover label) shows a quantity as printed: its marks are for the prose."""
+    from .notebook import PLOTLY_MIME
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            for mime in (PLOTLY_MIME, "text/plain"):
+                if mime in data:
+                    data[mime] = quantity.plain_tree(data[mime])
 
 
 def _plotly_html(nb) -> None:
@@ -252,7 +269,7 @@ def _summary(executed: Path) -> str:
             if isinstance(text, list):
                 text = "".join(text)
             if "kb-summary" in str(out.get("metadata", {})):  # Markdown: the index lists what a reader reads
-                return escape.plain(text).strip()
+                return escape.plain(quantity.plain(text)).strip()
     return ""
 
 
@@ -494,7 +511,7 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
     (stage / PLOTLY_JS).write_text(get_plotlyjs())
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"{outdir.IPC_PREFIX}{os.getpid()}-") as ipc_folder, \
-            _env(BookSession(plotlyjs_beside=True).env()), ExitStack() as locks:
+            _env(BookSession(plotlyjs_beside=True, quantity_marks=True).env()), ExitStack() as locks:
         book = _Rendering(cfg, books, language, run_dir, capture_stems, stage, ipc_folder, log)
         if capture_stems:  # one profiling lock (and clock lock) across the capture chapters, always released
             state = locks.enter_context(clock_lock(cfg.lock_clocks))
@@ -507,7 +524,7 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
             locks.enter_context(_env(BookSession(locks_held=True, command=_command(), clock_state=state,
                                                  params_as_given=params_as_given or "",
                                                  pipeline=ipc_folder if book.pipelined else "",
-                                                 plotlyjs_beside=True).env()))
+                                                 plotlyjs_beside=True, quantity_marks=True).env()))
             if log is print:
                 print(f"capture: {', '.join(capture_stems)} will capture into {run_dir} (locks held until the "
                       "last of them ends)", flush=True)
@@ -525,7 +542,7 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
         with in_language(language):
             text = report_for_run(run_dir, rules)
         if text:
-            (stage / "report.md").write_text(text, encoding="utf-8")
+            (stage / "report.md").write_text(quantity.plain(text), encoding="utf-8")
     entries = [r.entry() for r in results]
     with in_language(language):
         _index(stage, run_id, cfg, entries, time.perf_counter() - t_all, run_as_given or cfg.run_dir)

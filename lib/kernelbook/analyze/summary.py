@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..contract import quantity
+from ..contract.quantity import Q
 from ..i18n import N_, text, tr
 from . import whatif as W
 from .timeline import PHASE_ORDER, phase_summary
@@ -56,6 +58,21 @@ class DecodeLimit:
     wall_ms: float           # measured wall per step (profiled pass)
     busy_ms: float           # measured GPU-busy per step
     plain_ms: float | None = None  # measured wall per step of the plain (unprofiled) run, where timed
+    run_id: str = ""               # the run measured: the quantities' keys name it (contract.quantity)
+
+    def q(self, name: str) -> Q:
+        """One of the step's figures as a named quantity: limit_ms, busy_ms, wall_ms, plain_ms, weight_mb, kv_mb,
+        dram_gbps, and the multiples busy_x, wall_x, plain_x (each ÷ the limit)."""
+        base = {"limit_ms": ("decode.limit_ms", self.limit_ms), "busy_ms": ("decode.gpu_busy_step_ms", self.busy_ms),
+                "wall_ms": ("decode.profiled_step_ms", self.wall_ms),
+                "plain_ms": ("decode.plain_step_ms", self.plain_ms),
+                "weight_mb": ("decode.weight_mb_per_step", self.weight_bytes / 1e6),
+                "kv_mb": ("decode.kv_mb_per_step", self.kv_bytes / 1e6),
+                "dram_gbps": ("dram_gbps_measured", self.dram_bytes_per_s / 1e9)}
+        if name in base:
+            return quantity.q(self.run_id, *base[name])
+        of = name.removesuffix("_x") + "_ms"
+        return quantity.ratio(self.q(of), self.q("limit_ms"), f"{self.run_id}/{base[of][0]}_x_limit")
 
     @property
     def step_ms(self) -> float:
@@ -105,7 +122,7 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
     weights = W.active_weight_bytes(tr_)
     batch = run.info.workload.batch_size
     return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),
-                       float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"))
+                       float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"), run.run_id)
 
 
 def decode_limit_prose(d: DecodeLimit) -> str:
@@ -114,8 +131,8 @@ def decode_limit_prose(d: DecodeLimit) -> str:
               "({busy_x:.1f}× the limit) and the step takes {wall:.2f} ms of wall time under the profiler "
               "({wall_x:.1f}× the limit): the distance between the last two is host and launch time, the "
               "distance between the first two is kernels that do not stream at full bandwidth.",
-              weights=d.weight_bytes / 1e6, kv=d.kv_bytes / 1e6, bw=d.dram_bytes_per_s / 1e9, limit=d.limit_ms,
-              busy=d.busy_ms, busy_x=d.busy_multiple, wall=d.wall_ms, wall_x=d.wall_multiple)
+              weights=d.q("weight_mb"), kv=d.q("kv_mb"), bw=d.q("dram_gbps"), limit=d.q("limit_ms"),
+              busy=d.q("busy_ms"), busy_x=d.q("busy_x"), wall=d.q("wall_ms"), wall_x=d.q("wall_x"))
 
 
 # --- variants ------------------------------------------------------------------------------------
@@ -357,13 +374,16 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
             for x in g[(g.phase == "decode") | (g.predicted_gain != 1.0)].itertuples():
                 verdict = (tr("within the {tol:.0f} % target", tol=TARGET_PCT) if abs(x.gain_error_pct) <= TARGET_PCT
                            else tr("outside the {tol:.0f} % target", tol=TARGET_PCT))
-                vals = dict(p=x.predicted_gain, m=x.measured_gain, e=x.gain_error_pct, verdict=verdict)
+                vals = dict(p=quantity.q(x.run, f"{x.phase}.predicted_gain", x.predicted_gain),
+                            m=quantity.q(x.run, f"{x.phase}.measured_gain", x.measured_gain), e=x.gain_error_pct,
+                            verdict=verdict)
                 out.append(tr("  Decode predicted {p:.1f}× faster, measured {m:.1f}× ({e:+.0f} %, {verdict}).", **vals)
                            if x.phase == "decode" else
                            tr("  Prefill predicted {p:.2f}× the baseline's speed per call, measured {m:.2f}× "
                               "({e:+.0f} %, {verdict}).", **vals))
         else:
-            out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=md(v), m=r.measured_gain,
+            out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=md(v),
+                          m=quantity.q(r.run, "decode.measured_gain", r.measured_gain),
                           why=md(r.why_no_prediction)))
         c = controls.get(r.run)
         if c is not None and len(c):
@@ -393,30 +413,31 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
     if (limit is not None and deploy is not None and len(deploy) > 1
             and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]):
         # the run as deployed first: the book's conclusions are about it; HF's eager loop beside it
+        g, e = step_quantities(deploy, 1, limit), step_quantities(deploy, 0, limit)
         out.insert(0, tr("as deployed (CUDA graphs, {run}) a plain decode step takes {wall:.2f} ms, {x:.1f}× the "
                          "{limit:.2f} ms its weight and KV bytes need at measured DRAM bandwidth; HF's eager loop "
-                         "takes {eager:.1f} ms ({ex:.0f}×)", run=deploy.run.iloc[1], wall=deploy.plain_ms.iloc[1],
-                         x=deploy.plain_x.iloc[1], limit=limit.limit_ms, eager=deploy.plain_ms.iloc[0],
-                         ex=deploy.plain_x.iloc[0]))
+                         "takes {eager:.1f} ms ({ex:.0f}×)", run=deploy.run.iloc[1], wall=g["plain"],
+                         x=g["plain_x"], limit=g["limit"], eager=e["plain"], ex=e["plain_x"]))
         out[0] = out[0][:1].upper() + out[0][1:]
     elif limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
+        e = step_quantities(deploy, 0, limit)
         out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
-                      "bytes need at measured DRAM bandwidth", wall=deploy.plain_ms.iloc[0], x=deploy.plain_x.iloc[0],
-                      limit=limit.limit_ms))
+                      "bytes need at measured DRAM bandwidth", wall=e["plain"], x=e["plain_x"], limit=e["limit"]))
     elif limit is not None and limit.plain_ms:
         out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
-                      "bytes need at measured DRAM bandwidth", wall=limit.plain_ms, x=limit.step_multiple,
-                      limit=limit.limit_ms))
+                      "bytes need at measured DRAM bandwidth", wall=limit.q("plain_ms"), x=limit.q("plain_x"),
+                      limit=limit.q("limit_ms")))
     elif limit is not None:  # a run captured before plain phases were timed: its profiled step, said so
         out.append(tr("a decode step takes {wall:.1f} ms under the profiler (the run has no plain step timing), "
                       "{x:.0f}× the {limit:.2f} ms its weight and KV bytes need at measured DRAM bandwidth",
-                      wall=limit.wall_ms, x=limit.wall_multiple, limit=limit.limit_ms))
+                      wall=limit.q("wall_ms"), x=limit.q("wall_x"), limit=limit.q("limit_ms")))
     d = rows[rows.phase == "decode"] if len(rows) else rows
     if len(d):
         best = d.sort_values("measured_gain", ascending=False).iloc[0]
-        pred = (tr(" (predicted {p:.1f}×)", p=best.predicted_gain) if best.predicted_gain == best.predicted_gain
-                else "")
-        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain, pred=pred)
+        pred = (tr(" (predicted {p:.1f}×)", p=quantity.q(best.run, "decode.predicted_gain", best.predicted_gain))
+                if best.predicted_gain == best.predicted_gain else "")
+        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant),
+                      m=quantity.q(best.run, "decode.measured_gain", best.measured_gain), pred=pred)
                    + (tr(", on another host than its baseline (see the host control below)")
                       if best.run in other_host else ""))
     return tr("; ").join(out) + tr(".")
@@ -460,7 +481,20 @@ def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
         out.append({"run": md(r_.run_id), "decode": _how_decode_ran(r_), "steps": steps, "plain_ms": plain,
                     "busy_ms": busy, "limit_ms": limit.limit_ms, "plain_x": plain / limit.limit_ms,
                     "busy_x": busy / limit.limit_ms})
-    return pd.DataFrame(out, columns=cols)
+    table = pd.DataFrame(out, columns=cols)
+    table.attrs["run_ids"] = [r_.run_id for r_, _ in rows]  # the quantities' keys (`step_quantities`)
+    return table
+
+
+def step_quantities(table: pd.DataFrame, i: int, limit: DecodeLimit) -> dict[str, Q]:
+    """Row `i` of `deployed`'s table as named quantities: plain and busy (ms per step), each ÷ the limit."""
+    rid, r = table.attrs["run_ids"][i], table.iloc[i]
+    plain = quantity.q(rid, "decode.plain_step_ms", r.plain_ms)
+    busy = quantity.q(rid, "decode.gpu_busy_step_ms", r.busy_ms)
+    lim = limit.q("limit_ms")
+    return {"plain": plain, "busy": busy, "limit": lim,
+            "plain_x": quantity.ratio(plain, lim, f"{rid}/decode.plain_step_ms_x_limit"),
+            "busy_x": quantity.ratio(busy, lim, f"{rid}/decode.gpu_busy_step_ms_x_limit")}
 
 
 def twins_note(tw, base) -> str:
@@ -500,21 +534,22 @@ def as_deployed_headline(deployed_line: str, dep, eager, eager_line: str) -> str
     return deployed_beside_eager(dep, deployed_line, eager, eager_line)
 
 
-def deployed_prose(table: pd.DataFrame) -> str:
-    if len(table) < 2:
+def deployed_prose(table: pd.DataFrame, limit: DecodeLimit | None) -> str:
+    if len(table) < 2 or limit is None:
         return tr("No deployment-shaped variant (decode as CUDA graphs) is among variant_runs: the figures above are "
                   "eager HF generate's, which no serving stack runs.")
-    e, g = table.iloc[0], table.iloc[1]
+    e, g = step_quantities(table, 0, limit), step_quantities(table, 1, limit)
+    rid = table.attrs["run_ids"][0]
     return tr("Eager, a plain decode step takes {e:.2f} ms, {ex:.1f}× its {lim:.2f} ms limit; as deployed ({g_run}, "
               "CUDA graphs) it takes {g:.2f} ms, {gx:.1f}× the limit, of which the GPU is busy {gb:.2f} ms "
               "({gbx:.1f}×). Under graphs what remains is kernel work, which is where the hardware question lies.",
-              e=e.plain_ms, ex=e.plain_x, lim=e.limit_ms, g_run=g.run, g=g.plain_ms, gx=g.plain_x, gb=g.busy_ms,
-              gbx=g.busy_x) + (
+              e=e["plain"], ex=e["plain_x"], lim=e["limit"], g_run=table.run.iloc[1], g=g["plain"], gx=g["plain_x"],
+              gb=g["busy"], gbx=g["busy_x"]) + (
         tr(" The compiled step's kernels are busy {gb:.2f} ms against eager's {eb:.2f} ms (fused by torch.compile): "
            "graphs cut more than launch overhead, so their gain can pass the launch-overhead bound of chapter 05 "
-           "(the eager plain step ÷ its GPU-busy time, {bound:.1f}×).", gb=g.busy_ms, eb=e.busy_ms,
-           bound=e.plain_ms / e.busy_ms)
-        if g.busy_ms < 0.95 * e.busy_ms else "")
+           "(the eager plain step ÷ its GPU-busy time, {bound:.1f}×).", gb=g["busy"], eb=e["busy"],
+           bound=quantity.ratio(e["plain"], e["busy"], f"{rid}/decode.plain_over_gpu_busy"))
+        if g["busy"] < 0.95 * e["busy"] else "")
 
 
 def limit_table(limit: DecodeLimit | None) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..contract import quantity
 from ..contract.manifest import Manifest, read_manifest
 from ..contract.shapes import matvec_rows
 from ..display import phase_label
@@ -194,15 +195,20 @@ def headline(summary: pd.DataFrame, shares: pd.DataFrame, manifest: Manifest | d
     if d is None:
         return tr("no decode phase in this run")
     top = shares[shares.phase == "decode"].iloc[0]
-    plain = read_manifest(manifest).plain_ms_per_step().get("decode")
+    info = read_manifest(manifest)
+    plain = info.plain_ms_per_step().get("decode")
+    rid = info.run_id or ""
     if plain:
         return tr("decode: {plain:.1f} ms per token on the wall clock without the profiler ({ms_per_token:.1f} ms under "
                   "it), GPU busy {busy_ms:.2f} ms of it ({launches:.0f} kernel launches per token); {category} holds "
-                  "{pct:.0f} % of decode kernel time", plain=plain, ms_per_token=d.wall_ms / d.steps,
-                  busy_ms=d.gpu_busy_ms / d.steps, launches=d.launches_per_step, category=top.category, pct=top.pct)
+                  "{pct:.0f} % of decode kernel time", plain=quantity.q(rid, "decode.plain_step_ms", plain),
+                  ms_per_token=quantity.q(rid, "decode.profiled_step_ms", d.wall_ms / d.steps),
+                  busy_ms=quantity.q(rid, "decode.gpu_busy_step_ms", d.gpu_busy_ms / d.steps),
+                  launches=d.launches_per_step, category=top.category, pct=top.pct)
     return tr("decode: {ms_per_token:.1f} ms per token on the wall clock under the profiler, GPU busy {busy_pct:.0f} % "
               "of it ({launches:.0f} kernel launches per token); {category} holds {pct:.0f} % of decode kernel time",
-              ms_per_token=d.wall_ms / d.steps, busy_pct=100 - d.idle_pct, launches=d.launches_per_step,
+              ms_per_token=quantity.q(read_manifest(manifest).run_id or "", "decode.profiled_step_ms", d.wall_ms / d.steps),
+              busy_pct=100 - d.idle_pct, launches=d.launches_per_step,
               category=top.category, pct=top.pct)
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .. import i18n  # i18n.tr: `tr` is this module's name for a Trace
+from ..contract import quantity
 from ..display import phase_label, phase_list
 from ..i18n import N_
 import yaml
@@ -531,6 +532,11 @@ class Trace:
     calib: pd.DataFrame | None = None
     device: str = ""        # devices.yaml key of the run's GPU (for_run), naming it in cross-device tables
     host: ReplayHost | None = None  # decode's host time between graph replays (graph runs) or per launch
+    run_id: str = ""        # the run it models (for_run): the quantities' keys name it (contract.quantity)
+
+    def q(self, name: str, value) -> "quantity.Q":
+        """A figure of the modelled run as the named quantity `name` (`contract.quantity`)."""
+        return quantity.q(self.run_id, name, value)
 
     @property
     def steps(self) -> dict:
@@ -587,6 +593,7 @@ def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     gpu = run_gpu_design(dev, roofs)
     tr = build(run.timeline, run.phases, run.info, k if len(k) else None, gpu)
     tr.device = dev.key
+    tr.run_id = run.run_id
     return tr, tr.gpu, roofs, k
 
 
@@ -881,8 +888,9 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
             "is left to cut; between its kernels are {node:.2f} ms of node gaps per step (median {gap:.2f} µs), and "
             "between replays {host:.2f} ms of host time per step ({share:.0f} % of the plain {step:.2f} ms step: HF "
             "generate's loop), which no hardware lever moves", fused=pct(at(tr, g, fuse_elementwise=True), base),
-            node=hr.node_gaps_ms, gap=hr.node_gap_us_median, host=hr.between_replays_ms,
-            share=100 * hr.between_replays_ms / hr.plain_step_ms, step=hr.plain_step_ms)
+            node=tr.q("decode.node_gaps_ms", hr.node_gaps_ms), gap=hr.node_gap_us_median,
+            host=tr.q("decode.host_between_replays_ms", hr.between_replays_ms),
+            share=100 * hr.between_replays_ms / hr.plain_step_ms, step=tr.q("decode.plain_step_ms", hr.plain_step_ms))
     else:
         matrix_if = i18n.tr(
             "half the matrix TFLOP/s, launches issued as a graph ({graph_us:g} µs each): decode/token "
@@ -973,8 +981,9 @@ def headline(val: pd.DataFrame, tr: Trace) -> str:
                        "CUDA graphs: of the plain {step:.2f} ms step the replay's kernels are {busy:.2f} ms GPU-busy "
                        "with {node:.2f} ms of node gaps (median {gap:.2f} µs), and {host:.2f} ms is host time between "
                        "replays (generate's loop, one term per step, not per launch), so the hardware knobs below "
-                       "move the rest", errors=errs, step=hr.plain_step_ms, busy=hr.busy_ms, node=hr.node_gaps_ms,
-                       gap=hr.node_gap_us_median, host=hr.between_replays_ms)
+                       "move the rest", errors=errs, step=tr.q("decode.plain_step_ms", hr.plain_step_ms),
+                       busy=tr.q("decode.gpu_busy_step_ms", hr.busy_ms), node=tr.q("decode.node_gaps_ms", hr.node_gaps_ms),
+                       gap=hr.node_gap_us_median, host=tr.q("decode.host_between_replays_ms", hr.between_replays_ms))
     if "decode" in d.index and d.loc["decode", "predicted_device_share_pct"] >= 50:
         return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is "
                        "device-bound here (the device busy {share:.0f} % of the predicted step, {host_us:.1f} µs of "

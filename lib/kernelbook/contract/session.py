@@ -26,6 +26,9 @@ class BookSession:
     # a chapter's figures need not carry plotly.js themselves (4.8 MB in each executed notebook, which papermill
     # writes again after every cell)
     plotlyjs_beside: bool = False
+    # the quantities a chapter prints carry their marks (contract.quantity), which the runner turns into spans in
+    # the HTML and strips everywhere else
+    quantity_marks: bool = False
 
     def env(self) -> dict[str, str]:
         return {ENV: json.dumps(asdict(self))}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..contract import quantity
 from ..display import phase_label
 from ..i18n import N_, text, tr
 from .histograms import weighted_mean
@@ -297,21 +298,24 @@ def littles_law(c: pd.DataFrame, device, rules: Rules = Rules(), family: str = "
     return out.reset_index(drop=True)
 
 
-def wall_basis(summary_row, overhead_ratio: float | None = None, plain_ms: float | None = None
-               ) -> tuple[float, float, str]:
+def wall_basis(summary_row, overhead_ratio: float | None = None, plain_ms: float | None = None, run_id: str = "",
+               phase: str = "") -> tuple[float, float, str]:
     """(wall ms per step, GPU-busy ms per step, the basis in words) of a phase, for its idle share.
 
     The timeline was captured under the profiler, which stretches the host's gaps between kernels, not the
     kernels: the wall is the plain run's step (`plain_ms`, the capture's unprofiled timing of the phase)
     where the capture timed it, else the profiled step ÷ the capture's profiled ÷ plain ratio for the whole
-    generate call, else the profiled step. GPU-busy time is the profiled timeline's."""
+    generate call, else the profiled step. GPU-busy time is the profiled timeline's. Both are named quantities of
+    `run_id`'s `phase` (contract.quantity)."""
     steps = max(1, int(summary_row.get("steps", 1) or 1))
-    busy, prof = summary_row.gpu_busy_ms / steps, summary_row.wall_ms / steps
+    busy = quantity.q(run_id, f"{phase}.gpu_busy_step_ms", summary_row.gpu_busy_ms / steps)
+    prof = summary_row.wall_ms / steps
     if plain_ms:
-        return plain_ms, busy, tr("plain run, no profiler")
+        return quantity.q(run_id, f"{phase}.plain_step_ms", plain_ms), busy, tr("plain run, no profiler")
     if overhead_ratio:
-        return prof / overhead_ratio, busy, tr("profiled wall ÷ {ratio:.2f} profiler overhead", ratio=overhead_ratio)
-    return prof, busy, tr("under the profiler")
+        return (quantity.q(run_id, f"{phase}.plain_step_estimate_ms", prof / overhead_ratio), busy,
+                tr("profiled wall ÷ {ratio:.2f} profiler overhead", ratio=overhead_ratio))
+    return quantity.q(run_id, f"{phase}.profiled_step_ms", prof), busy, tr("under the profiler")
 
 
 def speedup(gain_pct: float) -> float:
@@ -334,7 +338,7 @@ def graph_replay_gaps(timeline: pd.DataFrame, phase: str = "decode") -> tuple[fl
 
 def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.Series, roofs,
                   overhead_ratio: float | None = None, plain_ms: float | None = None,
-                  graph_gaps: tuple[float, float] | None = None) -> pd.DataFrame:
+                  graph_gaps: tuple[float, float] | None = None, run_id: str = "") -> pd.DataFrame:
     """Candidates for one phase, ranked by estimated gain (`gain_pct`: % of the phase's wall time on the
     basis of `wall_basis`, the plain run's where the capture timed it; `speedup`: 1 ÷ (1 − share)):
     - launch overhead: the GPU-idle share of the phase (what CUDA graphs / fewer launches can recover); on a
@@ -344,7 +348,7 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
       roof, bytes ÷ bandwidth at each level), scaled to the category's share of the phase's kernel time.
     Gains are upper bounds, each alone: they assume the roof is reachable and nothing else moves."""
     rows = []
-    wall, busy, basis = wall_basis(summary_row, overhead_ratio, plain_ms)
+    wall, busy, basis = wall_basis(summary_row, overhead_ratio, plain_ms, run_id, phase)
     busy_frac = min(1.0, busy / wall) if wall else 0.0
     idle = 1 - busy_frac
     if idle > 0 and graph_gaps is not None:
@@ -358,7 +362,9 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
                      "trigger": tr("decode already runs as CUDA graphs; of the {wall:.2f} ms step ({basis}) the GPU is "
                                    "busy {busy:.2f} ms, gaps inside the graph replay take {inside:.3f} ms, and the "
                                    "other {host:.2f} ms ({pct:.1f} %) lie between replays, on the host", wall=wall,
-                                   basis=basis, busy=busy, inside=inside_ms, host=host * wall, pct=100 * host)})
+                                   basis=basis, busy=busy, inside=quantity.q(run_id, "decode.node_gaps_ms", inside_ms),
+                                   host=quantity.q(run_id, "decode.host_between_replays_ms", host * wall),
+                                   pct=100 * host)})
         rows.append({"opportunity": tr("Fewer graph nodes: fuse kernels (gaps between a graph's kernels)"),
                      "gain_pct": 100 * inside,
                      "trigger": tr("{inside:.3f} ms per step between the graph's kernels (median gap {median:.2f} µs, "
@@ -549,7 +555,7 @@ def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd
         s = summary.set_index("phase").loc[ph]
         pc = c[c.phase == ph]
         bott, frac = dominant_class(pc)  # opps holds only phases with profiled kernels
-        wall, busy, basis = wall_basis(s, ratio, plain.get(ph))
+        wall, busy, basis = wall_basis(s, ratio, plain.get(ph), info.run_id or "", ph)
         idle = 100 * max(0.0, 1 - busy / wall) if wall else float("nan")
         prof_idle = 100 * (1 - s.gpu_busy_ms / s.wall_ms)
         where = (tr("{busy:.2f} ms busy in a step of {wall:.2f} ms, {basis}; {prof:.0f} % under the profiler, which "
@@ -584,7 +590,8 @@ def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dic
             continue
         sh = shares[shares.phase == ph].set_index("category").pct / 100
         gaps = graph_replay_gaps(run.timeline, ph) if ph == "decode" and run.info.workload.graph_decode else None
-        out[ph] = opportunities(ph, summary.set_index("phase").loc[ph], c, sh, roofs, ratio, plain.get(ph), gaps)
+        out[ph] = opportunities(ph, summary.set_index("phase").loc[ph], c, sh, roofs, ratio, plain.get(ph), gaps,
+                                run.run_id)
     return out
 
 

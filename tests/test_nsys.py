@@ -1,11 +1,12 @@
 """The nsys backend's SQL, run against a database laid out as Nsight Systems' documented SQLite export.
 
-No machine here can write an .nsys-rep (see README), so the database is built from the documented table
-layout (CUPTI_ACTIVITY_KIND_KERNEL/MEMCPY/MEMSET/RUNTIME, NVTX_EVENTS, StringIds; names are StringIds
+A real export of a tiny capture on the lent H100 is read at the end (fixtures/nsys); the bundled workload's
+database is built from the documented table layout (CUPTI_ACTIVITY_KIND_KERNEL/MEMCPY/MEMSET/RUNTIME, NVTX_EVENTS, StringIds; names are StringIds
 references, times in ns) and filled with the bundled run's real kernels and phase ranges. Reading it
 back must give the same timeline the torch backend produced: names, times, launch dims, phase and step.
 """
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -101,3 +102,34 @@ def test_a_database_without_kernel_activity_says_how_to_fix_it(tmp_path):
     sqlite3.connect(path).executescript("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);")
     with pytest.raises(ValueError, match="-t cuda"):
         read_nsys_sqlite(path)
+
+
+REAL_EXPORT = Path(__file__).resolve().parent / "fixtures" / "nsys" / "tiny-h100.sqlite"
+
+
+def test_a_real_nsys_export_reads_into_phases_and_steps():
+    """`nsys export --type sqlite` of a real capture on the lent H100 (bench/nsys_check.sh: Nsight Systems 2025.3.1
+    from the Nsight Compute install, with the carried libdw1/libelf1): an fp32 matmul under an NVTX `prefill` range,
+    then three `decode` ranges of matmul, relu and a device-to-host copy (tiny-h100.log beside it)."""
+    from kernelbook.capture.nsys import read_nsys_sqlite
+
+    tl, phases = read_nsys_sqlite(REAL_EXPORT)
+    assert tl.groupby("kind").size().to_dict() == {"kernel": 7, "memcpy": 3}
+    assert list(zip(phases.phase, phases.step)) == [("prefill", 0), ("decode", 1), ("decode", 2), ("decode", 3)]
+    per_step = tl.groupby(["phase", "step", "kind"]).size().to_dict()
+    assert per_step[("prefill", 0, "kernel")] == 1
+    assert all(per_step[("decode", s, "kernel")] == 2 and per_step[("decode", s, "memcpy")] == 1 for s in (1, 2, 3))
+    gemm = tl[tl.name.str.contains("gemm")]
+    assert len(gemm) == 4 and gemm.duration_ns.between(40e3, 80e3).all()  # a 1024³ fp32 matmul on CUDA cores
+    assert (tl[tl.kind == "memcpy"].name == "Memcpy DtoH").all()
+    assert (tl.launch_ns <= tl.start_ns).all() and (tl.duration_ns > 0).all()
+
+
+def test_without_nsys_the_reason_is_one_line():
+    from kernelbook.capture.nsys import find_nsys, nsys_works, pick_backend
+
+    ok, why = nsys_works()
+    if find_nsys() is not None:
+        pytest.skip("nsys is installed here")
+    assert not ok and why == "nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install"
+    assert pick_backend("auto") == ("torch", f"auto: nsys unusable ({why})")

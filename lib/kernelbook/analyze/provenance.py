@@ -27,6 +27,18 @@ STEPS = {"measure_peaks": N_("measure peaks (bf16 GEMM, device copy)"), "timelin
 # stored text of the bundled runs against them).
 _STORED = [
     (re.compile(r"^asked for in params$"), N_("asked for in params")),
+    (re.compile(r"^auto: torch; nsys works here \((?P<why>.*)\) but its runs lack op shapes and modules$", re.S),
+     N_("auto: torch; nsys works here ({why}) but its runs lack op shapes and modules")),
+    (re.compile(r"^nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install$"),
+     N_("nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install")),
+    (re.compile(r"^(?P<version>.*) at (?P<path>\S+) cannot write its reports: its importer lacks (?P<libs>.*); install "
+                r"(?P<pkgs>.*) \(apt-get install .*\), or unpack them \(dpkg -x\) and add their lib folder to "
+                r"LD_LIBRARY_PATH$", re.S),
+     N_("{version} at {path} cannot write its reports: its importer lacks {libs}; install {pkgs} (apt-get install "
+        "{pkgs}), or unpack them (dpkg -x) and add their lib folder to LD_LIBRARY_PATH")),
+    (re.compile(r"^(?P<path>\S+) --version failed: (?P<error>.*)$", re.S), N_("{path} --version failed: {error}")),
+    (re.compile(r"^(?P<path>\S+) --version exited (?P<code>-?\d+)$"), N_("{path} --version exited {code}")),
+    (re.compile(r"^(?P<version>.*) at (?P<path>\S*nsys)$", re.S), N_("{version} at {path}")),
     (re.compile(r"^auto: nsys unusable \((?P<why>.*)\)$", re.S), N_("auto: nsys unusable ({why})")),
     (re.compile(r"^auto: (?P<why>nsys .*)$", re.S), N_("auto: {why}")),
     (re.compile(r"^nsys is not on PATH$"), N_("nsys is not on PATH")),

@@ -6,8 +6,9 @@ documented tables CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY/MEMSET,
 StringIds and CUPTI_ACTIVITY_KIND_RUNTIME. Phases come from the NVTX push/pop ranges the worker's
 hooks emit (names `vision_encode`, `prefill`, `decode`), numbered in order.
 
-Unverified on a real Nsight Systems here (the lent GPU machines cannot write nsys reports); the SQL is
-tested against a database built from the documented schema.
+nsys is found on PATH or inside an Nsight Compute install (`find_nsys`); its report importer needs libdw and
+libelf (`nsys_works` names what is missing). The SQL is tested against a database built from the documented
+schema.
 """
 from __future__ import annotations
 
@@ -55,17 +56,64 @@ ORDER BY n.start
 """
 
 
-def nsys_works() -> tuple[bool, str]:
+# Where Nsight Systems lives when it is not on PATH: inside an Nsight Compute install (the lent GPU machines' image has
+# it at /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys), or in its own install.
+NSYS_GLOBS = ("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
+              "/usr/local/cuda*/bin/nsys")
+
+
+def find_nsys() -> Path | None:
+    """The nsys executable: on PATH, else beside the `ncu` on PATH (inside its Nsight Compute install), else in a
+    standard install folder (`NSYS_GLOBS`); None when there is none."""
+    import glob
+
     exe = shutil.which("nsys")
-    if not exe:
-        return False, "nsys is not on PATH"
+    if exe:
+        return Path(exe)
+    ncu = shutil.which("ncu")
+    near = [Path(ncu).resolve().parent / "host" / "target-linux-x64" / "nsys"] if ncu else []
+    found = [p for p in near if p.is_file()] + sorted(Path(p) for g in NSYS_GLOBS for p in glob.glob(g))
+    return found[0] if found else None
+
+
+def importer_missing(exe: Path) -> list[str]:
+    """The shared libraries nsys's report importer (QdstrmImporter, beside nsys in its install) cannot find: without
+    them `nsys profile` collects but writes no .nsys-rep. Empty when it finds them all (or has no importer to check)."""
+    importers = sorted(exe.resolve().parent.parent.glob("*/QdstrmImporter"))
+    if not importers or not shutil.which("ldd"):
+        return []
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["ldd", str(importers[0])], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.split("=>")[0].strip() for line in out.splitlines() if "not found" in line]
+
+
+# the Debian/Ubuntu packages that hold the importer's libraries (seen missing on the lent H100's image)
+# (ldd names libelf only once libdw is found: libdw1 needs libelf1, so both are named)
+LIB_PACKAGES = {"libdw.so.1": "libdw1 libelf1", "libelf.so.1": "libelf1"}
+
+
+def nsys_works() -> tuple[bool, str]:
+    """(whether nsys can capture and write its reports here, why): found (`find_nsys`), `nsys --version` answers,
+    and its importer finds its libraries; otherwise one line that says what is missing and how to get it."""
+    exe = find_nsys()
+    if exe is None:
+        return False, "nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install"
+    try:
+        out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"nsys --version failed: {e}"
+        return False, f"{exe} --version failed: {e}"
     if out.returncode != 0:
-        return False, f"nsys --version exited {out.returncode}"
-    return True, f"nsys {out.stdout.strip()} found at {exe}"
+        return False, f"{exe} --version exited {out.returncode}"
+    version = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "nsys"
+    missing = importer_missing(exe)
+    if missing:
+        pkgs = " ".join(dict.fromkeys(p for m in missing for p in LIB_PACKAGES.get(m, m).split()))
+        return False, (f"{version} at {exe} cannot write its reports: its importer lacks {', '.join(missing)}; install "
+                       f"{pkgs} (apt-get install {pkgs}), or unpack them (dpkg -x) and add their lib folder to "
+                       "LD_LIBRARY_PATH")
+    return True, f"{version} at {exe}"
 
 
 def _table_exists(con, name: str) -> bool:
@@ -134,7 +182,8 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path):
     pfile = lay.nsys_params
     pfile.write_text(json.dumps(params.as_dict()))
     base = lay.nsys_base
-    cmd = ["nsys", "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi",
+    exe = str(find_nsys() or "nsys")
+    cmd = [exe, "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi",
            "--capture-range-end=stop", "-o", str(base), "--force-overwrite", "true",
            sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys"]
     t = time.perf_counter()
@@ -147,7 +196,7 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path):
     rep = lay.nsys_report
     if prof.returncode != 0 or not rep.exists():
         raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see {lay.rel(lay.nsys_log)}")
-    exp = run_limited(["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
+    exp = run_limited([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
                        str(lay.nsys_sqlite), str(rep)], params.capture_timeout_s,
                       "nsys export (capture_timeout_s)", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if exp.returncode != 0:
@@ -169,4 +218,7 @@ def pick_backend(choice: str) -> tuple[str, str]:
         return "nsys", "asked for in params"
     if choice == "torch":
         return "torch", "asked for in params"
-    return ("nsys", f"auto: {why}") if ok else ("torch", f"auto: nsys unusable ({why})")
+    # an nsys run still lacks what a torch run holds (op shapes, modules, plain timings: issue 46), so auto keeps the
+    # torch profiler until nsys's run is as complete and its overhead measured lower
+    return "torch", (f"auto: torch; nsys works here ({why}) but its runs lack op shapes and modules" if ok
+                     else f"auto: nsys unusable ({why})")

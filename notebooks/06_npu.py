@@ -34,6 +34,7 @@ from kernelbook.plots import figures as F
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run, cross_run=cross_run)
 given = kb.open_run(run_dir, rank=rank)
+kb.not_served(W.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
 # the eager run and the run as deployed of this workload, whichever run_dir names (deployed_run: the twin to take
 # where it is one); the model is fitted and checked on both, and the recommendations come from the deployed run
 tw = twins(given, deployed_run or None, open_run=kb.open_run)

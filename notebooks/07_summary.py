@@ -37,6 +37,7 @@ from kernelbook.plots import figures as F
 kb.setup(language, run_dir=run_dir, rank=rank, variant_runs=variant_runs, baseline_run=baseline_run,
          cross_run=cross_run)
 given = kb.open_run(run_dir, rank=rank)
+kb.not_served(W.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
 # the eager run and the run as deployed of this workload, whichever run_dir names: the chapter reads the same pair
 # (and tells the same conclusions) from either; the eager run is the baseline the variants are set against
 tw = twins(given, open_run=kb.open_run)

@@ -247,6 +247,15 @@ class ChapterNotServed(ChapterStop):
     timeline-only or partial run). The book keeps the chapter with its note and still succeeds."""
 
 
+def not_served(note: str | None) -> None:
+    """Stop the chapter with `note` when the run cannot serve it by design (`ChapterNotServed`: the book still
+    succeeds and the index says what is not shown); nothing when `note` is None."""
+    from .escape import plain
+
+    if note:
+        raise ChapterNotServed(plain(note))
+
+
 def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = True, **asked):
     """The run at `run_dir`, checked against what the chapter asks of it (`phase=`, `kernel=`, and
     `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with

@@ -586,6 +586,23 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: Manifest | dic
     return tr
 
 
+def unmodellable(run) -> str | None:
+    """Why the model cannot be built from `run`, None when it can: it prices each launch by the work its aten op
+    shapes imply, and a timeline that records kernels without the op calls that launched them (Nsight Systems'
+    backend today) has none."""
+    tl = run.timeline
+    k = tl[tl.kind == "kernel"] if "kind" in tl else tl
+    if "op_shapes" in k and k.op_shapes.notna().any():
+        return None
+    from ..escape import md
+
+    backend = (run.info.timeline_backend.backend if run.info.timeline_backend else None) or "?"
+    return i18n.tr("**No aten op shapes in {run}'s timeline**: the what-if prices each launch by the work its op's "
+                   "shapes imply, and this run's timeline ({backend} backend) records its kernels without the op calls "
+                   "that launched them. Capture the workload with `timeline_backend: torch` (the default) for this "
+                   "chapter; the other chapters read this run as it is.", run=md(run.run_id), backend=md(backend))
+
+
 def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
     """(trace, the run's GPU as a design, roofs, profiled kernels): what chapters 06 and 07 model a run with."""
     k = R.profiled_kernels(run)

@@ -200,6 +200,8 @@ def graph_phase(timeline: pd.DataFrame, sel: Selection) -> bool:
         return False
     if "graph" in k:  # the trace named the launching call cudaGraphLaunch
         return bool(k["graph"].fillna(False).astype(bool).mean() > 0.5)
+    if "op_index" not in k or "op" not in k:  # a timeline without op calls (nsys): nothing says it was a graph
+        return False
     return not (k.op_index >= 0).any() and bool(k.op.fillna("").str.contains("CompiledFxGraph").mean() > 0.5)
 
 

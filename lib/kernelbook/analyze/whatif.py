@@ -660,6 +660,13 @@ def _phase_codes(seq: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = None,
             calib: pd.DataFrame | None = None, host_scale: float | None = None) -> pd.DataFrame:
+    """Per phase: device time, wall time (ms per step; decode also per token) and the device's share of the wall
+    (`_predicted`, as a table)."""
+    return pd.DataFrame(_predicted(tr, d, batch, active_bytes, calib, host_scale))
+
+
+def _predicted(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = None,
+               calib: pd.DataFrame | None = None, host_scale: float | None = None) -> list[dict]:
     """Per phase: device time, wall time (ms per step; decode also per token) and the device's share of
     the wall. Host gaps are the run's own × `host_scale` (default: ÷ the capture's profiled/plain ratio,
     i.e. a plain run), or the design's launch_overhead_us per launch when it sets one.
@@ -700,7 +707,7 @@ def predict(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None = N
                     "device_share_pct": 100 * dev / wall,
                     "bound": N_("device") if dev / wall >= 0.5 else N_("host/launch"),
                     "per_token_ms": 1e3 * wall / batch if ph == "decode" else np.nan})
-    return pd.DataFrame(out)
+    return out
 
 
 def held_out_calibration(tr: Trace, phase: str) -> pd.DataFrame:
@@ -781,10 +788,10 @@ def sensitivity(tr: Trace, d: Design) -> pd.DataFrame:
     for label, (fld, xs) in SWEEPS.items():
         for x in xs:
             dd, batch = swept(d, fld, x)
-            p = predict(tr, dd, batch).set_index("phase")
+            p = {r["phase"]: r for r in _predicted(tr, dd, batch)}  # rows, not a table: ~300 calls per chapter
             for ph, col in (("decode", "per_token_ms"), ("prefill", "wall_ms_per_step")):
-                if ph in p.index:
-                    rows.append({"sweep": label, "x": float(x), "phase": ph, "ms": float(p.loc[ph, col])})
+                if ph in p:
+                    rows.append({"sweep": label, "x": float(x), "phase": ph, "ms": float(p[ph][col])})
     return pd.DataFrame(rows)
 
 

@@ -113,7 +113,7 @@ class Launches:
         steps = timeline[timeline.kind == "kernel"] if "kind" in timeline else timeline
         self._steps = ({key: steps.index[pos] for key, pos in steps.groupby(["phase", "step"], sort=False).indices.items()}
                        if "step" in timeline and len(steps) else {})
-        self._configs: dict = {}  # lookups already made: launch configurations and sorted steps
+        self._memo: dict = {}  # lookups already made: launch configurations and sorted steps
 
     @staticmethod
     def of(timeline: "pd.DataFrame | Launches") -> "Launches":
@@ -128,11 +128,21 @@ class Launches:
         """The kernel launches of one step of `phase`, in launch order (as the ncu stage numbers a graph phase's
         launches: by launch time, then start)."""
         key = ("step", phase, step)
-        if key not in self._configs:
+        if key not in self._memo:
             idx = self._steps.get((phase, step))
             st = self.frame.loc[idx] if idx is not None else self.frame.iloc[:0]
-            self._configs[key] = st.sort_values([c for c in ("launch_ns", "start_ns") if c in st], kind="stable")
-        return self._configs[key]
+            self._memo[key] = st.sort_values([c for c in ("launch_ns", "start_ns") if c in st], kind="stable")
+        return self._memo[key]
+
+    def config(self, name, phase, grid, block) -> pd.DataFrame:
+        """The launches of kernel `name` in `phase` with launch configuration (`grid`, `block`), all of its launches
+        in the phase when none has it (`launch_config`)."""
+        key = ("config", name, phase, dim3(grid), dim3(block))
+        if key not in self._memo:
+            tl = self.named(name, phase)
+            same = tl[(tl.grid.map(dim3) == key[3]) & (tl.block.map(dim3) == key[4])]
+            self._memo[key] = same if len(same) else tl
+        return self._memo[key]
 
 
 def _profiled_rows(k, timeline: "pd.DataFrame | Launches", cfg: pd.DataFrame) -> pd.DataFrame:
@@ -158,13 +168,7 @@ def _profiled_rows(k, timeline: "pd.DataFrame | Launches", cfg: pd.DataFrame) ->
 def launch_config(k, timeline: "pd.DataFrame | Launches") -> pd.DataFrame:
     """Every timeline launch of the kernel's name in its phase with its launch configuration (grid and block;
     all of its launches in the phase when none match)."""
-    ix = Launches.of(timeline)
-    key = (k["name"], k["phase"], dim3(k.get("grid")), dim3(k.get("block")))
-    if key not in ix._configs:
-        tl = ix.named(k["name"], k["phase"])
-        same = tl[(tl.grid.map(dim3) == key[2]) & (tl.block.map(dim3) == key[3])]
-        ix._configs[key] = same if len(same) else tl
-    return ix._configs[key]
+    return Launches.of(timeline).config(k["name"], k["phase"], k.get("grid"), k.get("block"))
 
 
 def profiled_launch(k, timeline: "pd.DataFrame | Launches") -> tuple[pd.DataFrame, str | None, str | None]:

@@ -139,7 +139,8 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
     import nbformat
     from nbconvert import HTMLExporter
 
-    nb = nbformat.read(executed, as_version=4)
+    raw = executed.read_text(encoding="utf-8")
+    nb = nbformat.reads(raw, as_version=4)
     _static_widgets(nb)
     _stop_notes(nb)
     _unmark_figures(nb)
@@ -163,8 +164,8 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
     body = re.sub(r"<html(?![^>]*\blang=)", f'<html lang="{HTML_LANG[language]}"', body, count=1)
     body = re.sub(r'<html([^>]*)\blang="[^"]*"', rf'<html\1lang="{HTML_LANG[language]}"', body, count=1)
     out_html.write_text(body, encoding="utf-8")
-    # the notebook the report keeps shows the figures as printed, without their marks
-    nbformat.write(quantity.plain_tree(nbformat.read(executed, as_version=4)), executed)
+    if quantity.OPEN in raw:  # the notebook the report keeps shows the figures as printed, without their marks
+        nbformat.write(quantity.plain_tree(nbformat.reads(raw, as_version=4)), executed)
 
 
 _EXPORTERS = threading.local()

@@ -11,8 +11,29 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 ABSENT = "absent"
+
+
+# Where Nsight Systems lives when it is not on PATH: inside an Nsight Compute install (the lent GPU machines' image has
+# it at /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys), or in its own install.
+NSYS_GLOBS = ("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
+              "/usr/local/cuda*/bin/nsys")
+
+
+def find_nsys() -> Path | None:
+    """The nsys executable: on PATH, else beside the `ncu` on PATH (inside its Nsight Compute install), else in a
+    standard install folder (`NSYS_GLOBS`); None when there is none."""
+    import glob
+
+    exe = shutil.which("nsys")
+    if exe:
+        return Path(exe)
+    ncu = shutil.which("ncu")
+    near = [Path(ncu).resolve().parent / "host" / "target-linux-x64" / "nsys"] if ncu else []
+    found = [p for p in near if p.is_file()] + sorted(Path(p) for g in NSYS_GLOBS for p in glob.glob(g))
+    return found[0] if found else None
 
 
 def _version(pkg: str) -> str:
@@ -24,7 +45,7 @@ def _version(pkg: str) -> str:
 
 def tool_version(tool: str) -> str:
     """`ncu --version` / `nsys --version` → "2025.3.1.0" or "absent"."""
-    exe = shutil.which(tool)
+    exe = find_nsys() if tool == "nsys" else shutil.which(tool)  # nsys also where capture finds it
     if not exe:
         return ABSENT
     try:

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..contract.config import CaptureConfig
+from ..env import find_nsys
 from ..contract.layout import RunLayout
 from .common import CaptureError
 
@@ -54,26 +55,6 @@ FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
 WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL
 ORDER BY n.start
 """
-
-
-# Where Nsight Systems lives when it is not on PATH: inside an Nsight Compute install (the lent GPU machines' image has
-# it at /opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys), or in its own install.
-NSYS_GLOBS = ("/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
-              "/usr/local/cuda*/bin/nsys")
-
-
-def find_nsys() -> Path | None:
-    """The nsys executable: on PATH, else beside the `ncu` on PATH (inside its Nsight Compute install), else in a
-    standard install folder (`NSYS_GLOBS`); None when there is none."""
-    import glob
-
-    exe = shutil.which("nsys")
-    if exe:
-        return Path(exe)
-    ncu = shutil.which("ncu")
-    near = [Path(ncu).resolve().parent / "host" / "target-linux-x64" / "nsys"] if ncu else []
-    found = [p for p in near if p.is_file()] + sorted(Path(p) for g in NSYS_GLOBS for p in glob.glob(g))
-    return found[0] if found else None
 
 
 def importer_missing(exe: Path) -> list[str]:

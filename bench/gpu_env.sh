@@ -10,3 +10,9 @@ export PYTHONPATH=/tmp/site:$PWD/lib${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED
 # data files of the wheels (nbconvert's templates, the widget and plotly extensions) land under /tmp/site/share
 export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH} PATH=/tmp/site/bin:$PATH
 python3 -c "from kernelbook.load.ncu import reader_origin; print('ncu_report reader:', reader_origin())"
+# the .debs carried beside the wheels (apt-get download libdw1 libelf1 into .debs/): the libraries nsys's report
+# importer needs, which the lent GPU machines' image lacks (capture.nsys.nsys_works names them)
+if ls .debs/*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/kb-debs && for f in .debs/*.deb; do dpkg -x "$f" /tmp/kb-debs; done
+  export LD_LIBRARY_PATH=/tmp/kb-debs/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi

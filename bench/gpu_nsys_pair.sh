@@ -6,9 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suffix=${1:-}
-source bench/gpu_env.sh || exit 1
-mkdir -p /tmp/kb-debs && for f in .debs/*.deb; do dpkg -x "$f" /tmp/kb-debs; done
-export LD_LIBRARY_PATH=/tmp/kb-debs/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source bench/gpu_env.sh || exit 1  # also unpacks the carried .debs (nsys's importer libraries)
 nsys_id=h100-nsys-deepseek-ocr-2$suffix; torch_id=h100-nsys-twin-torch$suffix
 rm -rf "data/runs/$nsys_id" "data/runs/$torch_id"
 for pair in "$nsys_id:params/nsys.yaml" "$torch_id:params/nsys-twin-torch.yaml"; do

@@ -261,7 +261,6 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
     `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with
     one note naming what the run holds and how to capture the rest (`ChapterStop`)."""
     from .checks import Asked, missing, parameter_problems
-    from .escape import plain
     from .load.run import RunError, load_run
     from .params import ParamError, validate
 
@@ -275,9 +274,7 @@ def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = Tr
         raise ChapterStop(tr("This chapter cannot be shown with these parameters:") + "\n" +
                           "\n".join(f"  - {p}" for p in problems)) from None
     if needs is not None:
-        note = missing(run_dir, needs, rank=ask.ncu_rank)
-        if note:
-            raise ChapterNotServed(plain(note)) from None
+        not_served(missing(run_dir, needs, rank=ask.ncu_rank))
     try:
         run = load_run(run_dir, require_timeline=require_timeline, rank=ask.ncu_rank)
     except RunError as e:

@@ -71,8 +71,7 @@ class DecodeLimit:
                 "dram_gbps": ("dram_gbps_measured", self.dram_bytes_per_s / 1e9)}
         if name in base:
             return quantity.q(self.run_id, *base[name])
-        of = name.removesuffix("_x") + "_ms"
-        return quantity.ratio(self.q(of), self.q("limit_ms"), f"{self.run_id}/{base[of][0]}_x_limit")
+        return x_limit(self.q(name.removesuffix("_x") + "_ms"), self.q("limit_ms"))
 
     @property
     def step_ms(self) -> float:
@@ -492,9 +491,12 @@ def step_quantities(table: pd.DataFrame, i: int, limit: DecodeLimit) -> dict[str
     plain = quantity.q(rid, "decode.plain_step_ms", r.plain_ms)
     busy = quantity.q(rid, "decode.gpu_busy_step_ms", r.busy_ms)
     lim = limit.q("limit_ms")
-    return {"plain": plain, "busy": busy, "limit": lim,
-            "plain_x": quantity.ratio(plain, lim, f"{rid}/decode.plain_step_ms_x_limit"),
-            "busy_x": quantity.ratio(busy, lim, f"{rid}/decode.gpu_busy_step_ms_x_limit")}
+    return {"plain": plain, "busy": busy, "limit": lim, "plain_x": x_limit(plain, lim), "busy_x": x_limit(busy, lim)}
+
+
+def x_limit(step: Q, limit: Q) -> Q:
+    """A step's multiple of the decode limit, as the quantity `<step's key>_x_limit`."""
+    return quantity.ratio(step, limit, f"{step.key}_x_limit")
 
 
 def twins_note(tw, base) -> str:

@@ -77,7 +77,8 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 # DRAM throughput as a fraction of peak, time-weighted (the rest keeps this GPU's time per byte).
 
 # %%
-kb.table(tr.calib, kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
+kb.table(tr.calib.drop(columns="ops_per_element"), kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
+kb.md(W.issue_note(tr))
 
 # %% [markdown]
 # ## Validation on the run's own GPU

@@ -37,7 +37,7 @@ from ..display import phase_label, phase_list
 from ..i18n import N_
 import yaml
 
-from ..contract.shapes import (attention_work, elementwise_work, expected_gemm_flops, gemm_dims, grid_blocks,
+from ..contract.shapes import (attention_work, elementwise_work, iterated_elements, expected_gemm_flops, gemm_dims, grid_blocks,
                                implied_bytes)
 from . import roofline as R
 from .histograms import weighted_mean
@@ -201,6 +201,8 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
         wb.append(2.0 * dims[4] if dims is not None else 0.0)
     g["flops_tensor"], g["flops_cuda"], g["dram_bytes"], g["onchip_bytes"], g["source"] = ft, fc, dram, chp, src
     g["weight_bytes"] = wb
+    g["elements"] = generic_elements(g)
+    _split_launches(g)
     # ncu's DRAM throughput (% of peak) of the profiled kernel of that name in that phase: how much of its
     # time the DRAM is the limit (`calibrate` turns it into the share of time that moves with bandwidth)
     if kernels is not None and "dram_pct" in kernels:
@@ -211,6 +213,44 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
     _helpers(g)
     _scale_missing(g)
     return g
+
+
+# PyTorch's generic TensorIterator kernel (`at::native::elementwise_kernel<threads, elements per thread>`, not its
+# vectorised or unrolled forms): the path a strided, permuted or broadcast operand takes, which computes every
+# operand's offset per element from the tensor's sizes and strides. Each block covers threads × elements per thread
+GENERIC_PATH = r"(?<![A-Za-z_])elementwise_kernel<\s*(\d+)\s*,\s*(\d+)"
+
+
+def generic_elements(g: pd.DataFrame) -> np.ndarray:
+    """Per work row, the elements a launch of PyTorch's generic elementwise path iterates: blocks × threads ×
+    elements per thread of its template (the launch's own share: an op over more than 2³¹ elements runs as
+    several launches, each over a part), 0 for every other kernel. That path is bound by the index arithmetic it
+    issues per element, not by bytes: on the H100 the SAM encoder's relative-position add (72×48⁴ BF16 outputs
+    from two broadcast inputs) wrote 0.61 TB/s and its permuted copy moved 1.54 TB/s, against 3.35 TB/s of DRAM;
+    both ~300–400 G elements/s, like prefill's masked_fill and mul on the same path. `calibrate` fits the issue
+    cost per element."""
+    t = g.name.str.extract(GENERIC_PATH).astype(float)
+    per_block = (t[0] * t[1]).where(g.category.isin(FUSIBLE))
+    return np.nan_to_num(per_block.to_numpy(dtype=float) * g.grid.map(grid_blocks).to_numpy(dtype=float))
+
+
+def _split_launches(g: pd.DataFrame) -> None:
+    """Bytes and operations of a generic-path launch follow its own elements (`generic_elements`), at the bytes per
+    element its op's shapes imply (`iterated_elements`). An elementwise op over more than 2³¹ elements runs as
+    several launches, each over a part, and each records the op's whole shapes (batch 8's SAM copies: the op's
+    6 GB on each 224 µs launch); rarely the profiler ties a launch to the op before its own (batch 8: a launch of
+    3× its op's elements). Where the launch covers under 99 % of the op's, or more than the op's and one block
+    (its last block may be partial), the launch's own count wins."""
+    shaped = (g.source == N_("bytes from aten shapes")) & (g.elements > 0)
+    t = g.name.str.extract(GENERIC_PATH).astype(float)
+    block = (t[0] * t[1]).to_numpy()
+    for i in np.flatnonzero(shaped.to_numpy()):
+        whole = iterated_elements(g.op.iat[i], g.op_shapes.iat[i])
+        if not whole == whole or whole <= 0:
+            continue
+        f = g.elements.iat[i] / whole
+        if f < 0.99 or g.elements.iat[i] > whole + block[i]:
+            g.iloc[i, [g.columns.get_loc(c) for c in ("flops_cuda", "dram_bytes", "onchip_bytes")]] *= f
 
 
 def _helpers(g: pd.DataFrame) -> None:
@@ -305,6 +345,15 @@ def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float |
     return t
 
 
+def issue_s(work: pd.DataFrame, d: Design, ops_per_element: float, batch: int = 1) -> np.ndarray:
+    """Seconds per launch that PyTorch's generic elementwise path spends issuing its index arithmetic on the design's
+    vector units: elements (`generic_elements`) × batch × `ops_per_element` (fitted by `calibrate`) ÷ vector
+    FLOP/s; 0 for every other kernel. A launch takes at least this, whatever its bytes."""
+    if "elements" not in work or not ops_per_element:
+        return np.zeros(len(work))
+    return work.elements.to_numpy(dtype=float) * batch * ops_per_element / (d.vector_tflops * 1e12)
+
+
 def kernel_class(work: pd.DataFrame) -> pd.Series:
     """What L and b are fitted per: the work category, with PyTorch's vectorised elementwise/copy path
     (contiguous, aligned) apart from its strided/broadcast path, and indexed writes (index_copy_, index_put_:
@@ -349,7 +398,12 @@ def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
     1.43× the H100's bandwidth, kernels at 20 % ran 0–3 % faster, those at 60 % 12–24 %); classes without
     profiled kernels take the pooled value, and a run without ncu counters 1 (all of it moves)."""
     w = work[work.phase.isin(phases) & (work.source != SCALED)]  # their work is their time
-    x, y, n = ideal_s(w, d), w.median_ns.to_numpy() * 1e-9, w.launches.to_numpy().astype(float)
+    y, n = w.median_ns.to_numpy() * 1e-9, w.launches.to_numpy().astype(float)
+    x = ideal_s(w, d)
+    k = issue_ops_per_element(w, d, y, _fit(x, y, n)[0])
+    # launches bound by the generic path's issue, not by their bytes: their time says nothing of the slowdown
+    keep = ~((issue_s(w, d, k) > x) & (x >= 0.1 * y))
+    w, y, n, x = w[keep], y[keep], n[keep], x[keep]
     cls = kernel_class(w).to_numpy()
     L0, b0 = _fit(x, y, n)
     u = w.dram_pct.to_numpy(dtype=float) / 100 if "dram_pct" in w else np.full(len(w), np.nan)
@@ -378,7 +432,39 @@ def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
         f = phi(m)
         rows.append({"class": c, "latency_us": 1e6 * L, "slowdown": b, "dram_scaling": phi0 if f != f else f,
                      "rows": int(m.sum()), "launches": int(n[m].sum()), "fit": fit})
-    return pd.DataFrame(rows).assign(phases=", ".join(phases))
+    return pd.DataFrame(rows).assign(phases=", ".join(phases), ops_per_element=k)
+
+
+def issue_ops_per_element(w: pd.DataFrame, d: Design, y: np.ndarray, latency_s: float) -> float:
+    """Vector operations per element that PyTorch's generic elementwise path issues on `d` (its index arithmetic:
+    `generic_elements`): over the rows of `w` on that path with at least 2²⁰ elements per launch (where, at a few
+    hundred operations per element, issuing takes several times a launch's latency), the time-weighted median of
+    (time per launch `y` − the pooled latency) × vector FLOP/s ÷ elements. 0 (no such term) when the fitted
+    phases ran no such launch."""
+    e = w.elements.to_numpy(dtype=float) if "elements" in w else np.zeros(len(w))
+    m = (e >= 2**20) & (y > latency_s)
+    if not m.any():
+        return 0.0
+    k = (y[m] - latency_s) * d.vector_tflops * 1e12 / e[m]
+    return _wmedian(k, y[m] * w.launches.to_numpy(dtype=float)[m])
+
+
+def issue_note(tr: "Trace") -> str:
+    """One sentence on the generic elementwise path's issue term as `calibrate` fitted it on the run."""
+    k = float(tr.calib.ops_per_element.iloc[0]) if "ops_per_element" in tr.calib else 0.0
+    e = tr.work.elements if "elements" in tr.work else pd.Series(0.0, index=tr.work.index)
+    big = tr.work[e >= 2**20]
+    if not k:
+        return i18n.tr("No launch of PyTorch's generic (strided/broadcast) elementwise path iterates 2²⁰ elements or "
+                       "more in this run, so no issue term is fitted: such launches are priced by their bytes.")
+    share = 100 * float(big.total_ns.sum() / tr.work.total_ns.sum())
+    return i18n.tr(
+        "PyTorch's generic (strided/broadcast) elementwise path computes every operand's offset per element, so its "
+        "large launches are bound by what they issue, not by their bytes: fitted on its {rows} launch shapes of "
+        "2²⁰ elements or more ({share:.1f} % of kernel time), it issues {k:.0f} vector operations per element, "
+        "{rate:.0f} G elements/s on this GPU. A launch on that path takes at least elements × {k:.0f} ÷ vector "
+        "FLOP/s; the launches bound by it are left out of the fit of b.",
+        rows=len(big), share=share, k=k, rate=tr.gpu.vector_tflops * 1e3 / k)
 
 
 def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Design, batch: int = 1,
@@ -398,8 +484,10 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
         e = stated_efficiency(eff, work, m)
         b = np.where(np.isnan(e), b, 1 / np.where(np.isnan(e), 1.0, e))
     fused = fusible & bool(d.fuse_elementwise)
+    k = float(calib.ops_per_element.iloc[0]) if "ops_per_element" in calib else 0.0
     ideal = ideal_s(work, d, batch, active_bytes, phi, gpu.dram_gbps)
-    t = np.where(fused, 0.0, L) + b * ideal
+    # the generic elementwise path issues its index arithmetic at least (a fused chain does not run that path)
+    t = np.where(fused, 0.0, L) + np.maximum(b * ideal, np.where(fused, 0.0, issue_s(work, d, k, batch)))
     on_gpu = _memo("ideal on the run's GPU", (work, calib, gpu),
                    lambda: (ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps),))[0]
     with np.errstate(divide="ignore", invalid="ignore"):

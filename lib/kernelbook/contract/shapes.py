@@ -214,6 +214,20 @@ def elementwise_work(op: str, op_shapes: str, dtype_bytes: int) -> tuple[float, 
     return float(read + out) * dtype_bytes, float(max(out, read))
 
 
+def iterated_elements(op: str, op_shapes: str) -> float:
+    """Elements an elementwise/copy launch iterates over, from its aten input shapes: the (broadcast) output,
+    the first input of an in-place op, the destination of a copy, all inputs of a cat. nan when the shapes do
+    not say."""
+    args = [a for a in arg_shapes(op_shapes) if a]
+    if not args:
+        return np.nan
+    if op == "aten::cat":
+        return float(sum(numel(t) for a in args for t in a))
+    if op.endswith("_"):  # in place (copy_, fill_, masked_fill_): the first argument is written
+        return float(numel(args[0][0]))
+    return float(numel(_broadcast([a[0] for a in args])))
+
+
 # --- launch dimensions --------------------------------------------------------------------------------
 
 def dim3(s) -> str:

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return launch(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m kernelbook", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,capture,diff,lab}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,capture,study,diff,lab}")
     b = sub.add_parser("book", help="render the chapters of a run into HTML")
     b.add_argument("--params", help="params YAML (overrides)")
     b.add_argument("--run", help=f"run directory (default: {P.BUNDLED_RUN})")
@@ -50,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("capture", help="capture a run on a GPU machine")
     c.add_argument("--params", help="params YAML (overrides)")
     c.add_argument("--out", required=True, help="new run directory, e.g. data/runs/<run-id>")
+    s = sub.add_parser("study", help="capture a grid of capture parameters (e.g. batch sizes), one run per point")
+    s.add_argument("--params", required=True, help="study YAML: base, set, grid (see params/study-serving.yaml)")
+    s.add_argument("--out", required=True, help="study folder, e.g. data/studies/<id> (a rerun resumes it)")
+    s.add_argument("--gpus", help="comma-separated GPU indices: points side by side, one per GPU")
+    s.add_argument("--point", type=int, help="run only this point (0-based; a Slurm array task)")
+    s.add_argument("--slurm", action="store_true",
+                   help="write <out>/slurm.sh, a Slurm array job of the points, and run nothing (a dry run)")
     d = sub.add_parser("diff", help="compare two runs: per-phase time, category shares, matched kernels, ncu deltas")
     d.add_argument("run_a")
     d.add_argument("run_b")
@@ -58,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "diff":
         return _diff(args.run_a, args.run_b)
+    if args.cmd == "study":
+        return _study(args)
     # every path the caller gives is resolved once, here, against the caller's folder, and travels on absolute:
     # the chapters run in the repository, where a relative path would name another file
     cwd = Path.cwd()
@@ -116,6 +125,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: {run}")
         return 0
     return 1
+
+
+def _study(args) -> int:
+    from . import study as S
+
+    cwd = Path.cwd()
+    out = cwd / Path(args.out).expanduser()
+    try:
+        st = S.load_study(cwd / Path(args.params).expanduser())
+    except P.ParamError as e:
+        _err(str(e))
+        return EXIT_BAD_PARAMS
+    problems = []
+    gpus = [g.strip() for g in args.gpus.split(",")] if args.gpus else None
+    if gpus is not None and (not all(g.isdigit() for g in gpus) or len(set(gpus)) != len(gpus)):
+        problems.append(f"--gpus: {P.shown(args.gpus, bare=True)} is not a list of distinct GPU indices (e.g. 0,1)")
+    if args.point is not None and not 0 <= args.point < len(st.points):
+        problems.append(f"--point: {args.point} is not a point of this study (0 to {len(st.points) - 1})")
+    if out.exists() and not out.is_dir():
+        problems.append(f"--out: {args.out} exists and is not a folder")
+    if problems:
+        _err(str(P.ParamError(problems, "the command line")))
+        return EXIT_BAD_PARAMS
+    if args.slurm:
+        out.mkdir(parents=True, exist_ok=True)
+        script = out / "slurm.sh"
+        script.write_text(S.slurm_script(args.params, args.out, len(st.points)))
+        print(f"slurm job: {script} ({len(st.points)} array tasks; submit with `sbatch {script}`)")
+        return 0
+    signal.signal(signal.SIGTERM, _terminated)  # a SIGTERM stops the running captures, which land partial
+    try:
+        return S.run_study(st, out, gpus=gpus, only=args.point)
+    except KeyboardInterrupt as e:
+        _err(f"study stopped ({'SIGTERM' if isinstance(e, Terminated) else 'by the user'}); the points it held are "
+             f"kept in {args.out} (see study.json), a rerun resumes")
+        return 143 if isinstance(e, Terminated) else 130
 
 
 # diff's own door, before the run's door check (load_run → check_run) reads anything: limits on what it opens

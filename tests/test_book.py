@@ -339,7 +339,7 @@ def test_cli_book_exit_2_for_what_the_run_does_not_hold(tmp_path, yaml_text, say
 def test_help_lists_exactly_the_commands_that_exist():
     out = subprocess.run([sys.executable, "-m", "kernelbook", "--help"], capture_output=True, text=True,
                          cwd=REPO).stdout
-    assert "{book,capture,diff,lab}" in out
+    assert "{book,capture,study,diff,lab}" in out
     assert "SUPPRESS" not in out and "_worker" not in out
 
 

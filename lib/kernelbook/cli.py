@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--run", help=f"run directory (default: {P.BUNDLED_RUN})")
     b.add_argument("--out", help="report folder (default: reports/<run-id>)")
     b.add_argument("--chapters", help="comma-separated chapter stems to render (default: all)")
+    b.add_argument("--study", help=f"study folder the serving chapter reads (default: {P.BUNDLED_STUDY})")
     b.add_argument("--language", choices=P.SCHEMA["language"].choices,
                    help="narrative language of the book (default: the params file's, else en)")
     c = sub.add_parser("capture", help="capture a run on a GPU machine")
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = cwd / Path(args.out).expanduser() if getattr(args, "out", None) else None
     try:
         overrides = {"run_dir": args.run} if getattr(args, "run", None) else {}
+        if getattr(args, "study", None) is not None:  # "" asks for none
+            overrides["study_dir"] = args.study
         if args.cmd == "book" and args.params:  # the capture chapters take their capture parameters from it
             overrides["params_file"] = args.params
         if getattr(args, "language", None):

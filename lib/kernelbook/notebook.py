@@ -256,6 +256,23 @@ def not_served(note: str | None) -> None:
         raise ChapterNotServed(plain(note))
 
 
+def open_study(study_dir: str):
+    """The study at `study_dir` (`load.study.StudyRuns`); none given stops the chapter by design
+    (`ChapterNotServed`), a folder that is not a study with the note saying how to make one (`ChapterStop`)."""
+    from .escape import plain
+    from .load.study import StudyError
+    from .load.study import open_study as _open
+
+    if not study_dir:
+        raise ChapterNotServed(tr("No study given: capture one with `python -m kernelbook study --params "
+                                  "params/study-serving.yaml --out data/studies/<id>` on a GPU machine and render "
+                                  "the book with `--study data/studies/<id>`."))
+    try:
+        return _open(study_dir)
+    except StudyError as e:
+        raise ChapterStop(plain(str(e))) from None
+
+
 def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = True, **asked):
     """The run at `run_dir`, checked against what the chapter asks of it (`phase=`, `kernel=`, and
     `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with

@@ -20,7 +20,9 @@ CAPTURE = "capture"
 BOOK = "book"  # the book runner itself (keys no chapter reads)
 CHAPTERS = ("00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline", "05_classification", "06_npu",
             "07_summary")
-ALL_CHAPTERS = CHAPTERS
+STUDY_CHAPTER = "08_serving"  # reads a study (`kernelbook study`), not run_dir
+ALL_CHAPTERS = CHAPTERS + (STUDY_CHAPTER,)
+BUNDLED_STUDY = "data/studies/h100-serving"
 VARIANT_RUNS = ["data/runs/h100-variant-static-graphs", "data/runs/h100-variant-batch8",
                 "data/runs/h100-variant-eager-attention"]
 PHASE_NAMES = ("vision_encode", "prefill", "decode")
@@ -111,6 +113,13 @@ def _run_dir(v) -> str | None:
 
     if not _on_disk(RunLayout(p).manifest, "file"):
         return f"run directory {shown(v, bare=True)} has no manifest.json: it is not a kernelbook run"
+    return None
+
+
+def _study_dir(v) -> str | None:
+    if not isinstance(v, str) or not _on_disk(resolve_path(v) / "study.json", "file"):
+        return (f"{shown(v, bare=True)} is not a study folder (no study.json): make one with `python -m kernelbook "
+                "study --params params/study-serving.yaml --out <folder>` on a GPU machine")
     return None
 
 
@@ -246,6 +255,9 @@ SCHEMA: dict[str, Param] = {
     "deployed_run": Param(str, "data/runs/h100-variant-static-graphs", ("06_npu",), "a run of the same workload "
                           "as deployed (decode as CUDA graphs), whose validation and headline chapter 06 sets beside "
                           "run_dir's; empty: none", check=lambda v: _run_dir(v) if v else None),
+    "study_dir": Param(str, BUNDLED_STUDY, (STUDY_CHAPTER,), "a study folder (`python -m kernelbook study`): "
+                       "the serving chapter reads its points together; empty: the chapter says none was given",
+                       check=lambda v: _study_dir(v) if v else None),
     "cross_run": Param(str, "data/runs/h200-deepseek-ocr-2", ("06_npu", "07_summary"), "the same workload captured "
                        "on another GPU: chapter 06 fits its model on run_dir, predicts that GPU (and back) and prints "
                        "the errors as the what-if's uncertainty (chapter 07's what-if line carries them too); a run on run_dir's own GPU or of another workload is named and "
@@ -282,7 +294,7 @@ SCHEMA: dict[str, Param] = {
 
 
 # parameters that name a file or folder: the command line makes them absolute once, against the caller's folder
-PATH_KEYS = ("run_dir", "variant_runs", "baseline_run", "one_gpu_run", "cross_run", "params_file", "omnidocbench_dir",
+PATH_KEYS = ("run_dir", "study_dir", "variant_runs", "baseline_run", "one_gpu_run", "cross_run", "params_file", "omnidocbench_dir",
              "omnidocbench_subset")
 # parameters that name a path or something else (a hub id): absolute only where the caller's folder holds it
 MAYBE_PATH_KEYS = ("model", "weights")

@@ -254,6 +254,9 @@ def run_study(study: Study, out: Path, gpus: list[str] | None = None, only: int 
             status, reason = run_status(out / rec.run_dir)
             rec.status = status if status not in ("pending", "complete") else "failed"
             rec.reason = reason or "the study was stopped while this point was captured"
+        for rec in recs:  # stopped between its record and its launch: no capture of it runs
+            if rec.status == "running":
+                rec.status, rec.reason = "failed", "the study was stopped as this point was starting"
         save()
         raise
     left = [r for r in recs if r.status != "complete"]
@@ -276,8 +279,8 @@ def _wait_out(proc: subprocess.Popen, seconds: float) -> None:
         proc.kill()
 
 
-def _start(study: Study, out: Path, rec: PointRecord, slot, capture_cmd, t0: float, save) -> tuple:
-    """Launch `rec`'s capture (on GPU `slot`, under that GPU's own profiling lock): (record, process, start)."""
+def _start(study: Study, out: Path, rec: PointRecord, slot, capture_cmd, t0: float, save, running: dict) -> None:
+    """Launch `rec`'s capture (on GPU `slot`, under that GPU's own profiling lock) into `running[slot]`."""
     if rec.status in ("partial", "failed"):
         _set_aside(out, rec)
     pt = study.points[rec.index]
@@ -295,8 +298,8 @@ def _start(study: Study, out: Path, rec: PointRecord, slot, capture_cmd, t0: flo
     with open(out / "points" / f"{rec.id}.stderr", "w") as err:  # the capture's messages: its reason if it fails
         # its own process group: the capture stops its ncu and worker by signalling its group, which must not
         # reach the study (a SIGTERM reaches a capture through the study, `run_study`)
-        proc = subprocess.Popen(capture_cmd(pfile, out / rec.run_dir), env=env, stderr=err, start_new_session=True)
-    return rec, proc, time.perf_counter()
+        running[slot] = (rec, subprocess.Popen(capture_cmd(pfile, out / rec.run_dir), env=env, stderr=err,
+                                               start_new_session=True), time.perf_counter())
 
 
 def _finish(out: Path, rec: PointRecord, rc: int, start: float) -> None:
@@ -319,7 +322,7 @@ def _loop(study: Study, out: Path, todo: list, slots: list, running: dict, save,
     while queue or running:
         for slot in [s for s in slots if s not in running]:
             if queue:
-                running[slot] = _start(study, out, queue.pop(0), slot, capture_cmd, t0, save)
+                _start(study, out, queue.pop(0), slot, capture_cmd, t0, save, running)
         time.sleep(0.2)
         for slot, (rec, proc, start) in list(running.items()):
             rc = proc.poll()

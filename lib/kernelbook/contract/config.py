@@ -129,6 +129,7 @@ class BookConfig(_Config):
     baseline_run: str
     deployed_run: str
     cross_run: str
+    study_dir: str
     language: str
     device: str | None
     rank: int

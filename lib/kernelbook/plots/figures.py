@@ -496,3 +496,34 @@ def layer_bars(layers: pd.DataFrame) -> go.Figure:
                       yaxis_title="µs", xaxis=dict(dtick=1), title=tr("Decode kernel time per step by layer (µs)"),
                       legend=dict(orientation="h", y=-0.25))
     return fig
+
+
+def serving_steps(dt: pd.DataFrame) -> go.Figure:
+    """The serving study's decode step against batch: plain step and GPU-busy time per step (ms, left) and tokens
+    per second (right), one point per batch captured."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = dt.batch.astype(str)
+    fig.add_bar(name=tr("plain step (ms)"), x=x, y=dt.plain_step_ms, secondary_y=False,
+                hovertemplate="batch %{x}: %{y:.2f} ms<extra></extra>")
+    fig.add_bar(name=tr("GPU busy per step (ms)"), x=x, y=dt.busy_step_ms, secondary_y=False,
+                hovertemplate="batch %{x}: %{y:.2f} ms<extra></extra>")
+    fig.add_scatter(name=tr("tokens/s (right axis)"), x=x, y=dt.tokens_per_s, mode="lines+markers", secondary_y=True,
+                    hovertemplate="batch %{x}: %{y:,.0f} tokens/s<extra></extra>")
+    fig.update_layout(template=TEMPLATE, barmode="group", height=400, xaxis_title=tr("batch (sequences decoded together)"),
+                      title=tr("Decode step and throughput per batch (plain generate, CUDA graphs)"),
+                      legend=dict(orientation="h", y=-0.25))
+    fig.update_yaxes(title_text=tr("ms per decode step"), secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text=tr("tokens per second"), secondary_y=True, rangemode="tozero", showgrid=False)
+    return fig
+
+
+def serving_classes(ct: pd.DataFrame) -> go.Figure:
+    """Decode kernel time per step by class, stacked, one bar per batch (ms; GPU-busy basis)."""
+    fig = px.bar(ct.assign(batch=ct.batch.astype(str)), x="batch", y="ms_per_step", color="class",
+                 color_discrete_map=CATEGORY_COLOUR, template=TEMPLATE, height=420,
+                 labels={"ms_per_step": tr("decode kernel ms per step (GPU-busy)"), "batch": tr("batch"),
+                         "class": tr("class")},
+                 title=tr("Where a decode step's kernel time goes, per batch"))
+    return fig

@@ -1,0 +1,165 @@
+"""The serving study read together (issue 42): per point of the grid (batch sizes, decode as CUDA graphs), the decode
+step (plain and GPU-busy), tokens per second, each kernel class's share, the profiled kernels' arithmetic intensity
+against the ridge, the bytes each token costs, and the what-if fitted on the first point predicting the others.
+Numbers only: the chapter narrates them."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..load.study import StudyPoint, StudyRuns
+from ..i18n import N_
+from . import roofline as R
+from . import whatif as W
+
+
+def _decode_kernels(run) -> pd.DataFrame:
+    t = run.timeline
+    return t[(t.kind == "kernel") & (t.phase == "decode")]
+
+
+def _steps(run) -> int:
+    """Decode steps the profiled generate recorded (step numbers in the timeline)."""
+    k = _decode_kernels(run)
+    return max(1, int(k.step.nunique())) if "step" in k else 1
+
+
+def batch_of(p: StudyPoint) -> int:
+    return int(p.run.info.workload.batch_size) if p.run is not None else int(p.values.get("batch_size", 1))
+
+
+def decode_table(st: StudyRuns) -> pd.DataFrame:
+    """Per point holding a run: batch, decode steps recorded, the plain step (ms: the capture timed every step of
+    generates without the profiler), the GPU-busy time per step (the step's kernels, from the GPU's own timeline, not
+    the host's phase range, which under CUDA graphs ends before the GPU's work), the host's share of the plain step
+    (plain − busy), kernel launches per step and tokens per second (batch ÷ plain step)."""
+    rows = []
+    for p in st.held:
+        r, k = p.run, _decode_kernels(p.run)
+        n = _steps(r)
+        plain = r.info.plain_ms_per_step().get("decode", np.nan)
+        busy = k.duration_ns.sum() / 1e6 / n
+        b = batch_of(p)
+        rows.append({st.axis: p.values.get(st.axis), "batch": b, "steps": n, "plain_step_ms": plain,
+                     "busy_step_ms": busy, "host_step_ms": plain - busy, "busy_pct": 100 * busy / plain,
+                     "launches_per_step": len(k) / n, "tokens_per_s": 1e3 * b / plain,
+                     "busy_per_token_ms": busy / b})
+    return pd.DataFrame(rows)
+
+
+def class_table(st: StudyRuns) -> pd.DataFrame:
+    """Per point and kernel class (the timeline's work category): decode kernel ms per step and share (%) of the
+    step's kernel time."""
+    out = []
+    for p in st.held:
+        k = _decode_kernels(p.run)
+        n = _steps(p.run)
+        ms = k.groupby("category").duration_ns.sum() / 1e6 / n
+        out.append(pd.DataFrame({"batch": batch_of(p), "class": ms.index, "ms_per_step": ms.to_numpy(),
+                                 "share_pct": 100 * ms.to_numpy() / ms.sum()}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(
+        columns=["batch", "class", "ms_per_step", "share_pct"])
+
+
+def kernel_table(st: StudyRuns) -> pd.DataFrame:
+    """Per point, its ncu-profiled decode kernels: friendly name and class, share of the step's kernel time (the
+    timeline's), ncu's duration, FLOPs (tensor and CUDA-core, as counted: MMA padding included) and DRAM bytes per
+    launch, arithmetic intensity (FLOP per DRAM byte), the % of the DRAM roof it reached, the ridge of its compute
+    roof (FLOP/byte where that roof meets DRAM's), and the roof that binds it at peak (the side of the ridge it sits
+    on: a kernel far below both roofs, e.g. at 2 % of DRAM's, is bound by neither but by its latency)."""
+    out = []
+    for p in st.held:
+        k = R.profiled_kernels(p.run)
+        if k.empty:
+            continue
+        k = k[k.phase == "decode"]
+        _, _, roofs = R.for_run(p.run, k)
+        for _, row in k.iterrows():
+            label, peak = roofs.compute_for(row)
+            ridge = peak / roofs.bandwidth["dram"]
+            ai = row.flops / row.dram_bytes if row.dram_bytes else np.nan
+            out.append({"batch": batch_of(p), "kernel_id": row.kernel_id, "kernel": row.friendly_name,
+                        "class": row.category, "share_pct": 100 * row.share, "duration_us": row.duration_ns / 1e3,
+                        "flops": row.flops, "dram_mb": row.dram_bytes / 1e6, "intensity": ai,
+                        "dram_roof_pct": 100 * row.dram_bytes / (row.duration_ns * 1e-9) / roofs.bandwidth["dram"],
+                        "roof": label, "ridge": ridge,
+                        "binds": N_("compute roof") if ai == ai and ai >= ridge else N_("DRAM roof")})
+    return pd.DataFrame(out)
+
+
+def turn_table(kt: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel class among the profiled kernels and batch: its arithmetic intensity and its position against its
+    kernels' ridges (intensity ÷ ridge, %: 100 % is where its compute roof takes over from DRAM), both weighted by
+    the kernels' time, and the first batch at which it reaches the ridge (NaN: not within the study's batches)."""
+    cols = ["class", "batch", "intensity", "of_ridge_pct", "turns_at"]
+    w = kt[kt.intensity.notna() & (kt.share_pct > 0)] if not kt.empty else kt
+    if w.empty:
+        return pd.DataFrame(columns=cols)
+    w = w.assign(pos=w.intensity / w.ridge)
+    g = w.groupby(["class", "batch"]).apply(
+        lambda d: pd.Series({"intensity": np.average(d.intensity, weights=d.share_pct),
+                             "of_ridge_pct": 100 * np.average(d.pos, weights=d.share_pct)}),
+        include_groups=False).reset_index()
+    turns = g[g.of_ridge_pct >= 100].groupby("class").batch.min()
+    return g.assign(turns_at=g["class"].map(turns))[cols]
+
+
+def bytes_table(st: StudyRuns, traces: dict[int, W.Trace]) -> pd.DataFrame:
+    """Per point: DRAM bytes one decode step must move by the shapes of its launches (weights, as each launch reads
+    its operand: a MoE step that gathers each token's experts reads them once per gather) and per token (÷ batch)."""
+    rows = []
+    for p in st.held:
+        tr = traces.get(p.index)
+        if tr is None:
+            continue
+        w = tr.work[tr.work.phase == "decode"]
+        n = tr.steps.get("decode", 1)
+        b = batch_of(p)
+        total = float((w.dram_bytes * w.launches).sum()) / n
+        weights = float((w.weight_bytes * w.launches).sum()) / n
+        rows.append({"batch": b, "step_mb": total / 1e6, "weight_mb": weights / 1e6,
+                     "other_mb": (total - weights) / 1e6, "per_token_mb": total / b / 1e6})
+    return pd.DataFrame(rows)
+
+
+def traces_of(st: StudyRuns) -> dict[int, W.Trace]:
+    """The what-if's trace of each point that can be modelled (`whatif.unmodellable`), by point index."""
+    return {p.index: W.for_run(p.run)[0] for p in st.held if W.unmodellable(p.run) is None}
+
+
+def whatif_table(st: StudyRuns, traces: dict[int, W.Trace]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The what-if fitted on the study's first point (the smallest batch) predicting each point by its batch lever:
+    (per point: predicted decode device ms and plain step ms against the measured GPU-busy and plain step, errors
+    in %; per point and kernel class: predicted against measured ms per step)."""
+    held = [p for p in st.held if p.index in traces]
+    if not held:
+        return pd.DataFrame(), pd.DataFrame()
+    base = min(held, key=batch_of)
+    tr0, b0 = traces[base.index], batch_of(base)
+    dt = decode_table(st).set_index("batch")
+    rows, cls = [], []
+    for p in held:
+        b = batch_of(p)
+        scale = b / b0
+        pr = W.predict(tr0, tr0.gpu, batch=scale).set_index("phase").loc["decode"]
+        m = dt.loc[b]
+        rows.append({"batch": b, "fitted_at": b0, "predicted_device_ms": pr.device_ms_per_step,
+                     "busy_step_ms": m.busy_step_ms,
+                     "device_error_pct": 100 * (pr.device_ms_per_step - m.busy_step_ms) / m.busy_step_ms,
+                     "predicted_step_ms": pr.wall_ms_per_step, "plain_step_ms": m.plain_step_ms,
+                     "step_error_pct": 100 * (pr.wall_ms_per_step - m.plain_step_ms) / m.plain_step_ms})
+        t_s, _ = W.launch_time_s(tr0.work, tr0.gpu, tr0.calib, tr0.gpu, scale)
+        pred = W._class_ms(tr0, t_s).loc["decode"]
+        meas = W._class_ms(traces[p.index]).loc["decode"]
+        both = pd.concat([pred.rename("predicted_ms"), meas.rename("measured_ms")], axis=1).fillna(0.0)
+        cls.append(both.reset_index(names="class").assign(batch=b))
+    per_class = pd.concat(cls, ignore_index=True)
+    per_class["error_ms"] = per_class.predicted_ms - per_class.measured_ms
+    return pd.DataFrame(rows), per_class[["batch", "class", "predicted_ms", "measured_ms", "error_ms"]]
+
+
+def points_table(st: StudyRuns) -> pd.DataFrame:
+    """The study's points as its manifest records them: grid values, status, reason, capture seconds and GPU."""
+    return pd.DataFrame([{"point": p.index, **p.values, "status": p.status, "reason": p.note or p.reason,
+                          "capture_s": p.seconds, "gpu": p.gpu if p.gpu is not None else "", "run": p.id}
+                         for p in st.points])

@@ -1,0 +1,52 @@
+"""The serving chapter's sentences (chapter 08), from `analyze.serving`'s tables."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..i18n import tr
+from ..load.study import StudyRuns
+
+
+def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> str:
+    """One paragraph: the step and throughput from the smallest to the largest batch, the GPU's busy share, the class
+    that grows most, whether any profiled class reaches its ridge, and the what-if's error at the other batches."""
+    if dt.empty:
+        return tr("No point of study {study} holds a run yet.", study=st.study_id)
+    a, b = dt.iloc[0], dt.iloc[-1]
+    parts = [tr("Decode under CUDA graphs, batch {b0} → {b1}: the plain step grows {s0:.2f} → {s1:.2f} ms while "
+                "throughput grows {t0:,.0f} → {t1:,.0f} tokens/s ({gain:.1f}×); the GPU is busy {p0:.0f} → {p1:.0f} % of "
+                "the step.", b0=int(a.batch), b1=int(b.batch), s0=a.plain_step_ms, s1=b.plain_step_ms,
+                t0=a.tokens_per_s, t1=b.tokens_per_s, gain=b.tokens_per_s / a.tokens_per_s, p0=a.busy_pct,
+                p1=b.busy_pct)]
+    if not ct.empty and ct.batch.nunique() > 1:
+        piv = ct.pivot_table(index="class", columns="batch", values="share_pct", aggfunc="sum").fillna(0.0)
+        grow = (piv.iloc[:, -1] - piv.iloc[:, 0]).idxmax()
+        parts.append(tr("{cls} grows most: {p0:.0f} % → {p1:.0f} % of decode kernel time.", cls=grow,
+                        p0=piv.loc[grow].iloc[0], p1=piv.loc[grow].iloc[-1]))
+    if not tt.empty:
+        turned = tt.dropna(subset=["turns_at"]).drop_duplicates("class")
+        if turned.empty:
+            top = tt[tt.batch == tt.batch.max()].sort_values("of_ridge_pct", ascending=False).iloc[0]
+            parts.append(tr("No profiled kernel class reaches its ridge by batch {b}: the closest, {cls}, sits at "
+                            "{pct:.0f} % of it ({ai:.1f} FLOP/byte): decode stays bound by bytes.", b=int(tt.batch.max()),
+                            cls=top["class"], pct=top.of_ridge_pct, ai=top.intensity))
+        else:
+            parts.append(tr("Classes that reach their ridge: {which}.", which=", ".join(
+                f"{r['class']} ({tr('batch')} {int(r.turns_at)})" for _, r in turned.iterrows())))
+    if not wt.empty and len(wt) > 1:
+        other = wt[wt.batch != wt.fitted_at]
+        parts.append(tr("The what-if fitted at batch {b0} predicts the other batches' plain step within {e:.0f} % "
+                        "(device time within {d:.0f} %).", b0=int(wt.fitted_at.iloc[0]),
+                        e=other.step_error_pct.abs().max(), d=other.device_error_pct.abs().max()))
+    return " ".join(parts)
+
+
+def points_note(st: StudyRuns) -> str:
+    """Which points the study holds and which it lacks, with their reasons."""
+    missing = [p for p in st.points if p.run is None]
+    held = len(st.points) - len(missing)
+    out = tr("Study {study}: {held} of {n} points hold a run.", study=st.study_id, held=held, n=len(st.points))
+    if missing:
+        out += " " + tr("Not shown: {which}.", which="; ".join(f"{p.id} ({p.status}: {p.note or p.reason})"
+                                                              for p in missing))
+    return out

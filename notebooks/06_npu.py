@@ -78,7 +78,7 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 
 # %%
 kb.table(tr.calib.drop(columns="ops_per_element"), kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
-kb.md(W.issue_note(tr))
+kb.md(W.line_note(tr) + " " + W.issue_note(tr))
 
 # %% [markdown]
 # ## Validation on the run's own GPU

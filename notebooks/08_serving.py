@@ -45,7 +45,7 @@ kb.table(SV.points_table(st), kb.tr("Points of the study"))
 
 # %% [markdown]
 # ## Decode step and throughput per batch
-# Plain step: the wall time of a decode step in generates without the profiler (every step timed). GPU busy: the
+# Plain step: the wall time of a decode step in `generate()` calls without the profiler (every step timed). GPU busy: the
 # step's kernels on the GPU's own timeline. Host: the rest of the plain step (HF generate's loop between graph
 # replays). Tokens per second: batch ÷ plain step.
 
@@ -63,14 +63,16 @@ kb.table(dt, kb.tr("Decode step per batch"))
 F.serving_classes(ct)
 
 # %%
-kb.table(ct.pivot_table(index="class", columns="batch", values="share_pct", aggfunc="sum").fillna(0.0).reset_index(),
-         kb.tr("Share of decode kernel time (%) per class and batch"))
+kb.table(SV.by_batch(ct, "share_pct", "pct"), kb.tr("Share of decode kernel time (%) per class and batch"))
 
 # %% [markdown]
 # ## The profiled kernels against their ridge
 # Each point's top decode kernels under ncu (caches flushed between replay passes). Intensity: FLOPs as counted
 # (tensor-core MMA padding included) per DRAM byte. The ridge is where the kernel's compute roof meets the DRAM
 # roof (tensor bf16 for matrix kernels, CUDA-core fp32 for the rest); below it a kernel is bound by bytes.
+
+# %%
+F.serving_roofline(kt, SV.roofs_of(st))
 
 # %%
 kb.table(kt, kb.tr("Profiled decode kernels per batch"))
@@ -96,5 +98,4 @@ kb.table(SV.bytes_table(st, traces), kb.tr("Decode bytes per step and per token"
 kb.table(wt, kb.tr("Predicted from the smallest batch against measured, per batch"))
 
 # %%
-kb.table(wc.pivot_table(index="class", columns="batch", values="error_ms", aggfunc="sum").fillna(0.0).reset_index(),
-         kb.tr("Predicted − measured decode kernel ms per step, per class and batch"))
+kb.table(SV.by_batch(wc, "error_ms", "ms"), kb.tr("Predicted − measured decode kernel ms per step, per class and batch"))

@@ -15,7 +15,7 @@ FIXTURE_REP = REPO / "tests" / "fixtures" / "h200-decode-3kernels.ncu-rep"
 CHAPTERS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))]
 # plotly figures each chapter draws from the bundled run
 FIGURES = {"00_setup": 0, "01_timeline": 8, "02_ncu": 1, "03_histograms": 1, "04_roofline": 3,
-           "05_classification": 0, "06_npu": 1, "07_summary": 2, "08_serving": 2}
+           "05_classification": 0, "06_npu": 1, "07_summary": 2, "08_serving": 3}
 
 
 def earlier_report(out: Path, text: str, run_id: str = RUN.name) -> Path:

@@ -31,7 +31,7 @@ def test_two_gpu_study_renders_with_its_gpus(tmp_path):
     assert sorted({p.gpu for p in st.points}) == ["0", "1"]
     pts = SV.points_table(st)
     assert (pts.gpu != "").all()
-    assert "4 of 4 points hold a run" in text
+    assert "4 of its 4 points captured" in text
     dt = SV.decode_table(st)
     # the headline's figures are the table's: first and last batch's plain step and tokens/s
     a, b = dt.iloc[0], dt.iloc[-1]
@@ -49,7 +49,7 @@ def test_study_missing_a_point_renders_what_it_holds(tmp_path):
     (study / "study.json").write_text(json.dumps(doc))
     proc, text = render(tmp_path, str(study))
     assert proc.returncode == 0, proc.stderr
-    assert "3 of 4 points hold a run" in text
+    assert "3 of its 4 points captured" in text
     assert "batch_size-16 (failed: capture exited 1: CUDA out of memory)" in text
     dt = SV.decode_table(open_study(study))
     assert list(dt.batch) == [1, 8, 32]

@@ -49,6 +49,7 @@ class Col:
 # unit suffix (_pct, _us, _ms, _ns, _bytes, _per_s, ...) and a header made from the name.
 COLUMNS: dict[str, Col] = {
     # identity
+    "work_latency_us": Col("Latency of a launch that does work", "us"),
     # the serving study (chapter 08)
     "batch": Col("Batch", "count"),
     "batch_size": Col("Batch size", "count"),

@@ -40,7 +40,8 @@ def decode_table(st: StudyRuns) -> pd.DataFrame:
         plain = r.info.plain_ms_per_step().get("decode", np.nan)
         busy = k.duration_ns.sum() / 1e6 / n
         b = batch_of(p)
-        rows.append({st.axis: p.values.get(st.axis), "batch": b, "steps": n, "plain_step_ms": plain,
+        axis = {} if st.axis == "batch_size" else {st.axis: p.values.get(st.axis)}  # batch_size is `batch`
+        rows.append({**axis, "batch": b, "steps": n, "plain_step_ms": plain,
                      "busy_step_ms": busy, "host_step_ms": plain - busy, "busy_pct": 100 * busy / plain,
                      "launches_per_step": len(k) / n, "tokens_per_s": 1e3 * b / plain,
                      "busy_per_token_ms": busy / b})
@@ -78,7 +79,7 @@ def kernel_table(st: StudyRuns) -> pd.DataFrame:
             label, peak = roofs.compute_for(row)
             ridge = peak / roofs.bandwidth["dram"]
             ai = row.flops / row.dram_bytes if row.dram_bytes else np.nan
-            out.append({"batch": batch_of(p), "kernel_id": row.kernel_id, "kernel": row.friendly_name,
+            out.append({"batch": batch_of(p), "kernel": row.friendly_name,
                         "class": row.category, "share_pct": 100 * row.share, "duration_us": row.duration_ns / 1e3,
                         "flops": row.flops, "dram_mb": row.dram_bytes / 1e6, "intensity": ai,
                         "dram_roof_pct": 100 * row.dram_bytes / (row.duration_ns * 1e-9) / roofs.bandwidth["dram"],
@@ -88,18 +89,17 @@ def kernel_table(st: StudyRuns) -> pd.DataFrame:
 
 
 def turn_table(kt: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel class among the profiled kernels and batch: its arithmetic intensity and its position against its
-    kernels' ridges (intensity ÷ ridge, %: 100 % is where its compute roof takes over from DRAM), both weighted by
-    the kernels' time, and the first batch at which it reaches the ridge (NaN: not within the study's batches)."""
-    cols = ["class", "batch", "intensity", "of_ridge_pct", "turns_at"]
+    """Per kernel class among the profiled kernels and batch: its arithmetic intensity and its kernels' ridge, each
+    weighted by the kernels' time, the one as a % of the other (100 %: where its compute roof takes over from DRAM),
+    and the first batch at which it reaches the ridge (NaN: not within the study's batches)."""
+    cols = ["class", "batch", "intensity", "ridge", "of_ridge_pct", "turns_at"]
     w = kt[kt.intensity.notna() & (kt.share_pct > 0)] if not kt.empty else kt
     if w.empty:
         return pd.DataFrame(columns=cols)
-    w = w.assign(pos=w.intensity / w.ridge)
     g = w.groupby(["class", "batch"]).apply(
         lambda d: pd.Series({"intensity": np.average(d.intensity, weights=d.share_pct),
-                             "of_ridge_pct": 100 * np.average(d.pos, weights=d.share_pct)}),
-        include_groups=False).reset_index()
+                             "ridge": np.average(d.ridge, weights=d.share_pct)}), include_groups=False).reset_index()
+    g["of_ridge_pct"] = 100 * g.intensity / g.ridge
     turns = g[g.of_ridge_pct >= 100].groupby("class").batch.min()
     return g.assign(turns_at=g["class"].map(turns))[cols]
 
@@ -159,7 +159,21 @@ def whatif_table(st: StudyRuns, traces: dict[int, W.Trace]) -> tuple[pd.DataFram
 
 
 def points_table(st: StudyRuns) -> pd.DataFrame:
-    """The study's points as its manifest records them: grid values, status, reason, capture seconds and GPU."""
-    return pd.DataFrame([{"point": p.index, **p.values, "status": p.status, "reason": p.note or p.reason,
-                          "capture_s": p.seconds, "gpu": p.gpu if p.gpu is not None else "", "run": p.id}
-                         for p in st.points])
+    """The study's points as its manifest records them: grid values, status, capture seconds, and where any point
+    has them, its reason and the GPU it ran on (a study run side by side)."""
+    t = pd.DataFrame([{**p.values, "status": p.status, "capture_s": p.seconds, "reason": p.note or p.reason,
+                       "gpu": p.gpu} for p in st.points])
+    return t.drop(columns=[c for c in ("reason", "gpu") if not t[c].fillna("").astype(str).str.len().any()])
+
+
+def by_batch(t: pd.DataFrame, value: str, unit: str) -> pd.DataFrame:
+    """`t` (class, batch, value) as one row per class and one column per batch, named `batch_<b>_<unit>`."""
+    piv = t.pivot_table(index="class", columns="batch", values=value, aggfunc="sum").fillna(0.0)
+    piv.columns = [f"batch_{int(b)}_{unit}" for b in piv.columns]
+    return piv.reset_index()
+
+
+def roofs_of(st: StudyRuns):
+    """The roofs of the study's first point holding a run (one GPU for the whole study)."""
+    p = st.held[0]
+    return R.for_run(p.run)[2]

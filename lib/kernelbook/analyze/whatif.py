@@ -377,6 +377,24 @@ def _fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, L_default: float = 0.0) ->
     return L, max(1.0, b)
 
 
+def _line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float] | None:
+    """A robust line y = Lw + b·x through rows that do work (Theil–Sen, weighted by launches): b the weighted median
+    of the slopes between rows whose ideal differs by 1.5× or more (at least 1), Lw the weighted median of y − b·x. None when
+    under 3 rows or their ideals span under 4×. A memory-bound class whose small launches take a fixed few µs more
+    than their bytes (DRAM latency before the stream reaches its rate: decode's 3 MB GEMVs at 5 µs, its 334 MB
+    lm_head at 84 % of peak) is a line with an intercept, not one slowdown: a median slowdown of 2.8 set by the
+    small ones had the lm_head at 2.3× its time."""
+    if len(x) < 3 or x.max() < 4 * x.min():
+        return None
+    i, j = np.triu_indices(len(x), 1)
+    far = (np.maximum(x[i], x[j]) >= 1.5 * np.minimum(x[i], x[j]))
+    if far.sum() < 2:
+        return None
+    i, j = i[far], j[far]
+    b = max(1.0, _wmedian((y[j] - y[i]) / (x[j] - x[i]), w[i] * w[j]))  # no launch beats its roof at the margin
+    return _wmedian(y - b * x, w), b
+
+
 def _wmedian(v: np.ndarray, w: np.ndarray) -> float:
     o = np.argsort(v)
     c = np.cumsum(w[o])
@@ -415,14 +433,19 @@ def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
 
     phi0 = phi(np.ones(len(w), bool))
     phi0 = 1.0 if phi0 != phi0 else phi0
-    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "slowdown": b0, "dram_scaling": phi0, "rows": len(w),
+    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "work_latency_us": 1e6 * L0, "slowdown": b0, "dram_scaling": phi0, "rows": len(w),
              "launches": int(n.sum()), "fit": N_("all classes")}]
     for c in sorted(set(cls)):
         m = cls == c
         worked = m & (x >= 0.1 * y)  # as in _fit: rows whose ideal is not negligible beside their time
+        Lw = None
         if m.sum() >= 3:
             L, b = _fit(x[m], y[m], n[m], L0)
             fit = N_("fitted")
+            line = _line(x[worked], y[worked], n[worked])
+            if line is not None and line[0] > L:
+                Lw, b = line
+                fit = N_("fitted; launches that do work: a line with an intercept")
         elif worked.any():
             L, b = L0, max(1.0, _wmedian((y[worked] - L0) / x[worked], n[worked]))
             fit = N_("latency pooled, slowdown fitted")
@@ -430,7 +453,8 @@ def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
             L, b = _wmedian(np.maximum(y[m] - b0 * x[m], 0), n[m]), b0
             fit = N_("latency fitted, slowdown pooled")
         f = phi(m)
-        rows.append({"class": c, "latency_us": 1e6 * L, "slowdown": b, "dram_scaling": phi0 if f != f else f,
+        rows.append({"class": c, "latency_us": 1e6 * L, "work_latency_us": 1e6 * (L if Lw is None else Lw),
+                     "slowdown": b, "dram_scaling": phi0 if f != f else f,
                      "rows": int(m.sum()), "launches": int(n[m].sum()), "fit": fit})
     return pd.DataFrame(rows).assign(phases=", ".join(phases), ops_per_element=k)
 
@@ -447,6 +471,17 @@ def issue_ops_per_element(w: pd.DataFrame, d: Design, y: np.ndarray, latency_s: 
         return 0.0
     k = (y[m] - latency_s) * d.vector_tflops * 1e12 / e[m]
     return _wmedian(k, y[m] * w.launches.to_numpy(dtype=float)[m])
+
+
+def line_note(tr: "Trace") -> str:
+    """One sentence on the classes whose launches that do work are fitted as a line with an intercept (`_line`)."""
+    c = tr.calib[tr.calib.work_latency_us > tr.calib.latency_us + 1e-9] if "work_latency_us" in tr.calib else []
+    if not len(c):
+        return ""
+    return i18n.tr("In {classes}, a launch that does work pays a fixed cost above the class's floor (the intercept of "
+                   "a robust line through its launches: DRAM latency before a stream reaches its rate), then b × "
+                   "ideal; a launch that does none (a helper) pays the floor L.", classes=i18n.tr(", ").join(
+                       f"{r['class']} ({r.work_latency_us:.1f} µs)" for _, r in c.iterrows()))
 
 
 def issue_note(tr: "Trace") -> str:
@@ -475,11 +510,11 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
     class's `dram_scaling` (see `ideal_s`); fused elementwise chains cost b·ideal only.
     Rows scaled from their category are not modelled: their measured time is carried over, scaled by
     the design's ideal time over the run GPU's (`gpu`)."""
-    L, b, phi, matrix, fusible, scaled, median_s = _launch_inputs(work, calib)
+    L, Lw, b, phi, matrix, fusible, scaled, median_s = _launch_inputs(work, calib)
     if d.kernel_floor_us is not None:
-        L = np.full(len(work), d.kernel_floor_us * 1e-6)
+        L = Lw = np.full(len(work), d.kernel_floor_us * 1e-6)
     elif d.floor_us and gpu.floor_us:  # another measured GPU: its kernel floor over the fitting GPU's
-        L = L * d.floor_us / gpu.floor_us
+        L, Lw = L * d.floor_us / gpu.floor_us, Lw * d.floor_us / gpu.floor_us
     for eff, m in ((d.matrix_efficiency, matrix), (d.mem_efficiency, ~matrix)):
         e = stated_efficiency(eff, work, m)
         b = np.where(np.isnan(e), b, 1 / np.where(np.isnan(e), 1.0, e))
@@ -487,7 +522,9 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
     k = float(calib.ops_per_element.iloc[0]) if "ops_per_element" in calib else 0.0
     ideal = ideal_s(work, d, batch, active_bytes, phi, gpu.dram_gbps)
     # the generic elementwise path issues its index arithmetic at least (a fused chain does not run that path)
-    t = np.where(fused, 0.0, L) + np.maximum(b * ideal, np.where(fused, 0.0, issue_s(work, d, k, batch)))
+    # a launch that does work pays its class's work intercept (`_line`), one that does none (a helper) its floor
+    t = np.where(fused, 0.0, np.where(ideal > 0, Lw, L)) + np.maximum(b * ideal,
+                                                                    np.where(fused, 0.0, issue_s(work, d, k, batch)))
     on_gpu = _memo("ideal on the run's GPU", (work, calib, gpu),
                    lambda: (ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps),))[0]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -541,7 +578,9 @@ def _compute_launch_inputs(work: pd.DataFrame, calib: pd.DataFrame) -> tuple:
     b = cls.map(c.slowdown).fillna(pooled.slowdown).to_numpy(dtype=float)
     phi = (cls.map(c.dram_scaling).fillna(pooled.dram_scaling).to_numpy(dtype=float) if "dram_scaling" in c
            else np.ones(len(work)))
-    return (L, b, phi, work.category.isin(MATRIX).to_numpy(), work.category.isin(FUSIBLE).to_numpy(),
+    Lw = (cls.map(c.work_latency_us).fillna(pooled.work_latency_us).to_numpy(dtype=float) * 1e-6
+          if "work_latency_us" in c else L)
+    return (L, Lw, b, phi, work.category.isin(MATRIX).to_numpy(), work.category.isin(FUSIBLE).to_numpy(),
             (work.source == SCALED).to_numpy(), work.median_ns.to_numpy(dtype=float) * 1e-9)
 
 
@@ -621,6 +660,10 @@ class Trace:
     device: str = ""        # devices.yaml key of the run's GPU (for_run), naming it in cross-device tables
     host: ReplayHost | None = None  # decode's host time between graph replays (graph runs) or per launch
     run_id: str = ""        # the run it models (for_run): the quantities' keys name it (contract.quantity)
+    # HF generate's loop between two decode forwards (s per step, under the profiler): sampling, stopping checks,
+    # the next step's inputs. Outside every decode range, so outside the phase's wall, yet inside the plain step
+    # (token to token); a design does not remove it (`loop_s_of`)
+    loop_s: float = 0.0
 
     def q(self, name: str, value) -> "quantity.Q":
         """A figure of the modelled run as the named quantity `name` (`contract.quantity`)."""
@@ -668,10 +711,21 @@ def build(timeline: pd.DataFrame, phases: pd.DataFrame, manifest: Manifest | dic
         gpu = replace(gpu, floor_us=kernel_floor_us_of(timeline))
     # how often a row's operands are read per step of its phase (what SRAM residency ranks by)
     work["launches_per_step"] = work.launches / work.phase.map(dict(zip(measured.phase, measured.steps))).fillna(1)
-    tr = Trace(work, seq, measured, remainder, ratio, gpu,
+    tr = Trace(work, seq, measured, remainder, ratio, gpu, loop_s=loop_s_of(phases),
                host=replay_host_of(timeline, measured, ratio, info.workload.graph_decode))
     tr.calib = calibrate(work, gpu)
     return tr
+
+
+def loop_s_of(phases: pd.DataFrame) -> float:
+    """Generate's loop per decode step (s, profiled pass): the mean gap from one decode step's range to the next's.
+    On the bundled eager run 1.6 ms under the profiler (≈ 1.0 ms plain) of a 12.1 ms plain step; under CUDA graphs
+    it is inside `ReplayHost.between_replays_ms`, measured on the plain run."""
+    d = phases[phases.phase == "decode"].sort_values("start_ns")
+    if len(d) < 2:
+        return 0.0
+    gaps = (d.start_ns.to_numpy()[1:] - d.end_ns.to_numpy()[:-1]) * 1e-9
+    return float(np.clip(gaps, 0, None).mean())
 
 
 def unmodellable(run) -> str | None:
@@ -763,25 +817,28 @@ def _predicted(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None 
     host time between replays (`ReplayHost.between_replays_ms`, one term per step, not per launch) + the graph's
     node gaps + the design's device time + its `graph_floor_us`: the host and the graph replay do not overlap
     (generate waits for each step's token), and no per-launch dispatch applies inside a graph."""
-    s = 1 / tr.overhead_ratio if host_scale is None else host_scale
+    scales = host_scales(tr) if host_scale is None else {ph: host_scale for ph in tr.steps}
     t_row, fused = launch_time_s(tr.work, d, tr.calib if calib is None else calib, tr.gpu, batch, active_bytes)
     seq = tr.seq
     row, dur_s, gap_s, after_sync, in_decode = _seq_arrays(seq)
     k = row >= 0
     rows = np.maximum(row, 0)
     dur = np.where(k, t_row[rows], dur_s)
-    gap = gap_s * s
+    codes, names = _phase_codes(seq)
+    gap = gap_s * np.array([scales.get(ph, 1 / tr.overhead_ratio) for ph in names])[codes]
     if d.launch_overhead_us is not None:
         gap = np.where((gap > 0) & ~after_sync, d.launch_overhead_us * 1e-6, gap)
     gap = np.where(k & fused[rows], 0.0, gap)  # a fused op is not launched
     spans = _segment_spans(seq, dur, gap)
-    codes, names = _phase_codes(seq)
     busy = dict(zip(names, np.bincount(codes, weights=dur, minlength=len(names))))
     out = []
     hr = tr.host
     graph_plain = hr is not None and hr.graph and host_scale is None
     for ph, n in tr.steps.items():
+        s = scales.get(ph, 1 / tr.overhead_ratio)
         wall = (s * tr.remainder_s[ph] + spans.get(ph, 0.0)) / n
+        if ph == "decode" and host_scale is None:  # a plain step runs token to token: generate's loop is in it
+            wall += s * tr.loop_s
         dev = busy.get(ph, 0.0) / n
         if ph == "decode" and graph_plain:
             # a replayed graph: the host time between replays (generate's loop, a per-step term measured on the
@@ -795,6 +852,20 @@ def _predicted(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None 
                     "device_share_pct": 100 * dev / wall,
                     "bound": N_("device") if dev / wall >= 0.5 else N_("host/launch"),
                     "per_token_ms": 1e3 * wall / batch if ph == "decode" else np.nan})
+    return out
+
+
+def host_scales(tr: Trace) -> dict[str, float]:
+    """Per phase, what the profiler's host time shrinks by in a plain run: the phase's plain step (timed by the
+    capture; decode token to token) over its profiled wall (decode with generate's loop between forwards), at most
+    1; the capture's whole-generate ratio where the phase's plain step was not timed. Phases inflate unequally
+    (bundled eager run: decode 22.7 → 12.1 ms per step, 0.53, against 0.62 for the whole generate)."""
+    out = {}
+    m = tr.measured.set_index("phase")
+    for ph in m.index:
+        plain = m.loc[ph].get("plain_timed_ms_per_step", np.nan)
+        prof = m.loc[ph, "wall_ms_per_step"] + (1e3 * tr.loop_s if ph == "decode" else 0.0)
+        out[ph] = float(min(1.0, plain / prof)) if plain == plain and prof > 0 else 1 / tr.overhead_ratio
     return out
 
 

@@ -28,15 +28,16 @@ def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame
         if turned.empty:
             top = tt[tt.batch == tt.batch.max()].sort_values("of_ridge_pct", ascending=False).iloc[0]
             parts.append(tr("No profiled kernel class reaches its ridge by batch {b}: the closest, {cls}, sits at "
-                            "{pct:.0f} % of it ({ai:.1f} FLOP/byte): decode stays bound by bytes.", b=int(tt.batch.max()),
-                            cls=top["class"], pct=top.of_ridge_pct, ai=top.intensity))
+                            "{pct:.0f} % of it ({ai:.1f} against {ridge:.0f} FLOP/byte): decode stays bound by bytes.",
+                            b=int(tt.batch.max()), cls=top["class"], pct=top.of_ridge_pct, ai=top.intensity,
+                            ridge=top.ridge))
         else:
             parts.append(tr("Classes that reach their ridge: {which}.", which=", ".join(
                 f"{r['class']} ({tr('batch')} {int(r.turns_at)})" for _, r in turned.iterrows())))
     if not wt.empty and len(wt) > 1:
         other = wt[wt.batch != wt.fitted_at]
-        parts.append(tr("The what-if fitted at batch {b0} predicts the other batches' plain step within {e:.0f} % "
-                        "(device time within {d:.0f} %).", b0=int(wt.fitted_at.iloc[0]),
+        parts.append(tr("The what-if fitted at batch {b0} predicts the other batches' plain step within {e:.1f} % "
+                        "(device time within {d:.1f} %).", b0=int(wt.fitted_at.iloc[0]),
                         e=other.step_error_pct.abs().max(), d=other.device_error_pct.abs().max()))
     return " ".join(parts)
 
@@ -45,7 +46,7 @@ def points_note(st: StudyRuns) -> str:
     """Which points the study holds and which it lacks, with their reasons."""
     missing = [p for p in st.points if p.run is None]
     held = len(st.points) - len(missing)
-    out = tr("Study {study}: {held} of {n} points hold a run.", study=st.study_id, held=held, n=len(st.points))
+    out = tr("Study {study}: {held} of its {n} points captured.", study=st.study_id, held=held, n=len(st.points))
     if missing:
         out += " " + tr("Not shown: {which}.", which="; ".join(f"{p.id} ({p.status}: {p.note or p.reason})"
                                                               for p in missing))

@@ -515,7 +515,10 @@ def serving_steps(dt: pd.DataFrame) -> go.Figure:
                       title=tr("Decode step and throughput per batch (plain generate, CUDA graphs)"),
                       legend=dict(orientation="h", y=-0.25))
     fig.update_yaxes(title_text=tr("ms per decode step"), secondary_y=False, rangemode="tozero")
-    fig.update_yaxes(title_text=tr("tokens per second"), secondary_y=True, rangemode="tozero", showgrid=False)
+    step = 10 ** np.floor(np.log10(max(1.0, dt.tokens_per_s.max()) / 4))  # whole ticks: 0, 500, 1000, ...
+    step *= 5 if dt.tokens_per_s.max() / step > 20 else 2 if dt.tokens_per_s.max() / step > 8 else 1
+    fig.update_yaxes(title_text=tr("tokens per second"), secondary_y=True, rangemode="tozero", showgrid=False,
+                     tick0=0, dtick=step, tickformat=",.0f")
     return fig
 
 
@@ -525,5 +528,45 @@ def serving_classes(ct: pd.DataFrame) -> go.Figure:
                  color_discrete_map=CATEGORY_COLOUR, template=TEMPLATE, height=420,
                  labels={"ms_per_step": tr("decode kernel ms per step (GPU-busy)"), "batch": tr("batch"),
                          "class": tr("class")},
-                 title=tr("Where a decode step's kernel time goes, per batch"))
+                 title=tr("Where a decode step's kernel time goes, per batch"),
+                 category_orders={"class": list(ct.groupby("class").ms_per_step.sum().sort_values(ascending=False).index)})
+    fig.update_traces(hovertemplate="%{fullData.name}, batch %{x}: %{y:.3f} ms<extra></extra>")
+    fig.update_layout(legend_traceorder="reversed", xaxis_title=tr("batch (sequences decoded together)"))
+    return fig
+
+
+def serving_roofline(kt: pd.DataFrame, roofs) -> go.Figure:
+    """The serving study's profiled decode kernels on the DRAM roofline, one colour per batch: achieved FLOP/s
+    (as counted) against FLOP per DRAM byte, log-log, with the DRAM roof and the compute roofs in use; a kernel that
+    issues no FLOPs (a gather, a copy) has no point here (the table lists it). Marker size = share of the step's
+    kernel time."""
+    p = kt[(kt.flops > 0) & (kt.intensity > 0)]
+    fig = go.Figure()
+    xs = np.logspace(-2, 4, 200)
+    used = set(p.roof)
+    drawn = {label: peak for label, peak in roofs.compute.items() if label in used or label == "tensor bf16"}
+    top = max(drawn.values())
+    for label, peak in drawn.items():
+        fig.add_trace(go.Scatter(x=xs, y=np.full_like(xs, peak), mode="lines", name=tr("{roof} roof", roof=label),
+                                 line=dict(width=1.5, color="#444" if "tensor" in label else "#999")))
+    bw = roofs.bandwidth["dram"]
+    x = xs[bw * xs <= top]
+    fig.add_trace(go.Scatter(x=x, y=bw * x, mode="lines", name=f"DRAM {bw / 1e9:,.0f} GB/s",
+                             line=dict(width=1.5, color="#2b6cb0")))
+    batches = sorted(p.batch.unique())
+    colours = px.colors.sequential.Viridis
+    for i, b in enumerate(batches):
+        q = p[p.batch == b]
+        fig.add_trace(go.Scatter(
+            x=q.intensity, y=q.flops / (q.duration_us * 1e-6), mode="markers", name=tr("batch {b}", b=int(b)),
+            marker=dict(size=7 + 3 * np.sqrt(q.share_pct), line=dict(width=1, color="white"),
+                        color=colours[int(i * (len(colours) - 1) / max(1, len(batches) - 1))]),
+            customdata=np.c_[_esc(q.kernel), q.share_pct.round(1)],
+            hovertemplate="%{customdata[0]}<br>%{x:.3g} FLOP/B, %{y:.3s} FLOP/s<br>"
+                          + tr("%{{customdata[1]}} % of the step's kernel time") + "<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, height=520,
+                      title=tr("Profiled decode kernels on the roofline, per batch (marker size = time share)"),
+                      xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)")),
+                      yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[9, 15.5], **FLOPS_TICKS),
+                      legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0))
     return fig

@@ -47,6 +47,10 @@ def test_a_phase_lasts_at_least_its_gpu_work(run_dir):
     r = load_run(REPO / run_dir)
     s = T.phase_summary(r.timeline, r.phases).dropna(subset=["wall_ms"])  # 'other': kernels outside every range
     assert len(s) >= 2 and (s.gpu_busy_ms <= s.wall_ms * (1 + 1e-9)).all(), s[["phase", "wall_ms", "gpu_busy_ms"]].to_string()
+    from kernelbook.analyze.steps import profiled_steps
+
+    st = profiled_steps(r)  # and each profiled decode step
+    assert len(st) and (st.busy_ms <= st.wall_ms * (1 + 1e-9)).all(), st.to_string()
 
 
 def test_top_kernels_shares_are_of_phase_time(run):

@@ -71,13 +71,6 @@ def test_a_graph_copy_node_is_left_out_with_its_reason(moe_graphs_run, record_pr
     assert {d["name"] for d in left} == above and all(d["reason"] == GRAPH_COPY_REASON for d in left)
 
 
-ISSUE_42 = ("issue 42: under CUDA graphs a step's phase range (phases.parquet) is a host range around the graph's "
-            "launch and ends before the GPU runs the step; phase and step times of graph runs must come from the GPU "
-            "timeline or synchronised clocks. Seen on the H100 with this workload (two runs): decode 5.2-8.6 ms of "
-            "phase wall against 22.3-22.4 ms GPU-busy, each step 0.48-1.26 ms against 2.47-2.50 ms")
-
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42)
 def test_phase_times_hold_the_gpus_work(moe_graphs_run, record_property):
     """Per phase, the wall time the book reports (chapter 01's phase table) is at least the GPU-busy time of the
     phase's kernels."""
@@ -90,7 +83,6 @@ def test_phase_times_hold_the_gpus_work(moe_graphs_run, record_property):
     assert short.empty, short[["phase", "wall_ms", "gpu_busy_ms", "steps"]].to_string()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=ISSUE_42)
 def test_step_times_hold_the_gpus_work(moe_graphs_run, record_property):
     """Per profiled decode step, its wall time (analyze.steps.profiled_steps: the step's phase range) is at least
     its GPU-busy time."""

@@ -28,13 +28,16 @@ def plain_steps(run) -> pd.DataFrame | None:
 
 
 def profiled_steps(run) -> pd.DataFrame:
-    """Per profiled decode step: wall ms (its phase range, under the profiler) and GPU-busy ms (union of its
-    kernels' intervals). Columns: step, wall_ms, busy_ms, kernels."""
+    """Per profiled decode step: wall ms (its phase range, under the profiler, until its last kernel ends where that
+    is later: a CUDA graph's replay outlives the host range that launched it, `timeline.phase_wall_ns`) and GPU-busy
+    ms (union of its kernels' intervals). Columns: step, wall_ms, busy_ms, kernels."""
     ph = run.phases[run.phases.phase == "decode"]
     k = run.timeline[(run.timeline.phase == "decode")]
     rows = []
     for step, g in k.groupby("step"):
-        wall = ph.loc[ph.step == step, "duration_ns"].sum()
+        r = ph[ph.step == step]
+        over = max(0, int(g.end_ns.max()) - int(r.end_ns.max())) if len(r) else 0
+        wall = r.duration_ns.sum() + over
         rows.append({"step": int(step), "wall_ms": wall / 1e6,
                      "busy_ms": busy_ns(g.start_ns.to_numpy(), g.end_ns.to_numpy()) / 1e6,
                      "kernels": int((g.kind == "kernel").sum())})

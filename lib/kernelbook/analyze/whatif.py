@@ -414,7 +414,12 @@ def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
     throughput as a fraction of peak, time-weighted over the class's profiled kernels in `phases` (a kernel
     that keeps the DRAM busy 20 % of its time is limited by bytes in flight, not by the peak: on an H200 with
     1.43× the H100's bandwidth, kernels at 20 % ran 0–3 % faster, those at 60 % 12–24 %); classes without
-    profiled kernels take the pooled value, and a run without ncu counters 1 (all of it moves)."""
+    profiled kernels take the pooled value, and a run without ncu counters 1 (all of it moves).
+
+    Two terms beside L and b: `ops_per_element`, the issue cost of PyTorch's generic elementwise path
+    (`issue_ops_per_element`; the launches it binds are left out of the fit of b), and per class `work_latency_us`,
+    what a launch that does work pays before b × ideal where its working launches lie on a line with an intercept
+    above L (`_line`); elsewhere it equals L."""
     w = work[work.phase.isin(phases) & (work.source != SCALED)]  # their work is their time
     y, n = w.median_ns.to_numpy() * 1e-9, w.launches.to_numpy().astype(float)
     x = ideal_s(w, d)

@@ -245,3 +245,22 @@ def test_a_sampled_generation_says_how_many_decode_steps_its_phase_share_rests_o
             f"{sampling['decode_steps']:,} decode steps)") in line
     bundled = S.phase_table(load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2"))
     assert "recorded" not in S.headline(bundled, None, pd.DataFrame(columns=["phase"]))
+
+
+def test_a_graph_run_alone_is_never_called_eager(tmp_path):
+    """Chapter 07 on a CUDA-graph run with no eager twin beside it (a serving-study point, batch 32): its headline
+    names the step as run, as graphs, and never 'eager' (issue 41 point 3, issue 42)."""
+    import subprocess
+    import sys
+
+    run = REPO / "data" / "studies" / "h100-serving" / "runs" / "batch_size-32"
+    out = tmp_path / "book"
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--run", str(run), "--chapters", "07_summary",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    import re
+
+    page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (out / "07_summary.html").read_text()))
+    assert "a plain decode step as CUDA graphs takes 17.77 ms" in page
+    assert "eager decode step" not in page and "are eager HF generate's" not in page
+    assert "This run decoded as CUDA graphs, as serving stacks run decode" in page

@@ -420,8 +420,14 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
         out[0] = out[0][:1].upper() + out[0][1:]
     elif limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
         e = step_quantities(deploy, 0, limit)
-        out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
-                      "bytes need at measured DRAM bandwidth", wall=e["plain"], x=e["plain_x"], limit=e["limit"]))
+        if deploy.attrs.get("graphs", [False])[0]:  # a graph run alone: its step as deployed, never "eager"
+            out.append(tr("a plain decode step as CUDA graphs takes {wall:.2f} ms, {x:.1f}× the {limit:.2f} ms its "
+                          "weight and KV bytes need at measured DRAM bandwidth", wall=e["plain"], x=e["plain_x"],
+                          limit=e["limit"]))
+        else:
+            out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and "
+                          "KV bytes need at measured DRAM bandwidth", wall=e["plain"], x=e["plain_x"],
+                          limit=e["limit"]))
     elif limit is not None and limit.plain_ms:
         out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
                       "bytes need at measured DRAM bandwidth", wall=limit.q("plain_ms"), x=limit.q("plain_x"),
@@ -482,6 +488,7 @@ def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
                     "busy_x": busy / limit.limit_ms})
     table = pd.DataFrame(out, columns=cols)
     table.attrs["run_ids"] = [r_.run_id for r_, _ in rows]  # the quantities' keys (`step_quantities`)
+    table.attrs["graphs"] = [_graph_decode(r_) for r_, _ in rows]  # how each decoded: the headline's words
     return table
 
 
@@ -537,6 +544,10 @@ def as_deployed_headline(deployed_line: str, dep, eager, eager_line: str) -> str
 
 
 def deployed_prose(table: pd.DataFrame, limit: DecodeLimit | None) -> str:
+    if len(table) and table.attrs.get("graphs", [False])[0] and (len(table) < 2 or limit is None):
+        return tr("This run decoded as CUDA graphs, as serving stacks run decode: the figures above are the step as "
+                  "deployed. No eager run of the same workload is among variant_runs to show what HF's eager loop "
+                  "adds.")
     if len(table) < 2 or limit is None:
         return tr("No deployment-shaped variant (decode as CUDA graphs) is among variant_runs: the figures above are "
                   "eager HF generate's, which no serving stack runs.")

@@ -156,8 +156,8 @@ kb.table(W.design_table(designs, tr, env, deployed=tr_dep, val=val, dep_val=dep_
 # ## The levers one at a time
 # Decode time per token with one lever moved from the fitted GPU: the kernel floor, all kernels at peak
 # (efficiency), both, DRAM bandwidth, an SRAM keeping the hottest weights (partial residency), fp8 or int4
-# weights (weight bytes only: activations, KV cache and compute unchanged), and batch. This run's column issues
-# launches as a graph (2 µs each) where the run was eager; the deployed column is the CUDA-graph run as it ran.
+# weights (weight bytes only: activations, KV cache and compute unchanged), and batch. Where this run decoded
+# eagerly, its column issues launches as a graph (2 µs each); the deployed column is the CUDA-graph run as it ran.
 
 # %%
 kb.table(W.lever_table(tr, gpu, tr_dep, val=val, dep_val=dep_val), kb.tr("Decode per token, one lever at a time"))

@@ -248,15 +248,16 @@ def test_a_sampled_generation_says_how_many_decode_steps_its_phase_share_rests_o
 
 
 def test_a_graph_run_alone_is_never_called_eager(tmp_path):
-    """Chapter 07 on a CUDA-graph run with no eager twin beside it (a serving-study point, batch 32): its headline
-    names the step as run, as graphs, and never 'eager' (issue 41 point 3, issue 42)."""
+    """Chapters 06 and 07 on a CUDA-graph run with no eager twin beside it (a serving-study point, batch 32): the
+    headline names the step as run, as graphs, and neither chapter calls its figures eager's (issue 41 point 3,
+    issue 42)."""
     import subprocess
     import sys
 
     run = REPO / "data" / "studies" / "h100-serving" / "runs" / "batch_size-32"
     out = tmp_path / "book"
-    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--run", str(run), "--chapters", "07_summary",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-m", "kernelbook", "book", "--run", str(run), "--chapters",
+                           "06_npu,07_summary", "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     import re
 
@@ -264,3 +265,5 @@ def test_a_graph_run_alone_is_never_called_eager(tmp_path):
     assert "a plain decode step as CUDA graphs takes 17.77 ms" in page
     assert "eager decode step" not in page and "are eager HF generate's" not in page
     assert "This run decoded as CUDA graphs, as serving stacks run decode" in page
+    npu = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (out / "06_npu.html").read_text()))
+    assert "batch_size-32 itself decoded as CUDA graphs" in npu and "the chapter shows the eager run only" not in npu

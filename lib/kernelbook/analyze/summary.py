@@ -529,6 +529,10 @@ def twins_note(tw, base) -> str:
 
 
 def deployed_missing(run, deployed_run: str) -> str:
+    if _graph_decode(run):
+        return tr("{r} itself decoded as CUDA graphs, as serving stacks run decode: the figures of this chapter are the "
+                  "step as deployed ({d} is another workload and is not set beside it).", r=md(run.run_id),
+                  d=md(deployed_run) if deployed_run else "deployed_run")
     if not deployed_run:
         return tr("No deployed_run given: the figures of this chapter are eager HF generate's.")
     return tr("{d} is not this workload run as CUDA graphs (a static-cache variant of {r}); the chapter shows the "

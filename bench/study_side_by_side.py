@@ -1,7 +1,6 @@
 """Issue 44: a study run side by side on several GPUs against the same points captured alone. Prints each point's
 decode step (plain and GPU-busy) in both and the difference, and each study's wall time (first start to last end,
 from its manifest). Usage: python bench/study_side_by_side.py <side-by-side study> <alone study> [<one-GPU study>]"""
-import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -14,8 +13,8 @@ from kernelbook.load.study import open_study  # noqa: E402
 
 
 def wall_s(st) -> float:
-    pts = json.loads((st.path / "study.json").read_text())["points"]
-    spans = [(datetime.fromisoformat(p["started"]).timestamp(), p["seconds"]) for p in pts if p.get("started")]
+    """First start to last end of the study's points, from its manifest."""
+    spans = [(datetime.fromisoformat(p.started).timestamp(), p.seconds) for p in st.points if p.started]
     return max(a + s for a, s in spans) - min(a for a, _ in spans) if spans else float("nan")
 
 

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import yaml
 
+from .contract.layout import STUDY_MANIFEST
+
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED_RUN = "data/runs/h100-deepseek-ocr-2"
 CAPTURE = "capture"
@@ -117,8 +119,8 @@ def _run_dir(v) -> str | None:
 
 
 def _study_dir(v) -> str | None:
-    if not isinstance(v, str) or not _on_disk(resolve_path(v) / "study.json", "file"):
-        return (f"{shown(v, bare=True)} is not a study folder (no study.json): make one with `python -m kernelbook "
+    if not isinstance(v, str) or not _on_disk(resolve_path(v) / STUDY_MANIFEST, "file"):
+        return (f"{shown(v, bare=True)} is not a study folder (no {STUDY_MANIFEST}): make one with `python -m kernelbook "
                 "study --params params/study-serving.yaml --out <folder>` on a GPU machine")
     return None
 

@@ -27,10 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import params as P
-from .contract.layout import RunLayout
+from .contract.layout import RunLayout, StudyLayout
 
 STUDY_KEYS = ("base", "set", "grid")
-MANIFEST = "study.json"
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,7 @@ class Study:
     """A validated study file: the base parameters every point shares, and the points of its grid."""
     source: str
     base_file: str | None
+    base: dict  # the base file's parameters, read once
     shared: dict
     grid: dict
     points: tuple[Point, ...]
@@ -60,8 +60,7 @@ class Study:
     def params_of(self, point: Point) -> dict:
         """The point's capture parameters as a params file holds them (base file, then `set`, then its grid
         values)."""
-        values = dict(P._read_file(Path(self.base_file))) if self.base_file else {}
-        return {**values, **self.shared, **point.values}
+        return {**self.base, **self.shared, **point.values}
 
 
 @dataclass
@@ -130,7 +129,7 @@ def load_study(path: str | Path) -> Study:
     axes = list(grid)
     points = tuple(Point(i, dict(zip(axes, combo)))
                    for i, combo in enumerate(itertools.product(*(grid[a] for a in axes))))
-    study = Study(source, base_file, shared, grid, points)
+    study = Study(source, base_file, dict(P._read_file(Path(base_file))) if base_file else {}, shared, grid, points)
     for pt in points:  # each point as the capture will check it: one message for all of them
         try:
             P.validate(study.params_of(pt), f"point {pt.label}", P.CAPTURE)
@@ -144,14 +143,14 @@ def load_study(path: str | Path) -> Study:
 # --- the study manifest ---------------------------------------------------------------------------------
 
 def read_manifest(out: Path) -> dict | None:
-    f = out / MANIFEST
+    f = StudyLayout(out).manifest
     return json.loads(f.read_text()) if f.is_file() else None
 
 
 def write_manifest(out: Path, doc: dict) -> None:
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    os.replace(tmp, out / MANIFEST)  # never half a manifest
+    lay = StudyLayout(out)
+    lay.manifest_tmp.write_text(json.dumps(doc, indent=1, default=str))
+    os.replace(lay.manifest_tmp, lay.manifest)  # never half a manifest
 
 
 def run_status(run_dir: Path) -> tuple[str, str]:
@@ -185,7 +184,7 @@ def plan(study: Study, out: Path, only: int | None = None) -> list[PointRecord]:
     for pt in study.points:
         if only is not None and pt.index != only:
             continue
-        run_dir = out / "runs" / pt.id
+        run_dir = StudyLayout(out).run(pt.id)
         status, reason = run_status(run_dir)
         prev = old.get(pt.id, {})
         recs.append(PointRecord(pt.index, pt.id, pt.values, str(run_dir.relative_to(out)), status, reason,
@@ -196,11 +195,12 @@ def plan(study: Study, out: Path, only: int | None = None) -> list[PointRecord]:
 
 def _set_aside(out: Path, rec: PointRecord) -> None:
     """A partial run of an earlier attempt is kept, renamed `<id>.attempt-<n>`, and listed in the record."""
-    run_dir = out / rec.run_dir
+    lay = StudyLayout(out)
+    run_dir = lay.run(rec.id)
     if not run_dir.exists():
         return
     n = 1
-    while (aside := run_dir.with_name(f"{run_dir.name}.attempt-{n}")).exists():
+    while (aside := lay.attempt(rec.id, n)).exists():
         n += 1
     run_dir.rename(aside)
     rec.previous.append({"run_dir": str(aside.relative_to(out)), "status": rec.status, "reason": rec.reason})
@@ -210,14 +210,13 @@ def point_command(params_file: Path, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "kernelbook", "capture", "--params", str(params_file), "--out", str(run_dir)]
 
 
-def run_study(study: Study, out: Path, gpus: list[str] | None = None, only: int | None = None,
-              capture_cmd=point_command) -> int:
+def run_study(study: Study, out: Path, gpus: list[str] | None = None, only: int | None = None) -> int:
     """Capture every point not yet complete; 0 when all points are complete, 1 when any is not. `gpus`: the GPU
     indices to place points on, one point per GPU at a time (None: the one the process sees). `only`: one point's
     index (a Slurm array task)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "points").mkdir(exist_ok=True)
-    (out / "runs").mkdir(exist_ok=True)
+    lay = StudyLayout(out)
+    lay.points.mkdir(parents=True, exist_ok=True)
+    lay.runs.mkdir(exist_ok=True)
     recs = plan(study, out, only)
     doc = read_manifest(out) or {}
     doc.update({"kernelbook_study": 1, "source": study.source, "base": study.base_file, "set": study.shared,
@@ -226,7 +225,7 @@ def run_study(study: Study, out: Path, gpus: list[str] | None = None, only: int 
 
     def save():
         # under a file lock, over the manifest as it is now: Slurm's tasks (`only`) each write their own point
-        with open(out / (MANIFEST + ".lock"), "w") as lock:
+        with open(lay.lock, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             now = read_manifest(out) or {}
             by_id.update({r["id"]: r for r in now.get("points", []) if r["id"] not in {x.id for x in recs}})
@@ -244,14 +243,14 @@ def run_study(study: Study, out: Path, gpus: list[str] | None = None, only: int 
     slots = list(gpus) if gpus else [None]
     running: dict = {}  # slot -> (record, process, start)
     try:
-        _loop(study, out, todo, slots, running, save, capture_cmd, t0)
+        _loop(study, out, todo, slots, running, save, t0)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: each running capture stops and lands partial
         for rec, proc, start in running.values():
             proc.terminate()
         for rec, proc, start in running.values():
             _wait_out(proc, 120)
             rec.seconds = round(time.perf_counter() - start, 1)
-            status, reason = run_status(out / rec.run_dir)
+            status, reason = run_status(lay.run(rec.id))
             rec.status = status if status not in ("pending", "complete") else "failed"
             rec.reason = reason or "the study was stopped while this point was captured"
         for rec in recs:  # stopped between its record and its launch: no capture of it runs
@@ -279,12 +278,13 @@ def _wait_out(proc: subprocess.Popen, seconds: float) -> None:
         proc.kill()
 
 
-def _start(study: Study, out: Path, rec: PointRecord, slot, capture_cmd, t0: float, save, running: dict) -> None:
+def _start(study: Study, out: Path, rec: PointRecord, slot, t0: float, save, running: dict) -> None:
     """Launch `rec`'s capture (on GPU `slot`, under that GPU's own profiling lock) into `running[slot]`."""
     if rec.status in ("partial", "failed"):
         _set_aside(out, rec)
     pt = study.points[rec.index]
-    pfile = out / "points" / f"{rec.id}.yaml"
+    lay = StudyLayout(out)
+    pfile = lay.params(rec.id)
     pfile.write_text(P.yaml.safe_dump(study.params_of(pt), sort_keys=False))
     env = dict(os.environ)
     if slot is not None:
@@ -295,19 +295,20 @@ def _start(study: Study, out: Path, rec: PointRecord, slot, capture_cmd, t0: flo
     save()
     _say(f"point {rec.index + 1}/{len(study.points)} ({pt.label}) started"
          + (f" on GPU {slot}" if slot is not None else "") + f"; study elapsed {_elapsed(t0)}")
-    with open(out / "points" / f"{rec.id}.stderr", "w") as err:  # the capture's messages: its reason if it fails
+    with open(lay.stderr(rec.id), "w") as err:  # the capture's messages: its reason if it fails
         # its own process group: the capture stops its ncu and worker by signalling its group, which must not
         # reach the study (a SIGTERM reaches a capture through the study, `run_study`)
-        running[slot] = (rec, subprocess.Popen(capture_cmd(pfile, out / rec.run_dir), env=env, stderr=err,
+        running[slot] = (rec, subprocess.Popen(point_command(pfile, lay.run(rec.id)), env=env, stderr=err,
                                                start_new_session=True), time.perf_counter())
 
 
 def _finish(out: Path, rec: PointRecord, rc: int, start: float) -> None:
     """Record how `rec`'s capture ended: the run's own status and reason, else the capture's last message."""
     rec.seconds = round(time.perf_counter() - start, 1)
-    status, reason = run_status(out / rec.run_dir)
+    lay = StudyLayout(out)
+    status, reason = run_status(lay.run(rec.id))
     rec.status = status if status != "pending" else "failed"
-    said = [ln for ln in (out / "points" / f"{rec.id}.stderr").read_text(errors="replace").splitlines() if ln.strip()]
+    said = [ln for ln in lay.stderr(rec.id).read_text(errors="replace").splitlines() if ln.strip()]
     if rc != 0 and said:
         print("\n".join(said[-20:]), file=sys.stderr, flush=True)
     last = said[-1].strip() if said else ""
@@ -316,13 +317,13 @@ def _finish(out: Path, rec: PointRecord, rc: int, start: float) -> None:
         rec.status, rec.reason = "partial", f"capture exited {rc}"
 
 
-def _loop(study: Study, out: Path, todo: list, slots: list, running: dict, save, capture_cmd, t0: float) -> None:
+def _loop(study: Study, out: Path, todo: list, slots: list, running: dict, save, t0: float) -> None:
     """Keep every slot busy with the next point until all are done."""
     queue, finished = list(todo), 0
     while queue or running:
         for slot in [s for s in slots if s not in running]:
             if queue:
-                _start(study, out, queue.pop(0), slot, capture_cmd, t0, save, running)
+                _start(study, out, queue.pop(0), slot, t0, save, running)
         time.sleep(0.2)
         for slot, (rec, proc, start) in list(running.items()):
             rc = proc.poll()

@@ -36,6 +36,7 @@ import pandas as pd
 from ..i18n import N_, tr
 from ..escape import md
 from . import modules as M
+from .timeline import phase_kernels
 
 # Inductor names a fused kernel after the aten ops it fused: a gather fuses `index` (not `index_copy`, a cache write)
 GATHER = M.GATHER_KERNEL
@@ -47,11 +48,6 @@ GAIN = N_("gain")
 BASELINE = N_("baseline")
 MEASURED = N_("measured kernel time removed")
 MODEL = N_("model prediction (chapter 06)")
-
-
-def _decode_kernels(run) -> pd.DataFrame:
-    t = run.timeline
-    return t[(t.phase == "decode") & (t.kind == "kernel")]
 
 
 def _steps(k: pd.DataFrame) -> int:
@@ -71,7 +67,7 @@ def gather_kernels(run, twin=None) -> pd.DataFrame:
     cols = ["name", "launches_per_step", "us_per_step", "module", "module_type", "consumer", "consumer_shapes",
             "consumer_us", "gather_read_bytes", "gather_write_bytes", "consumer_read_bytes_inloop", "consumer_kernel_id",
             "eager_index_shapes"]
-    k = _decode_kernels(run)
+    k = phase_kernels(run.timeline, "decode")
     g = k[k.name.map(is_gather)]
     if g.empty:
         return pd.DataFrame(columns=cols)
@@ -81,7 +77,7 @@ def gather_kernels(run, twin=None) -> pd.DataFrame:
     steps = _steps(k)
     eager_idx = {}
     if twin is not None:
-        e = _decode_kernels(twin)
+        e = phase_kernels(twin.timeline, "decode")
         e = e[(e.op == "aten::index") & e.module.notna()]
         eager_idx = e.assign(layerless=e.module.str.replace(r"\.\d+\.", ".N.", regex=True)).groupby(
             "layerless").op_shapes.agg(lambda s: sorted({x.strip(";") for x in s.dropna()}))
@@ -155,7 +151,8 @@ def moe_in_place(run, twin=None) -> SoftwareLever | None:
     shapes = "; ".join(f"{md(r.consumer_shapes)}" for r in g.itertuples() if isinstance(r.consumer_shapes, str))
     src = ", ".join(tr("{k} of {src}", k=r.consumer_shapes.split("x")[0], src=r.eager_index_shapes)
                     for r in g.itertuples() if r.eager_index_shapes)
-    busy = float(_decode_kernels(run).duration_ns.sum()) / 1e3 / _steps(_decode_kernels(run))
+    k = phase_kernels(run.timeline, "decode")
+    busy = float(k.duration_ns.sum()) / 1e3 / _steps(k)
     note = tr("gather kernels {n:.0f} per step, {us:.0f} µs per step (timeline, {pct:.0f} % of GPU-busy), in {module}",
               n=g.launches_per_step.sum(), us=removed, pct=100 * removed / busy,
               module=md(re.sub(r"\.\d+\.", ".N.", g.module.dropna().iloc[0])) if g.module.notna().any() else "-") + (
@@ -176,7 +173,7 @@ def is_kv_cat(op: str, shapes) -> bool:
 
 def kv_cat_us(run) -> float:
     """µs per decode step of the KV-cache concatenations (`is_kv_cat`); 0 where there are none."""
-    k = _decode_kernels(run)
+    k = phase_kernels(run.timeline, "decode")
     cat = k[[is_kv_cat(o, s) for o, s in zip(k.op, k.op_shapes)]]
     return float(cat.duration_ns.sum() / 1e3 / _steps(k))
 
@@ -198,7 +195,7 @@ def norm_excess_us(run) -> tuple[float, int, int]:
     With modules (an eager run): every kernel of a norm module but its longest. Without (a compiled step's Triton
     kernels): the RMSNorm kernels (`rsqrt` in the name) that are not reductions, i.e. pointwise recomputes beyond
     the one reduction kernel per norm."""
-    k = _decode_kernels(run)
+    k = phase_kernels(run.timeline, "decode")
     steps = _steps(k)
     mk = M.with_module_types(k[k.module.notna()]) if M.has_modules(k) else k.iloc[:0]
     norms = mk[mk.get("module_type", pd.Series(dtype=object)) == "norm"] if len(mk) else mk

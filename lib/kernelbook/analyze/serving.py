@@ -10,18 +10,14 @@ import pandas as pd
 from ..load.study import StudyPoint, StudyRuns
 from ..i18n import N_
 from . import roofline as R
+from . import timeline as T
 from . import whatif as W
 
 
-def _decode_kernels(run) -> pd.DataFrame:
-    t = run.timeline
-    return t[(t.kind == "kernel") & (t.phase == "decode")]
-
-
-def _steps(run) -> int:
-    """Decode steps the profiled generate recorded (step numbers in the timeline)."""
-    k = _decode_kernels(run)
-    return max(1, int(k.step.nunique())) if "step" in k else 1
+def _decode_summary(run) -> pd.Series:
+    """The decode row of chapter 01's phase table (`timeline.phase_summary`): steps, GPU-busy time (kernels, copies
+    and memsets on the GPU's own timeline), launches per step; the same figures every chapter prints."""
+    return T.phase_summary(run.timeline, run.phases).set_index("phase").loc["decode"]
 
 
 def batch_of(p: StudyPoint) -> int:
@@ -31,19 +27,19 @@ def batch_of(p: StudyPoint) -> int:
 def decode_table(st: StudyRuns) -> pd.DataFrame:
     """Per point holding a run: batch, decode steps recorded, the plain step (ms: the capture timed every step of
     generates without the profiler), the GPU-busy time per step (the step's kernels, from the GPU's own timeline, not
-    the host's phase range, which under CUDA graphs ends before the GPU's work), the host's share of the plain step
+    the host's phase range, which under CUDA graphs ends before the GPU's work: `_decode_summary`), the host's share of the plain step
     (plain − busy), kernel launches per step and tokens per second (batch ÷ plain step)."""
     rows = []
     for p in st.held:
-        r, k = p.run, _decode_kernels(p.run)
-        n = _steps(r)
+        r, d = p.run, _decode_summary(p.run)
+        n = max(1, int(d.steps))
         plain = r.info.plain_ms_per_step().get("decode", np.nan)
-        busy = k.duration_ns.sum() / 1e6 / n
+        busy = d.gpu_busy_ms / n
         b = batch_of(p)
         axis = {} if st.axis == "batch_size" else {st.axis: p.values.get(st.axis)}  # batch_size is `batch`
         rows.append({**axis, "batch": b, "steps": n, "plain_step_ms": plain,
                      "busy_step_ms": busy, "host_step_ms": plain - busy, "busy_pct": 100 * busy / plain,
-                     "launches_per_step": len(k) / n, "tokens_per_s": 1e3 * b / plain,
+                     "launches_per_step": d.launches_per_step, "tokens_per_s": 1e3 * b / plain,
                      "busy_per_token_ms": busy / b})
     return pd.DataFrame(rows)
 
@@ -53,8 +49,8 @@ def class_table(st: StudyRuns) -> pd.DataFrame:
     step's kernel time."""
     out = []
     for p in st.held:
-        k = _decode_kernels(p.run)
-        n = _steps(p.run)
+        k = T.phase_kernels(p.run.timeline, "decode")
+        n = max(1, int(_decode_summary(p.run).steps))
         ms = k.groupby("category").duration_ns.sum() / 1e6 / n
         out.append(pd.DataFrame({"batch": batch_of(p), "class": ms.index, "ms_per_step": ms.to_numpy(),
                                  "share_pct": 100 * ms.to_numpy() / ms.sum()}))
@@ -149,8 +145,8 @@ def whatif_table(st: StudyRuns, traces: dict[int, W.Trace]) -> tuple[pd.DataFram
                      "predicted_step_ms": pr.wall_ms_per_step, "plain_step_ms": m.plain_step_ms,
                      "step_error_pct": 100 * (pr.wall_ms_per_step - m.plain_step_ms) / m.plain_step_ms})
         t_s, _ = W.launch_time_s(tr0.work, tr0.gpu, tr0.calib, tr0.gpu, scale)
-        pred = W._class_ms(tr0, t_s).loc["decode"]
-        meas = W._class_ms(traces[p.index]).loc["decode"]
+        pred = W.class_ms(tr0, t_s).loc["decode"]
+        meas = W.class_ms(traces[p.index]).loc["decode"]
         both = pd.concat([pred.rename("predicted_ms"), meas.rename("measured_ms")], axis=1).fillna(0.0)
         cls.append(both.reset_index(names="class").assign(batch=b))
     per_class = pd.concat(cls, ignore_index=True)

@@ -14,7 +14,7 @@ import pandas as pd
 from dataclasses import dataclass
 
 from ..i18n import tr
-from .timeline import busy_ns
+from .timeline import busy_ns, step_wall_ns
 
 
 def plain_steps(run) -> pd.DataFrame | None:
@@ -31,13 +31,11 @@ def profiled_steps(run) -> pd.DataFrame:
     """Per profiled decode step: wall ms (its phase range, under the profiler, until its last kernel ends where that
     is later: a CUDA graph's replay outlives the host range that launched it, `timeline.phase_wall_ns`) and GPU-busy
     ms (union of its kernels' intervals). Columns: step, wall_ms, busy_ms, kernels."""
-    ph = run.phases[run.phases.phase == "decode"]
+    walls = step_wall_ns(run.phases[run.phases.phase == "decode"], run.timeline)
     k = run.timeline[(run.timeline.phase == "decode")]
     rows = []
     for step, g in k.groupby("step"):
-        r = ph[ph.step == step]
-        over = max(0, int(g.end_ns.max()) - int(r.end_ns.max())) if len(r) else 0
-        wall = r.duration_ns.sum() + over
+        wall = walls.get(("decode", step), 0)
         rows.append({"step": int(step), "wall_ms": wall / 1e6,
                      "busy_ms": busy_ns(g.start_ns.to_numpy(), g.end_ns.to_numpy()) / 1e6,
                      "kernels": int((g.kind == "kernel").sum())})

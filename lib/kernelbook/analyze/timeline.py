@@ -39,6 +39,11 @@ def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((block_end - block_start).sum())
 
 
+def phase_kernels(timeline: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The kernel rows of `phase` (no copies, no memsets)."""
+    return timeline[(timeline.phase == phase) & (timeline.kind == "kernel")]
+
+
 def plain_ms_per_step(manifest: Manifest | dict) -> dict[str, float]:
     """Per phase, the plain (unprofiled) wall ms per step the capture timed (`timeline_info.plain_phases`:
     the median of its timing trials; per decode step, per call for the others); empty for a run captured
@@ -46,20 +51,23 @@ def plain_ms_per_step(manifest: Manifest | dict) -> dict[str, float]:
     return read_manifest(manifest).plain_ms_per_step()
 
 
-def phase_wall_ns(phases: pd.DataFrame, timeline: pd.DataFrame | None = None) -> dict[str, int]:
-    """Wall time per phase from the CPU-side ranges; prefill excludes the vision ranges nested in it. With the
-    `timeline`, a step whose kernels end after its range (a CUDA graph's replay: the host's range ends once the
-    graph is launched, the GPU's work runs on; 1.6 ms of range against 5.3 ms of kernels at batch 8) lasts until
-    its last kernel ends: the phase's wall is the host's and the GPU's together, never shorter than its GPU work."""
-    ph = phases.copy()
-    if timeline is not None and len(timeline) and len(ph):
+def step_wall_ns(phases: pd.DataFrame, timeline: pd.DataFrame | None = None) -> pd.Series:
+    """Wall time (ns) per (phase, step) from the CPU-side ranges. With the `timeline`, a step whose GPU work ends
+    after its last range (a CUDA graph's replay: the host's range ends once the graph is launched, the GPU's work
+    runs on; 1.6 ms of range against 5.3 ms of kernels at batch 8) lasts until its last kernel, copy or memset ends:
+    a step is the host's and the GPU's time together, never shorter than its GPU work."""
+    g = phases.groupby(["phase", "step"])
+    wall = g.duration_ns.sum()
+    if timeline is not None and len(timeline) and len(phases):
         k = timeline[timeline.kind.isin(["kernel", "memcpy", "memset"])] if "kind" in timeline else timeline
-        last = k.groupby(["phase", "step"]).end_ns.max()
-        end = ph.groupby(["phase", "step"]).end_ns.transform("max")
-        at_end = ph.end_ns == end  # the step's last range carries the overrun
-        over = pd.Series(list(zip(ph.phase, ph.step)), index=ph.index).map(last).astype(float) - end
-        ph["duration_ns"] = ph.duration_ns + np.where(at_end, np.clip(np.nan_to_num(over.to_numpy()), 0, None), 0)
-    w = ph.groupby("phase")["duration_ns"].sum().to_dict()
+        over = (k.groupby(["phase", "step"]).end_ns.max() - g.end_ns.max()).reindex(wall.index)
+        wall = wall + over.clip(lower=0).fillna(0)
+    return wall.astype("int64")
+
+
+def phase_wall_ns(phases: pd.DataFrame, timeline: pd.DataFrame | None = None) -> dict[str, int]:
+    """Wall time per phase: its steps' (`step_wall_ns`); prefill excludes the vision ranges nested in it."""
+    w = step_wall_ns(phases, timeline).groupby(level="phase").sum().to_dict()
     if "prefill" in w and "vision_encode" in w:
         w["prefill"] -= w["vision_encode"]
     return {k: int(v) for k, v in w.items()}

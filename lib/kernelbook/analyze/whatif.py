@@ -201,8 +201,9 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
         wb.append(2.0 * dims[4] if dims is not None else 0.0)
     g["flops_tensor"], g["flops_cuda"], g["dram_bytes"], g["onchip_bytes"], g["source"] = ft, fc, dram, chp, src
     g["weight_bytes"] = wb
-    g["elements"] = generic_elements(g)
-    _split_launches(g)
+    block = generic_block(g)
+    g["elements"] = generic_elements(g, block)
+    _split_launches(g, block)
     # ncu's DRAM throughput (% of peak) of the profiled kernel of that name in that phase: how much of its
     # time the DRAM is the limit (`calibrate` turns it into the share of time that moves with bandwidth)
     if kernels is not None and "dram_pct" in kernels:
@@ -221,20 +222,25 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
 GENERIC_PATH = r"(?<![A-Za-z_])elementwise_kernel<\s*(\d+)\s*,\s*(\d+)"
 
 
-def generic_elements(g: pd.DataFrame) -> np.ndarray:
+def generic_block(g: pd.DataFrame) -> np.ndarray:
+    """Per work row, the elements one block of PyTorch's generic elementwise path covers (threads × elements per
+    thread of its template); NaN for every other kernel."""
+    t = g.name.str.extract(GENERIC_PATH).astype(float)
+    return (t[0] * t[1]).where(g.category.isin(FUSIBLE)).to_numpy(dtype=float)
+
+
+def generic_elements(g: pd.DataFrame, block: np.ndarray) -> np.ndarray:
     """Per work row, the elements a launch of PyTorch's generic elementwise path iterates: blocks × threads ×
     elements per thread of its template (the launch's own share: an op over more than 2³¹ elements runs as
     several launches, each over a part), 0 for every other kernel. That path is bound by the index arithmetic it
     issues per element, not by bytes: on the H100 the SAM encoder's relative-position add (72×48⁴ BF16 outputs
     from two broadcast inputs) wrote 0.61 TB/s and its permuted copy moved 1.54 TB/s, against 3.35 TB/s of DRAM;
     both ~300–400 G elements/s, like prefill's masked_fill and mul on the same path. `calibrate` fits the issue
-    cost per element."""
-    t = g.name.str.extract(GENERIC_PATH).astype(float)
-    per_block = (t[0] * t[1]).where(g.category.isin(FUSIBLE))
-    return np.nan_to_num(per_block.to_numpy(dtype=float) * g.grid.map(grid_blocks).to_numpy(dtype=float))
+    cost per element. `block`: `generic_block(g)`."""
+    return np.nan_to_num(block * g.grid.map(grid_blocks).to_numpy(dtype=float))
 
 
-def _split_launches(g: pd.DataFrame) -> None:
+def _split_launches(g: pd.DataFrame, block: np.ndarray) -> None:
     """Bytes and operations of a generic-path launch follow its own elements (`generic_elements`), at the bytes per
     element its op's shapes imply (`iterated_elements`). An elementwise op over more than 2³¹ elements runs as
     several launches, each over a part, and each records the op's whole shapes (batch 8's SAM copies: the op's
@@ -242,8 +248,6 @@ def _split_launches(g: pd.DataFrame) -> None:
     3× its op's elements). Where the launch covers under 99 % of the op's, or more than the op's and one block
     (its last block may be partial), the launch's own count wins."""
     shaped = (g.source == N_("bytes from aten shapes")) & (g.elements > 0)
-    t = g.name.str.extract(GENERIC_PATH).astype(float)
-    block = (t[0] * t[1]).to_numpy()
     for i in np.flatnonzero(shaped.to_numpy()):
         whole = iterated_elements(g.op.iat[i], g.op_shapes.iat[i])
         if not whole == whole or whole <= 0:
@@ -1229,7 +1233,7 @@ def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
 ALL_KERNELS = N_("all (GPU-busy)")
 
 
-def _class_ms(tr: Trace, t_s: np.ndarray | None = None) -> pd.Series:
+def class_ms(tr: Trace, t_s: np.ndarray | None = None) -> pd.Series:
     """Kernel ms per step by (phase, class): measured (t_s None) or from per-launch seconds `t_s`."""
     w = tr.work.assign(cls=kernel_class(tr.work),
                        ms=tr.work.total_ns / 1e6 if t_s is None else t_s * tr.work.launches * 1e3)
@@ -1255,9 +1259,9 @@ def cross_device_one(a: Trace, b: Trace) -> pd.DataFrame:
         rows.append({"phase": ph, "class": ALL_KERNELS, "model_a_ms": pa.loc[ph, "device_ms_per_step"],
                      "measured_a_ms": ma.loc[ph, "busy_ms_per_step"], "predicted_ms": pb.loc[ph, "device_ms_per_step"],
                      "measured_ms": mb.loc[ph, "busy_ms_per_step"]})
-    ca = _class_ms(a, launch_time_s(a.work, a.gpu, a.calib, a.gpu)[0])
-    cb = _class_ms(a, launch_time_s(a.work, b.gpu, a.calib, a.gpu)[0])
-    meas_a, meas_b = _class_ms(a), _class_ms(b)
+    ca = class_ms(a, launch_time_s(a.work, a.gpu, a.calib, a.gpu)[0])
+    cb = class_ms(a, launch_time_s(a.work, b.gpu, a.calib, a.gpu)[0])
+    meas_a, meas_b = class_ms(a), class_ms(b)
     for (ph, c), v in cb.items():
         if ph in ma.index and (ph, c) in meas_b.index:
             rows.append({"phase": ph, "class": c, "model_a_ms": ca[(ph, c)], "measured_a_ms": meas_a[(ph, c)],

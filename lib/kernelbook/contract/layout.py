@@ -20,6 +20,10 @@ contract"). Capture writes through it, load reads through it; no other module sp
     <run>/.ncu-rank<r>/             tensor parallel: rank r's ncu stage (its timeline, its ncu/, launch.json)
     <parent>/.<run>.tmp-<pid>/      a whole capture (`python -m kernelbook capture`) before it is renamed to <run>
 
+A study folder (`kernelbook study`) holds `study.json` (its manifest: points, status, GPU), `runs/<point>/` (one
+run each; an earlier partial attempt kept as `runs/<point>.attempt-<n>/`) and `points/<point>.yaml` and
+`.stderr` (what each capture was given and said); `StudyLayout(root)` names them.
+
 `RunLayout(root)` gives every path of one run; `NcuDir(path)` those of one ncu folder. The bare names (`MANIFEST`,
 `TIMELINE`, …) are for code that names a table in a message or compares names. Nothing here reads a file's
 content: that is load/'s job; this module lists, at most, which files exist.
@@ -315,3 +319,52 @@ class RunLayout:
 def rank_run(raw: Path, rank: int) -> RunLayout:
     """Rank `rank`'s folder inside the raw/ folder `raw` (`RunLayout.tp_rank`; a torchrun rank knows raw/ only)."""
     return RunLayout(Path(raw) / rank_folder(rank))
+
+
+STUDY_MANIFEST = "study.json"
+
+
+@dataclass(frozen=True)
+class StudyLayout:
+    """Every path of the study folder `root` (which need not exist yet)."""
+
+    root: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / STUDY_MANIFEST
+
+    @property
+    def manifest_tmp(self) -> Path:
+        return landing(self.manifest)
+
+    @property
+    def lock(self) -> Path:
+        """The file lock writers of the manifest take (Slurm's tasks write their own points)."""
+        return self.root / f"{STUDY_MANIFEST}.lock"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def points(self) -> Path:
+        return self.root / "points"
+
+    def run(self, point_id: str) -> Path:
+        return self.runs / point_id
+
+    def attempt(self, point_id: str, n: int) -> Path:
+        """Where an earlier, partial attempt at a point is kept."""
+        return self.runs / f"{point_id}.attempt-{n}"
+
+    def params(self, point_id: str) -> Path:
+        """The params file the point's capture was given."""
+        return self.points / f"{point_id}.yaml"
+
+    def stderr(self, point_id: str) -> Path:
+        """What the point's capture wrote to stderr (its reason, if it failed)."""
+        return self.points / f"{point_id}.stderr"

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..contract.layout import StudyLayout
 from ..params import resolve_path
 from .run import Run, RunError, load_run
 
@@ -25,6 +26,7 @@ class StudyPoint:
     gpu: str | None        # the GPU index it ran on (None: the one the study process saw)
     run: Run | None        # None: the point holds no readable run
     note: str = ""         # why `run` is None, or what a partial run lacks
+    started: str | None = None  # when its capture began (ISO 8601): points side by side overlap
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,9 @@ class StudyRuns:
 
 def open_study(path: str | Path) -> StudyRuns:
     p = resolve_path(path)
-    mf = p / "study.json"
+    mf = StudyLayout(p).manifest
     if not mf.is_file():
-        raise StudyError(f"{path} is not a study folder (no study.json): make one with `python -m kernelbook study "
+        raise StudyError(f"{path} is not a study folder (no {mf.name}): make one with `python -m kernelbook study "
                          f"--params params/study-serving.yaml --out {path}` on a GPU machine")
     try:
         doc = json.loads(mf.read_text())
@@ -71,6 +73,7 @@ def open_study(path: str | Path) -> StudyRuns:
         else:
             note = r.get("reason") or r.get("status", "")
         points.append(StudyPoint(int(r["index"]), r["id"], dict(r.get("values", {})), r.get("status", "?"),
-                                 r.get("reason", "") or "", r.get("seconds"), r.get("gpu"), run, note))
+                                 r.get("reason", "") or "", r.get("seconds"), r.get("gpu"), run, note,
+                                 r.get("started")))
     return StudyRuns(p, dict(doc.get("grid", {})), dict(doc.get("set", {})),
                      tuple(sorted(points, key=lambda x: x.index)))

@@ -223,10 +223,10 @@ SCHEMA: dict[str, Param] = {
                         "profiles (a phase the run does not have, e.g. vision_encode of a text model, is skipped and "
                         "named in the manifest)", check=_phases, items=str),
     "ncu_top_n": Param(int, 20, (CAPTURE,), "kernels per phase sent to ncu (0 = no ncu)", min=0, max=500),
-    "ncu_inloop": Param(bool, False, (CAPTURE,), "a second ncu pass over the same launches with --cache-control "
-                        "none and one-pass counters (duration, DRAM and L2 bytes): each kernel's traffic with the L2 as "
-                        "the loop left it, beside the flushed figure; off by default: its counters come from a warm "
-                        "L2, which a run's DRAM counters must not"),
+    "ncu_inloop": Param(bool, True, (CAPTURE,), "the range pass: ncu again in app-range replay, caches flushed "
+                        "before each range as in the main pass, over the profiled decode step as one range (the DRAM "
+                        "bytes the step reads in the loop) and, by op call, each profiled decode kernel with the op "
+                        "call before it and that producer alone (the kernel's reads in the loop: their difference)"),
     "clock_control": Param(str, "none", (CAPTURE,), "ncu --clock-control (shared GPU machines need none)",
                            choices=("none", "base")),
     "cache_control": Param(str, "all", (CAPTURE,), "ncu --cache-control: all flushes caches between replay "

@@ -264,12 +264,7 @@ def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], c
     the step, with no name filter: measured on an H100 (ncu 2025.3.1), a name filter over a graph replay
     matched nodes by stale names (it profiled `triton_..._9` as `triton_..._11` and missed three of 20
     selected kernels), while the report names each node correctly, so results are tied by those names."""
-    exe = shutil.which("ncu")
-    if not exe:
-        raise NcuError("Nsight Compute (ncu) is not on PATH. Install Nsight Compute (it ships with the CUDA "
-                       "toolkit, e.g. /usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<ver>/ncu) and "
-                       "add its folder to PATH, or set ncu_top_n: 0 to capture the timeline only.")
-    cmd = [exe, "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/"]
+    cmd = [ncu_exe(), "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_TARGET}/"]
     if "--profile-gate" in worker:  # the worker (`worker_command(gated=True)`) starts and stops the profiler
         cmd += ["--profile-from-start", "off"]
     if names is not None and not graph:
@@ -284,6 +279,26 @@ def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], c
     if extra_metrics:
         cmd += ["--metrics", ",".join(extra_metrics)]
     return cmd + worker
+
+
+def ncu_exe() -> str:
+    exe = shutil.which("ncu")
+    if not exe:
+        raise NcuError("Nsight Compute (ncu) is not on PATH. Install Nsight Compute (it ships with the CUDA "
+                       "toolkit, e.g. /usr/local/cuda/bin/ncu or /opt/nvidia/nsight-compute/<ver>/ncu) and "
+                       "add its folder to PATH, or set ncu_top_n: 0 to capture the timeline only.")
+    return exe
+
+
+def range_command(report_base: Path, worker: list[str], clock_control: str = "none", cache_control: str = "all"
+                  ) -> list[str]:
+    """The range pass's ncu command (capture.ncu_ranges): app-range replay, each cudaProfilerStart/Stop range of
+    the worker one result, the caches flushed before each range (`cache_control` all), only the range metrics."""
+    from .ncu_ranges import RANGE_METRICS
+
+    return [ncu_exe(), "--target-processes", "all", "--replay-mode", "app-range", "--clock-control", clock_control,
+            "--cache-control", cache_control, "--metrics", ",".join(RANGE_METRICS), "-o", str(report_base),
+            "--force-overwrite", *worker]
 
 
 def _default_sigint() -> None:
@@ -403,9 +418,12 @@ def finish_ncu(run: NcuProcess, log_path: Path, timeout_s: int, expected: int | 
 
 
 def worker_command(params_file: Path, phase: str | None = None, step: int | None = None,
-                   targets_file: Path | None = None, early: str | None = None, gated: bool = False) -> list[str]:
-    """The workload under ncu: by step (`phase:step`) or by op call (`--targets` JSON, see targets_json);
-    `early`: started before the targets are written (capture.ncu_worker `worker`)."""
+                   targets_file: Path | None = None, early: str | None = None, gated: bool = False,
+                   ranges_file: Path | None = None) -> list[str]:
+    """The workload under ncu: by step (`phase:step`), by op call (`--targets` JSON, see targets_json) or by range
+    (`--ranges` JSON, capture.ncu_ranges); `early`: started before the targets are written (capture.ncu_worker
+    `worker`)."""
     cmd = [sys.executable, "-m", "kernelbook", "_worker", "--params", str(params_file), "--mode", "ncu"]
-    cmd += ["--targets", str(targets_file)] if targets_file else ["--target", f"{phase}:{step}"]
+    cmd += (["--targets", str(targets_file)] if targets_file else ["--ranges", str(ranges_file)] if ranges_file
+            else ["--target", f"{phase}:{step}"])
     return cmd + (["--early", early] if early else []) + (["--profile-gate"] if gated else [])

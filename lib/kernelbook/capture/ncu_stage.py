@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..contract.config import CaptureConfig
-from ..contract.layout import NcuDir, RunLayout, log_file, report_file
+from ..contract.layout import NcuDir, RunLayout, log_file, report_file, seen_file
 from . import ncu as _ncu  # read `_ncu.PROFILE_GATE` at call time (bench/ncu_stage.py compares both)
 from .ncu import (NcuError, NcuProcess, NcuStopped, expected_launches, finish_ncu, graph_launches, graph_phase,
                   ncu_command, representative_launches, select_kernels, targets_json, worker_command)
@@ -91,8 +91,8 @@ def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wr
         if wrap is not None:
             info["inloop"] = {"error": "not run under tensor parallelism (one rank under ncu while the others wait)"}
         elif any(v.get("profiled") for v in info["phases"].values()):
-            _inloop(params, run_dir, manifest, timeline, eager if by_position else [], 
-                    ([] if by_position else eager), graphs, params_file, say)
+            _range_pass(params, run_dir, manifest, timeline, sels,
+                        bool(by_position) and any(s.phase == "decode" for s in eager), params_file, say)
     failed = [p for p, v in info["phases"].items() if v["error"]]
     if failed and all(info["phases"][p]["profiled"] == 0 for p in failed):
         raise NcuError("; ".join(f"{p}: {info['phases'][p]['error']}" for p in failed))
@@ -237,88 +237,76 @@ def _by_position(params: CaptureConfig, run_dir, manifest, timeline, sels, param
         raise stop
 
 
-INLOOP_METRICS = ("gpu__time_duration.sum", "dram__bytes.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
-                  "lts__t_bytes.sum")
-INLOOP_COLUMNS = {"duration_ns": "duration_ns_inloop", "dram_bytes": "dram_bytes_inloop",
-                  "dram_read_bytes": "dram_read_bytes_inloop", "dram_write_bytes": "dram_write_bytes_inloop",
-                  "l2_bytes": "l2_bytes_inloop"}
-_PASSES = re.compile(r"- (\d+) pass")
+_APP_PASS = re.compile(r"Application replay pass (\d+)")
 
 
-def _inloop(params: CaptureConfig, run_dir, manifest, timeline, by_position, by_name, graphs, params_file,
-            say=_say) -> None:
-    """The in-loop pass: ncu again over the same launches, with `--cache-control none` and only the counters one
-    replay pass collects (`INLOOP_METRICS`), so each kernel runs once, on the L2 as the workload left it: a kernel
-    that reads what its producer has just written (an MoE expert GEMM after the gather that copied the experts,
-    inside the L2) shows the DRAM traffic it causes in the loop. The main pass flushes caches before each of its
-    replay passes (`--cache-control all`): its bytes are the cold-cache figure, every operand from DRAM. In the
-    loop a kernel's DRAM writes also hold the write-backs of other kernels' dirty lines it evicts (measured on the
-    H100: a Triton pointwise kernel of the MoE's graph step wrote 3.1 MB in the loop against 1.2 MB cold), so the
-    reads are the figure to set against the cold pass.
-
-    Adds `duration_ns_inloop`, `dram_bytes_inloop` (with `dram_read_bytes_inloop` and `dram_write_bytes_inloop`)
-    and `l2_bytes_inloop` to ncu/kernels.parquet and records the
-    pass (processes, wall s, replay passes per kernel, error) in the manifest's `ncu.inloop`. A kernel that
-    needed more than one replay pass would read a warm L2 on its later passes: the pass then records the error
-    and its columns stay empty. A failed pass leaves the main tables as they are."""
-    from .ncu_tables import kernel_table_by_position
+def _range_pass(params: CaptureConfig, run_dir, manifest, timeline, sels, by_position: bool, params_file,
+                say=_say) -> None:
+    """The range pass (capture.ncu_ranges): one ncu process in app-range replay over a worker that wraps the
+    decode step ncu profiled, and (by op call) each profiled kernel's op call with its producer's and the producer
+    alone, in cudaProfilerStart/Stop; the caches are flushed before each range as in the main pass. Writes
+    ncu/ranges.parquet, adds `dram_read_bytes_inloop` (pair − producer) to ncu/kernels.parquet and records the
+    pass in the manifest's `ncu.inloop`. A failed pass leaves the main tables as they are."""
+    from .ncu import range_command
+    from .ncu_ranges import RANGE_METRICS, consumer_reads, plan_ranges, ranges_json, tie_ranges
 
     nd = RunLayout(run_dir).ncu()
-    info = manifest["ncu"]["inloop"] = {"cache_control": "none", "metrics": list(INLOOP_METRICS), "processes": 0,
-                                        "wall_s": 0.0, "passes": None, "error": None}
-    keep = {f: f.read_bytes() for f in (nd.targets_seen, nd.worker_run) if f.exists()}  # the main pass's record
-    got, errors, passes = [], [], []
-
-    def one(cmd, report, label, expected=None):
-        say(f"  ncu in-loop {label}: the same launches, cache not flushed, one replay pass")
-        metrics, results, error, stop, wall = _profile(cmd, log_file(report), report, params.ncu_timeout_s,
-                                                        ncu_progress(f"in-loop {label}", say), expected)
-        info["processes"] += 1
-        info["wall_s"] += wall
-        log = log_file(report)
-        n = [int(x) for x in _PASSES.findall(log.read_text(errors="replace"))] if log.exists() else []
-        passes.extend(n)
-        if error:
-            errors.append(f"{label}: {error}")
-        elif n and max(n) > 1:
-            errors.append(f"{label}: a kernel needed {max(n)} replay passes; later passes read a warm L2")
-            metrics = None
-        if stop is not None:
-            raise stop
-        return metrics, results, error
-
-    try:
-        if by_position:
-            reps = pd.concat([representative_launches(timeline, s) for s in by_position], ignore_index=True)
-            exp = expected_launches(timeline, reps)
-            report = nd.inloop_report()
-            worker = worker_command(params_file, targets_file=nd.targets, gated=_ncu.PROFILE_GATE)
-            cmd = ncu_command(report, None, worker, params.clock_control, "none", sections=(),
-                              extra_metrics=INLOOP_METRICS)
-            metrics, results, error = one(cmd, report, "+".join(s.phase for s in by_position), len(exp))
-            if metrics is not None:
-                selected = pd.concat([s.kernels.assign(phase=s.phase) for s in by_position], ignore_index=True)
-                k, _ = kernel_table_by_position(selected, exp, metrics, results, error, timeline=timeline)
-                got.append(k)
-        for sel, graph in [*((s, False) for s in by_name), *((s, True) for s in graphs)]:
-            report = nd.inloop_report(sel.phase)
-            cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, sel.phase, sel.step),
-                              params.clock_control, "none", sections=(), extra_metrics=INLOOP_METRICS, graph=graph)
-            metrics, results, error = one(cmd, report, sel.phase)
-            if metrics is not None:
-                got.append(_phase_table(sel, metrics, results, timeline, error, graph))
-    finally:
-        for f, b in keep.items():
-            f.write_bytes(b)
-    info["passes"] = max(passes) if passes else None
-    info["error"] = "; ".join(errors) or None
-    if got:
-        k = pd.concat(got, ignore_index=True)
-        k = k.loc[k.status == "profiled", ["phase", "kernel_id", *INLOOP_COLUMNS]].rename(columns=INLOOP_COLUMNS)
-        kernels = pd.read_parquet(nd.kernels).drop(columns=list(INLOOP_COLUMNS.values()), errors="ignore")
-        kernels.merge(k, on=["phase", "kernel_id"], how="left").to_parquet(nd.kernels, **PARQUET)
-        info["kernels"] = int(len(k))
+    info = manifest["ncu"]["inloop"] = {
+        "mode": "range", "replay": "app-range", "cache_control": params.cache_control, "metrics": list(RANGE_METRICS),
+        "processes": 0, "wall_s": 0.0, "passes": None, "error": None, "ranges": 0, "kernels": 0}
+    dec = next((s for s in sels if s.phase == "decode"), None)
+    if dec is None:
+        info["error"] = "no decode step was profiled: nothing to measure in the loop"
+        write_manifest(run_dir, manifest)
+        return
+    reps = representative_launches(timeline, dec) if by_position else None
+    plan, planned = plan_ranges(timeline, dec.step, reps)
+    nd.ranges_targets.write_text(ranges_json(plan))
+    report = nd.inloop_report()
+    pairs = int((planned.kind == "pair").sum())
+    say(f"  ncu ranges: decode step {dec.step} whole" + (f", {pairs} kernels with their producers in steps "
+        f"{min(k[1] for k in plan if k[1] != dec.step)}–{max(k[1] for k in plan)}" if pairs else "")
+        + f" ({len(planned)} ranges, caches flushed before each)")
+    cmd = range_command(report, worker_command(params_file, ranges_file=nd.ranges_targets), params.clock_control,
+                        params.cache_control)
+    metrics, _, error, stop, wall = _profile(cmd, log_file(report), report, params.ncu_timeout_s,
+                                             ncu_progress("ranges", say), len(planned))
+    log = log_file(report)
+    passes = [int(x) for x in _APP_PASS.findall(log.read_text(errors="replace"))] if log.exists() else []
+    seen_path = seen_file(nd.ranges_targets)
+    seen = json.loads(seen_path.read_text()) if seen_path.exists() else []
+    ranges, tie_error = tie_ranges(planned, seen, metrics)
+    info.update(processes=1, wall_s=wall, passes=max(passes) if passes else None, error=error or tie_error,
+                ranges=int(len(ranges)), op_check=_range_op_check(ranges, timeline))
+    if len(ranges):
+        ranges.to_parquet(nd.ranges, **PARQUET)
+    reads = consumer_reads(ranges).assign(phase="decode")
+    if len(reads) and nd.kernels.exists():
+        kernels = pd.read_parquet(nd.kernels).drop(columns=list(INLOOP_COLUMNS), errors="ignore")
+        kernels.merge(reads, on=["phase", "kernel_id"], how="left").to_parquet(nd.kernels, **PARQUET)
+        info["kernels"] = int(len(reads))
     write_manifest(run_dir, manifest)
+    if stop is not None:
+        raise stop
+
+
+# the in-loop columns a kernel table may hold: the range pass's, and those of the `--cache-control none` pass that
+# runs captured before it carried (tests/fixtures/inloop)
+INLOOP_COLUMNS = ("dram_read_bytes_inloop", "duration_ns_inloop", "dram_bytes_inloop", "dram_write_bytes_inloop",
+                  "l2_bytes_inloop")
+
+
+def _range_op_check(ranges: pd.DataFrame, timeline: pd.DataFrame) -> dict:
+    """Do the spans the worker closed start and end at the aten ops the timeline names at those op calls?"""
+    spans = ranges[ranges.first_op >= 0] if len(ranges) else ranges
+    if spans.empty or "op_index" not in timeline:
+        return {"checked": 0, "agree": 0}
+    ops = (timeline[timeline.kind == "kernel"].drop_duplicates(["phase", "step", "op_index"])
+           .set_index(["phase", "step", "op_index"]).op)
+    short = lambda s: "::".join(str(s).split(".")[:2])  # 'aten.mm.default' -> 'aten::mm'
+    agree = [ops.get((r.phase, r.step, r.first_op)) == short(r.op_first) and ops.get((r.phase, r.step, r.last_op))
+             == short(r.op_last) for r in spans.itertuples()]
+    return {"checked": len(agree), "agree": int(sum(agree))}
 
 
 def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:

@@ -40,13 +40,22 @@ def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
         _wait_until(targets_file.exists, owner)
 
 
+def read_ranges(path: str | Path) -> dict:
+    """The range pass's targets (capture.ncu_ranges `ranges_json`): {(phase, step): "step" | [(first, last), ...]}."""
+    raw = json.loads(Path(path).read_text())
+    return {(k.split(":")[0], int(k.split(":")[1])): (v if v == "step" else [tuple(x) for x in v])
+            for k, v in raw.items()}
+
+
 def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: str | None = None,
-           early: str | None = None, profile_gate: bool = False) -> None:
+           early: str | None = None, profile_gate: bool = False, ranges_file: str | None = None) -> None:
     """The workload alone, run under an external profiler (ncu or nsys). `targets_file`: ncu by op call
     ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it. `early`
     ("<gate file>:<owner pid>"): started before the targets exist, the worker builds and warms up its model
     once the gate file is there, then waits for the targets (see `_await_gate`). `profile_gate`: ncu runs with
-    `--profile-from-start off`, and the worker starts and stops the profiler around each target op call."""
+    `--profile-from-start off`, and the worker starts and stops the profiler around each target op call.
+    `ranges_file`: the range pass (capture.ncu_ranges): the profiler starts and stops around whole steps and spans
+    of op calls, which ncu's app-range replay measures one result each; the ranges closed are written beside it."""
     import torch
 
     ncu_target = op_targets = warmup_tokens = stop_after = None
@@ -75,6 +84,16 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
         # with the modules a process has loaded (bench/ncu_floor.py, H100: 0.5 s per launch before a
         # generate, 4.8 s after a 64-token one, 0.7 s when attention did not use cuDNN).
         warmup_tokens = 1
+    elif ranges_file:
+        ranges = read_ranges(ranges_file)
+        stop_after = max((st for ph, st in ranges if ph == "decode"), default=0)
+        # op calls are numbered where a span of them is measured; every ranged step is then a target step, so that
+        # the steps before it lead up (SDPA without cuDNN) and it runs as the timeline's did
+        spans = any(v != "step" for v in ranges.values())
+        op_targets = {k: set() for k in ranges} if spans else {}
+        only_decode = all(ph == "decode" for ph, _ in ranges)
+        params = replace(params, max_new_tokens=_worker_tokens(params, stop_after + 1),
+                         warmup=0 if only_decode else params.warmup)
     elif target:
         phase, step = target.split(":")
         ncu_target = (phase, int(step))
@@ -96,6 +115,8 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
         wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
                                       warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
     tracker.stop_after = stop_after
+    if ranges_file:
+        tracker.ranges = ranges
     tracker.profile_gate = profile_gate and os.environ.get("KB_NCU_PLAIN_RANK") != "1"  # a plain rank has no ncu
     mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
            torch.cuda.memory_stats().get("segment.all.current", 0))
@@ -110,6 +131,9 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStop()
         require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
+    if ranges_file:
+        seen_file(Path(ranges_file)).write_text(json.dumps(
+            [dict(zip(("phase", "step", "first_op", "last_op", "op_first", "op_last"), r)) for r in tracker.ranges_seen]))
     if targets_file and os.environ.get("KB_NCU_PLAIN_RANK") != "1":  # the profiled rank writes what it marked
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         seen_file(Path(targets_file)).write_text(json.dumps(seen))

@@ -67,6 +67,13 @@ class PhaseTracker:
     # the ncu worker by op call under `--profile-from-start off`: cudaProfilerStart/Stop around each target op
     # call, so ncu intercepts the launches between targets only lightly (capture.ncu PROFILE_GATE)
     profile_gate: bool = False
+    # the ncu worker of the range pass (capture.ncu_ranges): {(phase, step): "step" | [(first op, last op), ...]}:
+    # cudaProfilerStart/Stop around the whole step, or around each span of op calls, which ncu's app-range replay
+    # measures as one result each; `ranges_seen` lists the ranges closed, in order (phase, step, first, last, the
+    # aten ops at first and last; -1 for a whole step)
+    ranges: dict | None = None
+    ranges_seen: list = field(default_factory=list)
+    _span_ops: list = field(default_factory=lambda: [""])  # the aten op that opened the span now measured
     _cudnn_sdp: bool | None = None  # the flag as it was before `start`, restored at `stop`
     _last_profiled: int = -1  # the ncu worker by op call: its last profiled decode step
     _lead_up_until: int = -1  # the same with `cudnn_free_prefix` (steps before it may lead up to it)
@@ -103,6 +110,7 @@ class PhaseTracker:
         self.vision_calls = 0
         self._op_counts = {}
         self.op_seen = []
+        self.ranges_seen = []
         self.cudnn_free_steps = 0
         self._last_profiled = max((st for ph, st in self.op_targets if ph == "decode"), default=-1) \
             if self.op_targets else -1
@@ -185,6 +193,9 @@ class PhaseTracker:
         if self.op_record and (self.sample_steps is None or top.step in self.sample_steps):
             with torch.profiler.record_function(f"{OP_RANGE}{i}"):
                 return func(*args, **kwargs)
+        spans = self.ranges.get(key) if self.ranges else None
+        if isinstance(spans, list) and torch.cuda.is_available():
+            return self._in_range(spans, key, i, func, args, kwargs)
         if self.op_targets and i in self.op_targets.get(key, ()):
             self.op_seen.append((top.phase, top.step, i, str(func)))
             if not torch.cuda.is_available():  # no ncu without a GPU: the call is only noted
@@ -199,6 +210,23 @@ class PhaseTracker:
                 if self.profile_gate:
                     torch.cuda.profiler.stop()
         return func(*args, **kwargs)
+
+    def _in_range(self, spans: list, key: tuple, i: int, func, args, kwargs):
+        """One op call of a step whose spans of op calls the range pass measures: the profiler starts before the
+        first op of a span and stops after its last (spans of one step never overlap)."""
+        import torch
+
+        starts = [s for s in spans if s[0] == i]
+        if starts:
+            torch.cuda.profiler.start()
+            self._span_ops = [str(func)]
+        try:
+            return func(*args, **kwargs)
+        finally:
+            for first, last in spans:
+                if last == i and first <= i:
+                    torch.cuda.profiler.stop()
+                    self.ranges_seen.append((*key, first, last, self._span_ops[0], str(func)))
 
     # hooks -----------------------------------------------------------------
     def _push(self, phase: str, step: int, owner=None) -> None:
@@ -216,7 +244,11 @@ class PhaseTracker:
         elif self.nvtx:
             torch.cuda.nvtx.range_push(phase)
             pushed = True
-        self._stack.append(_Open(phase, step, rf, pushed, owner, time.perf_counter() if self.clock is not None else None))
+        ranged = bool(self.ranges) and self.ranges.get((phase, step)) == "step" and torch.cuda.is_available()
+        if ranged:
+            torch.cuda.profiler.start()
+        self._stack.append(_Open(phase, step, rf, pushed, owner, time.perf_counter() if self.clock is not None else None,
+                                 ranged))
 
     def _pop(self) -> None:
         import torch
@@ -226,6 +258,9 @@ class PhaseTracker:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()  # the range ends when its GPU work has
             self.clock.append((top.phase, top.step, top.t0, time.perf_counter()))
+        if top.ranged:
+            torch.cuda.profiler.stop()
+            self.ranges_seen.append((top.phase, top.step, -1, -1, "", ""))
         if top.nvtx_pushed:
             torch.cuda.nvtx.range_pop()
         if top.rf is not None:
@@ -347,3 +382,4 @@ class _Open:
     nvtx_pushed: bool
     owner: object
     t0: float | None = None
+    ranged: bool = False  # the range pass measures this whole step (cudaProfilerStart at its push, Stop at its pop)

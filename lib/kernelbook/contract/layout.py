@@ -52,6 +52,7 @@ NCU_TABLES = (KERNELS, METRICS, RESULTS, LAUNCHES)  # the tables of each ncu fol
 NCU_REPORT = ".ncu-rep"  # the suffix ncu gives the report named by `-o <base>`
 NCU_BASE = "ncu"  # the report's base name when one ncu process profiles by op call (`<base>.ncu-rep`)
 INLOOP = "inloop"  # the in-loop pass's report: `inloop.ncu-rep` by op call, `<phase>-inloop.ncu-rep` by name
+RANGES = "ranges"  # the range pass (capture.ncu_ranges): `ranges.json` for the worker, `ranges.parquet` measured
 READER_METRICS = ".read_metrics.parquet"  # the ncu report reader's scratch output (load.ncu, in its work folder)
 READER_RESULTS = ".read_results.parquet"
 
@@ -170,6 +171,16 @@ class NcuDir:
         """The base path of the in-loop pass's report (`--cache-control none`, see capture.ncu_stage): by op call
         one for every phase, by name one per phase."""
         return self.path / (INLOOP if phase is None else f"{phase}-{INLOOP}")
+
+    @property
+    def ranges_targets(self) -> Path:
+        """The ranges the worker wraps in cudaProfilerStart/Stop for the range pass (capture.ncu_ranges)."""
+        return self.path / f"{RANGES}.json"
+
+    @property
+    def ranges(self) -> Path:
+        """The range pass's measured ranges, one row each (capture.ncu_ranges `RANGE_COLUMNS`)."""
+        return self.path / f"{RANGES}{TABLE_SUFFIX}"
 
     def table(self, name: str) -> Path:
         """The table `name` ("kernels", "metrics", "results", "launches")."""

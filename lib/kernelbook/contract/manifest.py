@@ -271,22 +271,26 @@ class NcuPhase:
 
 @dataclass(frozen=True)
 class InLoop:
-    """The ncu stage's in-loop pass (`ncu.inloop`; capture.ncu_stage._inloop): the same launches with
-    `--cache-control none`, one replay pass each."""
+    """The ncu stage's in-loop pass (`ncu.inloop`). `mode` "range" (capture.ncu_ranges): app-range replay, caches
+    flushed before each range; runs captured before it had a pass with `--cache-control none`, one replay pass
+    per kernel (`mode` None)."""
 
     cache_control: str | None = None
     processes: int | None = None
     wall_s: float | None = None
-    passes: int | None = None  # the most replay passes a kernel needed (1: each kernel ran once, in the loop's L2)
+    passes: int | None = None  # the most replay passes a kernel (range) needed
     kernels: int | None = None  # kernels with in-loop figures
     error: str | None = None
+    mode: str | None = None  # "range": the range pass; None: the older `--cache-control none` pass
+    ranges: int | None = None  # ranges measured (the range pass)
 
     @classmethod
     def read(cls, d: Mapping) -> InLoop | None:
         if not d:
             return None
         return cls(_str(d.get("cache_control")), _int(d.get("processes")), _num(d.get("wall_s")),
-                   _int(d.get("passes")), _int(d.get("kernels")), _str(d.get("error")))
+                   _int(d.get("passes")), _int(d.get("kernels")), _str(d.get("error")), _str(d.get("mode")),
+                   _int(d.get("ranges")))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,11 @@ CHAPTERS = ["00_setup", "01_timeline", "02_ncu", "03_histograms", "04_roofline",
 def _values(col) -> list | None:
     import pandas as pd
 
+    from kernelbook.contract.quantity import Q
+
+    if col.dtype == object and col.map(lambda v: isinstance(v, Q)).any() and col.map(
+            lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))).all():
+        col = col.astype(float)  # a column of named quantities (`quantity.column`, object dtype): their numbers
     if not (pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)):
         return None
     out = []

@@ -102,30 +102,3 @@ def rendered_book(tmp_path_factory):
         return out
 
     return render
-
-
-INLOOP = REPO / "tests" / "fixtures" / "inloop"
-
-
-def with_inloop(run_name: str, where: Path) -> Path:
-    """A copy of the committed run `run_name` under `where` with its in-loop pass restored: the pass's columns
-    (`*_inloop` in ncu/kernels.parquet) and its `ncu.inloop` record, as the H100 capture wrote them (session 16,
-    `ncu_inloop: true`). The committed runs leave them out (a run's DRAM counters come from a flushed L2); the
-    code that reads them is tested on this copy, with the real measured figures."""
-    import json
-    import shutil
-
-    import pandas as pd
-
-    from kernelbook.capture.common import PARQUET
-
-    dst = where / run_name
-    shutil.copytree(REPO / "data" / "runs" / run_name, dst)
-    kp = dst / "ncu" / "kernels.parquet"
-    k = pd.read_parquet(kp).merge(pd.read_parquet(INLOOP / f"{run_name}.parquet"), on=["phase", "kernel_id"],
-                                  how="left")
-    k.to_parquet(kp, **PARQUET)
-    m = json.loads((dst / "manifest.json").read_text())
-    m["ncu"]["inloop"] = json.loads((INLOOP / f"{run_name}.json").read_text())
-    (dst / "manifest.json").write_text(json.dumps(m, indent=1))
-    return dst

@@ -167,8 +167,8 @@ def test_another_model_is_named_as_a_different_workload_and_shows_no_nan(base, t
     assert "max_new_tokens 64 → 32" in first and "prompt_tokens null → 1024" in first
     _no_nan(out)
     row = next(ln for ln in out.splitlines() if ln.startswith("  vision_encode "))
-    # A's vision encode: 109.90 ms of wall under the profiler (the phase range), 50.96 ms of it kernels
-    assert row.endswith("absent in B") and "109.90 ms" in row and "50.96 ms" in row and row.count("—") == 5, row
+    # A's vision encode: 111.50 ms of wall under the profiler (the phase range), 50.99 ms of it kernels
+    assert row.endswith("absent in B") and "111.50 ms" in row and "50.99 ms" in row and row.count("—") == 5, row
     assert "  vision_encode: absent in B; A: " in out
     vision = out.split("vision_encode: kernels matched")[1].split("\n\n")[0]
     assert "[only in A]" in vision and " →          —  " in vision and " 0.0 " not in vision

@@ -35,7 +35,8 @@ def test_every_decode_kernel_has_a_module_and_the_types_sum_to_the_step(path):
 
 def test_the_ledger_sets_weights_and_kv_against_what_the_kernels_moved():
     """Must move: the weights of each matrix product (2·N·K bytes from the launch's shapes) and attention's
-    q, k, v and output; moved: ncu's DRAM bytes for the profiled configuration, else the shapes' bytes."""
+    q, k, v and output; moved: ncu's DRAM bytes for the profiled configuration (its in-loop DRAM reads where the
+    run measured the loop, as the bundled run does), else the shapes' bytes."""
     r = load_run(BUNDLED)
     bw, _ = M.dram_bandwidth(r)
     led = M.bytes_ledger(r.timeline, r.ncu_kernels(), bw).set_index("module_type")
@@ -47,11 +48,22 @@ def test_the_ledger_sets_weights_and_kv_against_what_the_kernels_moved():
     lm = body.loc["lm_head"]
     assert lm.moved_ncu_pct == pytest.approx(100.0)
     assert lm.moved_bytes == pytest.approx(lm.must_bytes, rel=0.02)
-    # the routed experts moved more than their weights: with flushed counters the gather reads each routed expert's
-    # weights and writes the copy (2×), and the expert GEMM reads the copy again (up to 3×; tests/test_inloop.py has
-    # what the loop moves instead, where the run kept the in-loop pass)
-    moved, must = body.loc["MoE experts", "moved_bytes"], body.loc["MoE experts", "must_bytes"]
-    assert 2 * must < moved < 3 * must
+    # the routed experts moved more than their weights. With flushed counters (the cold ledger: the in-loop reads
+    # left out) the gather reads each routed expert's weights and writes the copy (2×), and the expert GEMM reads the
+    # copy again (up to 3×): 1067 MB for 454 MB, 2.35×, on the re-captured run
+    assert led.attrs["moved_basis"] == "inloop_reads"
+    cold = M.bytes_ledger(r.timeline, r.ncu_kernels().drop(columns=["dram_read_bytes_inloop"]), bw)
+    assert cold.attrs["moved_basis"] == "cold"
+    cold = cold.set_index("module_type")
+    must = body.loc["MoE experts", "must_bytes"]
+    assert cold.loc["MoE experts", "must_bytes"] == pytest.approx(must)
+    assert 2 * must < cold.loc["MoE experts", "moved_bytes"] < 3 * must
+    # in the loop (the run's ledger: the profiled kernels' in-loop DRAM reads, reads only) the gather's write of the
+    # copy is not counted and the expert GEMM finds part of the copy still in L2: more than the weights once (the
+    # gather reads them all from DRAM), less than twice (the GEMM re-reads at most the whole copy): 752 MB, 1.66×
+    # (tests/test_inloop.py has the saving per expert GEMM launch)
+    moved = body.loc["MoE experts", "moved_bytes"]
+    assert must < moved < 2 * must
     assert "MoE experts" in M.ledger_prose(led.reset_index(), T.plain_ms_per_step(r.manifest).get("decode"), (bw, "x"))
 
 

@@ -8,7 +8,9 @@ the static-graphs variant was re-captured beside its own baseline (chapters 06 a
 the what-if took the device chapters 04 and 05 use (ncu's measured DRAM peak, 3337 against 3350 GB/s), the bytes
 ledger took ncu's bytes only for launches of the profiled launch's shapes and no floor under 1 MB of must-move
 bytes, chapter 07's metric comparison took units (duration in µs), and chapter 01's growth table kept only kernels
-that grew by 5 % or more (none in the bundled 64-token run)).
+that grew by 5 % or more (none in the bundled 64-token run); rewritten when table cells became named quantities
+(issue 41): chapter 06's replay table took the decode GPU-busy time every other chapter prints, the union of the
+launches' intervals, for the sum of their durations, 2.26931 → 2.26928 ms on the eager run).
 
 A change that means to change a figure rewrites the fixture (`python bench/book_numbers.py`) in the same
 commit, so the diff shows which numbers moved."""

@@ -15,7 +15,10 @@ Analysis functions return DataFrames with machine columns (`pct_of_roof`, `flops
   card in chapter 05's explorer (`link_kernels`, `SORT_JS`);
 - an empty result as one sentence instead of a header-only table;
 - headers, yes/no, phase names and notes in the narrative language (`i18n`): a `Col` label is the
-  catalog key of its header.
+  catalog key of its header;
+- a cell that holds a named quantity (`contract.quantity.Q`, in an object column: `quantity.column`) prints as
+  any number of its column and carries the quantity's mark, so the one-value test reads the table's figure
+  beside the prose's (issue 41).
 
 `table()` returns an object whose `_repr_html_` is the table, so a notebook cell ends with it; the
 chapter setup also registers it as the HTML formatter of every DataFrame, so a table a chapter
@@ -33,6 +36,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from .contract import quantity as qty  # `quantity` below is the display of a value in a unit
 from .escape import html as esc_html
 from .i18n import N_, text, tr
 
@@ -50,6 +54,12 @@ class Col:
 COLUMNS: dict[str, Col] = {
     # identity
     "work_latency_us": Col("Latency of a launch that does work", "us"),
+    # two timeline backends on one workload (chapter 01)
+    "kernels_this": Col("Kernels, this run", "count"),
+    "kernels_other": Col("Kernels, the other backend's run", "count"),
+    "gpu_ms_this": Col("GPU time, this run", "ms"),
+    "gpu_ms_other": Col("GPU time, the other backend's run", "ms"),
+    "difference_pct": Col("Difference %", "signed"),
     # the serving study (chapter 08)
     "batch": Col("Batch", "count"),
     "batch_size": Col("Batch size", "count"),
@@ -516,8 +526,9 @@ def _kind(col: str, series: pd.Series) -> str:
         return "bool"
     if pd.api.types.is_integer_dtype(series):
         return "count"
-    if pd.api.types.is_float_dtype(series):
-        return "sig"
+    if pd.api.types.is_float_dtype(series) or (series.map(lambda v: isinstance(v, qty.Q)).any()
+                                                and series.map(lambda v: _is_number(v) or missing(v)).all()):
+        return "sig"  # a column of named quantities (object dtype) prints as the float column it stands for
     return "text"
 
 
@@ -762,21 +773,22 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
-def _long_values(df: pd.DataFrame) -> tuple[pd.DataFrame, set]:
+def _long_values(df: pd.DataFrame) -> tuple[pd.DataFrame, set, dict]:
     """Long-format tables (a `unit` column beside numeric value columns): each value printed in its
     row's unit ('989 TFLOP/s'), the unit column dropped; a value column mixing numbers and words (a
-    kernel card's "limited by: registers") prints the words as they are. Returns the frame and the
-    formatted columns."""
+    kernel card's "limited by: registers") prints the words as they are. Returns the frame, the
+    formatted columns and the named quantities among their values, (row, column) → Q."""
     if "unit" not in df.columns:
-        return df, set()
+        return df, set(), {}
     vals = [c for c in ("value", "measured", "spec", "median", "time_weighted_median", "threshold")
             if c in df.columns and (pd.api.types.is_numeric_dtype(df[c]) or df[c].map(_is_number).any())]
     if not vals:
-        return df, set()
+        return df, set(), {}
     df = df.copy()
+    named = {(i, c): v for c in vals for i, v in enumerate(df[c]) if isinstance(v, qty.Q)}
     for c in vals:
         df[c] = [quantity(v, u) for v, u in zip(df[c], df["unit"])]
-    return df.drop(columns="unit"), set(vals)
+    return df.drop(columns="unit"), set(vals), named
 
 
 def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: str | None = None,
@@ -807,7 +819,7 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
                 columns={"kernel_id": "kernel"})
         if styles is not None:
             styles = styles.reindex(columns=df.columns)
-    df, long_cols = _long_values(df)
+    df, long_cols, named = _long_values(df)
     heads = {c: (columns or {}).get(c, label(c)) for c in df.columns}
     kinds = {c: ("text" if c in long_cols else _kind(str(c), df[c])) for c in df.columns}
     first = df.columns[0]
@@ -836,6 +848,9 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
             shown = cell(v, k)
             if c in ("kernel", "kernel_id") and _CARDS:
                 shown = kernel_link(shown)
+            q = v if isinstance(v, qty.Q) else named.get((i, c))
+            if q is not None:  # a named quantity: its mark goes with the figure (issue 41's one-value test)
+                shown = qty.mark(q, shown)
             tds.append(f'<td class="{attr}"{dv}>{shown}</td>' if attr else f"<td{dv}>{shown}</td>")
         rows.append("<tr>" + "".join(tds) + "</tr>")
     # a table with full kernel names fits the page: the name column takes what is left and wraps

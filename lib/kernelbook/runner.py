@@ -259,7 +259,8 @@ def check_runs(cfg: BookConfig) -> None:
 
 
 def _summary(executed: Path) -> str:
-    """The chapter's one-line summary: the text of its first `kb-summary` output."""
+    """The chapter's one-line summary: the text of its first `kb-summary` output, its quantities' marks kept (the
+    index shows them as the chapter does; `ChapterResult.entry` writes it plain)."""
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
@@ -270,7 +271,7 @@ def _summary(executed: Path) -> str:
             if isinstance(text, list):
                 text = "".join(text)
             if "kb-summary" in str(out.get("metadata", {})):  # Markdown: the index lists what a reader reads
-                return escape.plain(quantity.plain(text)).strip()
+                return escape.plain(text).strip()
     return ""
 
 
@@ -325,8 +326,9 @@ def render_book(params: dict, out: str | Path | None = None, chapters: list[str]
 @dataclass
 class ChapterResult:
     """One chapter of a rendering: its index entry (`entry()`, also a line of timings.json) and how it ended.
-    `note`: the run cannot serve it (its ChapterStop note; `broken`: the run is missing or broken, which stops the
-    book); `error`: a real failure; `kept`: taken from the earlier report (`--chapters` rendered others)."""
+    `summary` keeps its quantities' marks for the index (`entry()` gives it plain). `note`: the run cannot serve it
+    (its ChapterStop note; `broken`: the run is missing or broken, which stops the book); `error`: a real failure;
+    `kept`: taken from the earlier report (`--chapters` rendered others)."""
 
     stem: str
     title: str
@@ -357,7 +359,7 @@ class ChapterResult:
 
     def entry(self) -> dict:
         return {"stem": self.stem, "title": self.title, "seconds": self.seconds, "ok": self.ok,
-                "summary": self.summary, **({"stopped": self.note} if self.note is not None else {}),
+                "summary": quantity.plain(self.summary), **({"stopped": self.note} if self.note is not None else {}),
                 **({"kept": True} if self.kept else {})}
 
     @classmethod
@@ -404,12 +406,12 @@ class _Rendering:
         if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
             error = None
         src.unlink()
+        summary = _summary(executed) if executed.exists() else ""  # before `_html` writes the notebook plain
         if executed.exists():
             try:
                 _html(executed, self.stage / f"{nb.stem}.html", self.language)
             except Exception as e:  # e.g. nbconvert's templates missing: the book fails with its reason
                 error = error or e
-        summary = _summary(executed) if executed.exists() else ""
         if note is not None:
             with in_language(self.language):
                 # the note's first clause, up to its first colon (either language's), names what is missing
@@ -546,7 +548,9 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
             (stage / "report.md").write_text(quantity.plain(text), encoding="utf-8")
     entries = [r.entry() for r in results]
     with in_language(language):
-        _index(stage, run_id, cfg, entries, time.perf_counter() - t_all, run_as_given or cfg.run_dir)
+        # the index shows each summary's quantities as the chapter does (marked: the one-value test reads them)
+        _index(stage, run_id, cfg, [{**e, "summary": r.summary} for r, e in zip(results, entries)],
+               time.perf_counter() - t_all, run_as_given or cfg.run_dir)
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
         dest = outdir.failed_dest(out)
@@ -730,7 +734,7 @@ def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total
                   created=info.created or "?", seconds=total_s)
     contract = (f'<p>{esc(tr("Profiler output contract:"))} <a href="report.md">report.md</a></p>'
                 if (stage / "report.md").exists() else "")
-    (stage / "index.html").write_text(f"""<!doctype html><html lang="{lang}"><head><meta charset="utf-8">
+    (stage / "index.html").write_text(quantity.spans(f"""<!doctype html><html lang="{lang}"><head><meta charset="utf-8">
 <title>kernelbook — {esc(run_id)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}}
 table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.5rem;text-align:left;vertical-align:top}}
@@ -741,4 +745,4 @@ td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.
 <table><tr><th>{esc(tr("chapter"))}</th><th>{esc(tr("summary"))}</th><th>{esc(tr("render"))}</th></tr>
 {rows}
 </table></body></html>
-""", encoding="utf-8")
+"""), encoding="utf-8")

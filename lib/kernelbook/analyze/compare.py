@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..contract import quantity
 from ..contract.manifest import Workload
 from ..i18n import N_, tr
 from .timeline import PHASE_ORDER, category_shares, phase_summary
@@ -42,25 +43,40 @@ def family(friendly_name: str | None) -> str:
     return re.sub(r"\(\s*\)", "", f).replace("( ", "(").strip()
 
 
+NAMED = ("wall_ms_per_step", "gpu_busy_ms_per_step")  # per step of a phase: the run's named quantities
+_NAME = {"wall_ms_per_step": "profiled_step_ms", "gpu_busy_ms_per_step": "gpu_busy_step_ms"}
+
+
 def phases(a, b) -> pd.DataFrame:
-    """Per phase: wall and GPU-busy ms per step, launches per step, in A and B, with B ÷ A."""
+    """Per phase: wall and GPU-busy ms per step, launches per step, in A and B, with B ÷ A. The per-step times of
+    the three phases are each run's named quantities (`contract.quantity`: the profiled step and its GPU-busy time,
+    as chapters 01, 05 and 07 print them), their ratios B ÷ A of those."""
     rows = []
     sa, sb = (phase_summary(r.timeline, r.phases).set_index("phase") for r in (a, b))
     for ph in [p for p in PHASE_ORDER if p in sa.index or p in sb.index]:
         row = {"phase": ph}
-        for tag, s in (("a", sa), ("b", sb)):
+        for tag, s, run in (("a", sa, a), ("b", sb, b)):
             if ph in s.index:
                 steps = max(1, int(s.loc[ph, "steps"]))
                 row[f"wall_ms_per_step_{tag}"] = s.loc[ph, "wall_ms"] / steps
                 row[f"gpu_busy_ms_per_step_{tag}"] = s.loc[ph, "gpu_busy_ms"] / steps
                 row[f"launches_per_step_{tag}"] = s.loc[ph, "launches_per_step"]
+                if ph in PHASE_ORDER[:3]:  # "other" has no steps: its time is not per step of anything
+                    for c in NAMED:
+                        row[f"{c}_{tag}"] = quantity.q(run.run_id, f"{ph}.{_NAME[c]}", row[f"{c}_{tag}"])
             else:
                 row.update({f"{c}_{tag}": np.nan for c in ("wall_ms_per_step", "gpu_busy_ms_per_step",
                                                            "launches_per_step")})
-        row["wall_ratio"] = row["wall_ms_per_step_b"] / row["wall_ms_per_step_a"]
-        row["gpu_busy_ratio"] = row["gpu_busy_ms_per_step_b"] / row["gpu_busy_ms_per_step_a"]
+        for c, r in (("wall_ms_per_step", "wall_ratio"), ("gpu_busy_ms_per_step", "gpu_busy_ratio")):
+            x, y = row[f"{c}_b"], row[f"{c}_a"]
+            row[r] = (quantity.ratio(x, y, f"{x.key}_over/{a.run_id}") if isinstance(x, quantity.Q)
+                      and isinstance(y, quantity.Q) else x / y)
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for c in [f"{c}_{t}" for c in NAMED for t in "ab"] + ["wall_ratio", "gpu_busy_ratio"]:
+        if c in out:
+            out[c] = quantity.column((r[c] for r in rows), out.index)
+    return out
 
 
 def categories(a, b) -> pd.DataFrame:

@@ -9,7 +9,8 @@ removed (no model):
   and the expert GEMM reads the copy. In place, the gather kernels go (their timeline time per step) and each
   consumer reads the experts' bytes from DRAM itself instead of the copy, part of which the loop finds in L2. The
   added time is the consumer's extra DRAM reads (the bytes the gather read, less the consumer's in-loop DRAM reads:
-  ncu's in-loop pass where the consumer was profiled, else the part of the copy the gather wrote back to DRAM) at the
+  ncu's range pass where the consumer, or the eager twin's same kernel, was measured, else the part of the copy
+  the gather wrote back to DRAM) at the
   run's measured DRAM bandwidth, added to its time: an upper bound on the cost (the L2 reads they replace took time
   too). With no added time at all (the consumer streams the experts as fast as it reads the copy now) the gain is
   the gather time alone: the two ends are the figure's range.
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..contract import quantity
 from ..i18n import N_, tr
 from ..escape import md
 from . import modules as M
@@ -100,6 +102,10 @@ def gather_kernels(run, twin=None) -> pd.DataFrame:
                                              .str.replace("x", ",") == grid)]
             if len(pc) and "dram_read_bytes_inloop" in pc:
                 cr, cid = float(pc.dram_read_bytes_inloop.iloc[0]), pc.kernel_id.iloc[0]
+            if not cr == cr and twin is not None:
+                # a graph step's consumer cannot be measured apart from its producer (one graph launch): the eager
+                # twin's range pass measured the same kernel after the same gather (aten::index)
+                cr, cid = _twin_inloop(twin, cons, grid)
         layerless = re.sub(r"\.\d+\.", ".N.", module) if module else None
         rows.append({"name": name, "launches_per_step": len(gk) / steps, "us_per_step": gk.duration_ns.sum() / 1e3 / steps,
                      "module": module, "module_type": M.module_type(module, a.module_class.dropna().iloc[0]
@@ -111,6 +117,18 @@ def gather_kernels(run, twin=None) -> pd.DataFrame:
                      "consumer_kernel_id": cid,
                      "eager_index_shapes": _source_of(eager_idx.get(layerless, []) if layerless else [], cons_shapes)})
     return pd.DataFrame(rows, columns=cols)
+
+
+def _twin_inloop(twin, name: str, grid: str) -> tuple[float, str | None]:
+    """(DRAM reads in the loop per launch, "<twin run id>/<kernel id>") of the eager twin's profiled decode kernel
+    `name` on `grid`, measured by its range pass; (NaN, None) where it has none."""
+    tk = twin.ncu_kernels()
+    if tk is None or "dram_read_bytes_inloop" not in tk:
+        return np.nan, None
+    tk = tk[(tk.phase == "decode") & (tk.name == name) & tk.dram_read_bytes_inloop.notna()
+            & (tk.grid.astype(str).str.replace(r"[()\s]", "", regex=True).str.replace("x", ",") == grid)]
+    return (float(tk.dram_read_bytes_inloop.iloc[0]), f"{twin.run_id}/{tk.kernel_id.iloc[0]}") if len(tk) else (
+        np.nan, None)
 
 
 def _source_of(index_shapes: list[str], consumer_shapes) -> str:
@@ -144,7 +162,8 @@ def moe_in_place(run, twin=None) -> SoftwareLever | None:
         return None
     bw, _ = M.dram_bandwidth(run)
     removed = float(g.us_per_step.sum())
-    # the consumer's DRAM reads now: ncu's in-loop pass where it was profiled, else what the gather wrote back to DRAM
+    # the consumer's DRAM reads now: ncu's range pass where it (or the eager twin's same kernel) was measured, else
+    # what the gather wrote back to DRAM
     now = g.consumer_read_bytes_inloop.fillna(g.gather_write_bytes)
     extra = ((g.gather_read_bytes - now).clip(lower=0) * g.launches_per_step).sum()
     added = float(extra / bw * 1e6)
@@ -237,8 +256,12 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
     (hardware), which is the same fraction of either."""
     from . import whatif as W
 
-    plain = deployed.info.plain_ms_per_step().get("decode") or float(
-        tr_dep.measured.set_index("phase").loc["decode", "wall_ms_per_step"] / tr_dep.overhead_ratio)
+    # the deployed step, named as what it is (the plain run's, else the profiled step ÷ the profiler's overhead):
+    # the table's rows that stand at it and the prose print this one quantity
+    timed = deployed.info.plain_ms_per_step().get("decode")
+    plain = (quantity.q(deployed.run_id, "decode.plain_step_ms", timed) if timed else quantity.q(
+        deployed.run_id, "decode.plain_step_estimate_ms",
+        tr_dep.measured.set_index("phase").loc["decode", "wall_ms_per_step"] / tr_dep.overhead_ratio))
     rows = []
     for lv in (moe_in_place(deployed, eager), kv_cat(deployed, eager), fused_norms(deployed, eager)):
         if lv is None:
@@ -261,15 +284,18 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
                  "setting": tr("decode replayed as CUDA graphs"), "status": tr(ALREADY),
                  "decode ms/token": plain, "change %": 0.0, "predicted ms/token": np.nan, "how priced": tr(MEASURED),
                  "model error": "",
-                 "detail": tr("eager plain step {e:.2f} ms", e=eager.info.plain_ms_per_step().get("decode", np.nan))
+                 "detail": tr("eager plain step {e:.2f} ms", e=quantity.q(
+                     eager.run_id, "decode.plain_step_ms", eager.info.plain_ms_per_step().get("decode")))
                  if eager is not None else ""})
     out = pd.DataFrame(rows, columns=COLUMNS)
+    out["decode ms/token"] = quantity.column(r["decode ms/token"] for r in rows)  # keeps the quantities' names
     gain = out.status == tr(GAIN)
     fitted = hw[hw.lever == "as fitted"].iloc[0]
     base = pd.DataFrame([{"lever": tr("the run as deployed"), "kind": "", "setting": tr("plain step, measured"),
                           "status": tr(BASELINE), "decode ms/token": plain, "change %": 0.0,
                           "predicted ms/token": fitted["decode ms/token"], "how priced": tr("measured"),
                           "model error": fitted["model error"], "detail": ""}], columns=COLUMNS)
+    base["decode ms/token"] = quantity.column([plain])
     return pd.concat([out[gain].sort_values("change %", kind="stable"), out[~gain], base], ignore_index=True)
 
 

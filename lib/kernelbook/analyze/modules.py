@@ -14,6 +14,7 @@ import pandas as pd
 from ..display import phase_label
 from ..i18n import N_, tr
 from ..contract.names import PROJECTOR_ATTRS, VISION_ATTRS, VISION_CLASS_WORDS
+from . import ncu_report
 
 # in the order a reader meets them in a decoder layer; "residual" is a layer's own work between its submodules
 # (the residual adds), "outside layers" work of the model's own forwards outside every layer (masks, positions,
@@ -231,10 +232,9 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
         # grid with other shapes (a shared expert's up and down projections) moves other bytes, so it keeps the
         # bytes its shapes imply instead of the profiled launch's counter
         shapes = _profiled_shapes(timeline[timeline.phase == phase], prof)
-        # where the run measured the loop (ncu's in-loop pass), a profiled kernel moved its in-loop DRAM reads: the
-        # bytes it fetched from DRAM with the caches as the loop left them. Reads, not reads + writes: in-loop writes
-        # are the L2's write-backs during the launch, other kernels' dirty lines among them, while this kernel's own
-        # output is written back later, under another launch; reads belong to the kernel that issued them
+        # where the run measured the loop (ncu's range pass, capture.ncu_ranges), a profiled kernel moved its in-loop
+        # DRAM reads: what it fetched from DRAM after its producer's launch. Reads, not reads + writes: its own output
+        # is written back later, under another launch; reads belong to the kernel that issued them
         inloop = inloop_basis(prof)
 
         def moved(r) -> float:
@@ -261,9 +261,22 @@ def bytes_ledger(timeline: pd.DataFrame, kernels: pd.DataFrame | None, dram_byte
     out["time_over_floor"] = out.kernel_us / out.floor_us
     body = out[out.module_type != "step"].sort_values("kernel_us", ascending=False)
     out = pd.concat([body, out[out.module_type == "step"]], ignore_index=True)[cols]
-    out.attrs["moved_basis"] = ("inloop_reads" if kernels is not None and inloop_basis(
-        kernels[(kernels.phase == phase) & (kernels.status == "profiled")]) else "cold")
+    prof = kernels[(kernels.phase == phase) & (kernels.status == "profiled")] if kernels is not None else None
+    out.attrs["moved_basis"] = "inloop_reads" if prof is not None and inloop_basis(prof) else "cold"
     return out
+
+
+def step_measured(ranges: pd.DataFrame | None, phase: str = "decode") -> dict | None:
+    """The DRAM bytes one whole step of `phase` read and wrote in the loop, measured by the range pass as one range
+    (capture.ncu_ranges: caches flushed before the step, not between its kernels): {"step", "read_bytes",
+    "write_bytes"}; None where the run has no such range."""
+    if ranges is None or ranges.empty:
+        return None
+    s = ranges[(ranges.kind == "step") & (ranges.phase == phase) & ranges.dram_read_bytes.notna()]
+    if s.empty:
+        return None
+    return {"step": int(s.step.iloc[0]), "read_bytes": float(s.dram_read_bytes.iloc[0]),
+            "write_bytes": float(s.dram_write_bytes.iloc[0])}
 
 
 def inloop_basis(prof: pd.DataFrame) -> bool:
@@ -307,11 +320,17 @@ def run_ledger(run) -> tuple[pd.DataFrame, str]:
     bandwidth (`dram_bandwidth`), the step against the plain generate's."""
     bw = dram_bandwidth(run)
     ledger = bytes_ledger(run.timeline, run.ncu_kernels(), bw[0])
-    return ledger, ledger_prose(ledger, run.info.plain_ms_per_step().get("decode"), bw)
+    return ledger, ledger_prose(ledger, run.info.plain_ms_per_step().get("decode"), bw, step_measured(run.ncu_ranges()))
 
 
-def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[float, str]) -> str:
-    """What the ledger says about the distance between the step and its limit, module by module."""
+# the measured step's reads within this fraction of its must-move bytes: it reads what it must, once
+STEP_READS_TOLERANCE = 0.10
+
+
+def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[float, str],
+                 measured: dict | None = None) -> str:
+    """What the ledger says about the distance between the step and its limit, module by module; `measured`
+    (`step_measured`): the whole step's DRAM bytes in the loop, set against the bytes it must move."""
     if ledger.empty:
         return tr("This run was captured before kernels were tied to modules, so there is no bytes ledger: "
                   "re-capture it to get one.")
@@ -325,11 +344,26 @@ def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[fl
               "time, {over:.1f}× the floor.", must=step.must_bytes / 1e6, floor=step.floor_us, bw=bw[0] / 1e12,
               src=tr(bw[1]), moved=step.moved_bytes / 1e6, ratio=step.moved_bytes / max(step.must_bytes, 1.0),
               kernel=step.kernel_us, over=step.time_over_floor)]
+    if measured:
+        ratio = measured["read_bytes"] / max(step.must_bytes, 1.0)
+        verdict = (tr("it reads what it must, about once") if abs(ratio - 1) <= STEP_READS_TOLERANCE else
+                   tr("{pct:.0f} % more than it must: bytes read twice or beyond weights and KV cache",
+                      pct=100 * (ratio - 1)) if ratio > 1 else
+                   tr("{pct:.0f} % less than the ledger's must-move bytes: part of them stayed in L2 between steps",
+                      pct=100 * (1 - ratio)))
+        out.append(tr("Measured as one range (ncu's range pass: decode step {n} whole, caches flushed before it, not "
+                      "between its kernels), the step read {read:.0f} MB from DRAM, {ratio:.2f}× the {must:.0f} MB it "
+                      "must move ({verdict}), and wrote {write:.0f} MB, which the must-move bytes do not hold (a decode "
+                      "step must write only its new KV-cache entries and activations): {total:.0f} MB of DRAM traffic "
+                      "in all, against the {moved:.0f} MB summed kernel by kernel above.", n=measured["step"],
+                      read=measured["read_bytes"] / 1e6, ratio=ratio, must=step.must_bytes / 1e6, verdict=verdict,
+                      write=measured["write_bytes"] / 1e6,
+                      total=(measured["read_bytes"] + measured["write_bytes"]) / 1e6, moved=step.moved_bytes / 1e6))
     if ledger.attrs.get("moved_basis") == "inloop_reads":
-        out.append(tr("Moved bytes of profiled kernels are their DRAM reads measured in the loop (ncu's in-loop pass, "
-                      "`--cache-control none`): what each fetched from DRAM with the caches as the loop left them, not "
-                      "the flushed-cache figure chapters 04 and 05 use. Reads only: the in-loop writes are the L2's "
-                      "write-backs during the launch, other kernels' among them."))
+        out.append(tr("Moved bytes of profiled kernels are their DRAM reads measured in the loop ({how}): what each "
+                      "fetched from DRAM after the launch before it, not the flushed-cache figure chapters 04 and 05 "
+                      "use. Reads only: a kernel's output reaches DRAM later, under another launch.",
+                      how=tr(ncu_report.INLOOP_HOW)))
     if excess.max() > 0.05 * step.must_bytes:
         out.append(tr("The largest excess is in {module}: {moved:.0f} MB moved against {must:.0f} MB it must move "
                       "(+{extra:.0f} MB per step).", module=tr(worst.module_type), moved=worst.moved_bytes / 1e6,

@@ -268,18 +268,17 @@ def _context(r: dict, floor_us: float, ceiling: float | None, ceiling_text: str,
 
 
 def inloop_measured(k) -> dict | None:
-    """A profiled kernel's in-loop figures where the run measured them (ncu's in-loop pass, `--cache-control none`,
-    one replay pass: capture.ncu_stage._inloop): `cold_read_bytes` (the main pass's DRAM reads, caches flushed; its
-    DRAM bytes where the run has no reads), `inloop_read_bytes`, `cold_us`, `inloop_us`. None where the run has no
-    in-loop columns or the pass did not reach this kernel (NaN)."""
+    """A profiled kernel's DRAM reads in the loop where the run measured them (the range pass, capture.ncu_ranges:
+    the kernel with its producer minus the producer alone, caches flushed before each range): `cold_read_bytes` (the
+    main pass's DRAM reads, caches flushed before the launch; its DRAM bytes where the run has no reads),
+    `inloop_read_bytes`. None where the run has no in-loop column or the pass did not reach this kernel (NaN)."""
     get = k.get if hasattr(k, "get") else (lambda c, d=None: getattr(k, c, d))
-    rin, din = get("dram_read_bytes_inloop"), get("duration_ns_inloop")
-    if rin is None or din is None or not (rin == rin and din == din):
+    rin = get("dram_read_bytes_inloop")
+    if rin is None or not rin == rin:
         return None
     cold = get("dram_read_bytes")
     cold = get("dram_bytes") if cold is None or not cold == cold else cold
-    return {"cold_read_bytes": float(cold), "inloop_read_bytes": float(rin), "cold_us": float(get("duration_ns")) / 1e3,
-            "inloop_us": float(din) / 1e3}
+    return {"cold_read_bytes": float(cold), "inloop_read_bytes": float(rin)}
 
 
 def has_inloop(kernels: pd.DataFrame) -> bool:
@@ -287,11 +286,18 @@ def has_inloop(kernels: pd.DataFrame) -> bool:
     return "dram_read_bytes_inloop" in kernels and bool(kernels.dram_read_bytes_inloop.notna().any())
 
 
+INLOOP_HOW = N_("ncu's range pass: the launch with its producer's, minus the producer alone, caches flushed before "
+                "each range as in every ncu figure")
+
+
+INLOOP_NOT_MEASURED = N_("not measured in the loop: the range pass measures decode kernels whose op call launches them "
+                         "alone; a graph step's, a prefill's or a vision encode's kernels are read cold")
+
+
 def inloop_words(m: dict) -> str:
-    """The measured in-loop figures beside the cold ones, in words (`inloop_measured`)."""
-    return tr("measured in the loop (ncu `--cache-control none`, one pass): {inr:.2f} MB read from DRAM against "
-              "{cold:.2f} MB with caches flushed, {ius:.2f} µs against {cus:.2f} µs",
-              inr=m["inloop_read_bytes"] / 1e6, cold=m["cold_read_bytes"] / 1e6, ius=m["inloop_us"], cus=m["cold_us"])
+    """The measured in-loop reads beside the cold ones, in words (`inloop_measured`)."""
+    return tr("measured in the loop ({how}): {inr:.2f} MB read from DRAM against {cold:.2f} MB with caches flushed "
+              "before the launch", how=tr(INLOOP_HOW), inr=m["inloop_read_bytes"] / 1e6, cold=m["cold_read_bytes"] / 1e6)
 
 
 def _short(row) -> str:
@@ -421,8 +427,7 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest |
                              else (np.nan if not expect == expect else (np.inf if counted else 1.0)))}
         m = inloop_measured(k)
         r.update({"cold_read_bytes": m["cold_read_bytes"] if m else np.nan,
-                  "inloop_read_bytes": m["inloop_read_bytes"] if m else np.nan,
-                  "inloop_us": m["inloop_us"] if m else np.nan})
+                  "inloop_read_bytes": m["inloop_read_bytes"] if m else np.nan})
         if expect == 0:
             r["flops_ratio"] = np.nan  # a copy: no ratio to a useful 0; the verdict says what was counted
         rows.append((r, k, cfg))
@@ -442,7 +447,7 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest |
     cols = ["kernel_id", "phase", "friendly_name", "category", "ncu_us", "timeline_median_us", "launches",
             "duration_ratio", "in_context", "op_shapes", "other_shapes", "dram_bytes", "in_loop_gbps", "in_loop_l2",
             "matvec", "expected_flops", "flops_basis", "tensor_flops", "counted_flops", "grouped", "cuda_core",
-            "flops_ratio", "flops_verdict", "cold_read_bytes", "inloop_read_bytes", "inloop_us"]
+            "flops_ratio", "flops_verdict", "cold_read_bytes", "inloop_read_bytes"]
     return pd.DataFrame(out, columns=cols)
 
 
@@ -455,7 +460,6 @@ FIDELITY_HEADERS = {
     "in_loop_l2": N_("loop reads part from L2"),
     "cold_read_bytes": N_("DRAM read bytes, caches flushed"),
     "inloop_read_bytes": N_("DRAM read bytes in the loop (measured)"),
-    "inloop_us": N_("duration in the loop, ncu (µs)"),
     "expected_flops": N_("useful FLOPs (from the shapes)"),
     "flops_basis": N_("useful FLOPs from"),
     "counted_flops": N_("counted FLOPs"),
@@ -569,17 +573,18 @@ def fidelity_prose(fid: pd.DataFrame) -> str:
         lines.append(tr("- {why}: {ids}", why=md(why), ids=md(id_ranges(list(g.kernel_id)))))
     l2 = fid[fid.in_loop_l2.astype(bool)] if "in_loop_l2" in fid else fid.iloc[:0]
     measured = l2[l2.inloop_read_bytes.notna()] if "inloop_read_bytes" in l2 else l2.iloc[:0]
-    if len(l2) and len(measured) == len(l2):
+    if len(measured):
         lines.append(tr("Producer → consumer: {ids} read(s) in the loop part of what the launch before them wrote, "
                         "still in L2; ncu flushed the caches and counted it from DRAM. This run measured the loop too "
-                        "(ncu's in-loop pass, `--cache-control none`, one replay pass):",
-                        ids=md(id_ranges(list(l2.kernel_id)))))
+                        "({how}):", ids=md(id_ranges(list(l2.kernel_id))), how=tr(INLOOP_HOW)))
         for x in measured.itertuples():
             lines.append(tr("- {id} {name}: {cold:.2f} MB read from DRAM with caches flushed, {inr:.2f} MB in the loop "
-                            "({pct:.0f} %); {cus:.2f} µs flushed, {ius:.2f} µs in the loop", id=md(x.kernel_id),
-                            name=md(x.friendly_name), cold=x.cold_read_bytes / 1e6, inr=x.inloop_read_bytes / 1e6,
-                            pct=100 * x.inloop_read_bytes / x.cold_read_bytes if x.cold_read_bytes else float("nan"),
-                            cus=x.ncu_us, ius=x.inloop_us))
+                            "({pct:.0f} %)", id=md(x.kernel_id), name=md(x.friendly_name), cold=x.cold_read_bytes / 1e6,
+                            inr=x.inloop_read_bytes / 1e6,
+                            pct=100 * x.inloop_read_bytes / x.cold_read_bytes if x.cold_read_bytes else float("nan")))
+        rest = sorted(set(l2.kernel_id) - set(measured.kernel_id))
+        if rest:
+            lines.append(tr("- {ids}: {why}", ids=md(id_ranges(rest)), why=tr(INLOOP_NOT_MEASURED)))
         lines.append(tr("Their class (chapter 05) and roofline points (chapter 04) stay on the cold, flushed counters, "
                         "the same basis as every other kernel's; the in-loop bytes are what the loop moves."))
     elif len(l2):
@@ -765,14 +770,18 @@ def cache_control_note(manifest: Manifest | dict, chapter: str, in_loop: set[str
                  "shapes) — not for a consumer of what the launch before it has just written: that is still in L2.")
         measured = (fid[fid.kernel_id.isin(in_loop or ()) & fid.inloop_read_bytes.notna()]
                     if fid is not None and "inloop_read_bytes" in fid else None)
-        if in_loop and measured is not None and len(measured) == len(in_loop):
+        if in_loop and measured is not None and len(measured):
             each = tr("; ").join(tr("{id} {cold:.2f} MB flushed, {inr:.2f} MB in the loop", id=md(x.kernel_id),
                                     cold=x.cold_read_bytes / 1e6, inr=x.inloop_read_bytes / 1e6)
                                  for x in measured.sort_values("kernel_id").itertuples())
             out += " " + tr("Here {ids} read(s) part of their operands from L2 in the loop (chapter 02's fidelity: "
                             "producer → consumer). Their class and roofline points stay on the cold-cache figure, the "
                             "flushed counters every kernel is classed by; the loop moves less, as this run measured "
-                            "(DRAM reads, ncu's in-loop pass): {each}.", ids=md(id_ranges(sorted(in_loop))), each=each)
+                            "(DRAM reads, {how}): {each}.", ids=md(id_ranges(sorted(in_loop))), each=each,
+                            how=tr(INLOOP_HOW))
+            rest = sorted(set(in_loop) - set(measured.kernel_id))
+            if rest:
+                out += " " + tr("{ids}: {why}.", ids=md(id_ranges(rest)), why=tr(INLOOP_NOT_MEASURED))
         elif in_loop:
             out += " " + tr("Here {ids} read(s) part of their operands from L2 in the loop (chapter 02's fidelity: "
                             "producer → consumer): their DRAM bytes, class and roofline points are the cold-cache "

@@ -65,7 +65,7 @@ class DecodeLimit:
         dram_gbps, and the multiples busy_x, wall_x, plain_x (each ÷ the limit)."""
         base = {"limit_ms": ("decode.limit_ms", self.limit_ms), "busy_ms": ("decode.gpu_busy_step_ms", self.busy_ms),
                 "wall_ms": ("decode.profiled_step_ms", self.wall_ms),
-                "plain_ms": ("decode.plain_step_ms", self.plain_ms),
+                "plain_ms": ("decode.plain_step_ms", self.plain_ms or None),
                 "weight_mb": ("decode.weight_mb_per_step", self.weight_bytes / 1e6),
                 "kv_mb": ("decode.kv_mb_per_step", self.kv_bytes / 1e6),
                 "dram_gbps": ("dram_gbps_measured", self.dram_bytes_per_s / 1e9)}
@@ -91,17 +91,18 @@ class DecodeLimit:
         return self.busy_ms / self.limit_ms
 
     def table(self) -> pd.DataFrame:
-        rows = [(tr("weights read per step"), self.weight_bytes / 1e6, "MB"),
-                (tr("KV cache read per step"), self.kv_bytes / 1e6, "MB"),
-                (tr("DRAM bandwidth ({source})", source=tr(self.dram_source)), self.dram_bytes_per_s / 1e9, "GB/s"),
-                (tr("physical limit per step (bytes ÷ bandwidth)"), self.limit_ms, "ms"),
-                (tr("GPU busy per step (measured)"), self.busy_ms, "ms"),
-                (tr("wall per step (measured, profiled pass)"), self.wall_ms, "ms"),
-                (tr("wall per step (measured, plain run)"), self.plain_ms if self.plain_ms else float("nan"), "ms"),
-                (tr("GPU busy ÷ limit"), self.busy_multiple, "×"),
-                (tr("wall ÷ limit (profiled pass)"), self.wall_multiple, "×"),
-                (tr("wall ÷ limit (plain run)"), self.step_multiple if self.plain_ms else float("nan"), "×")]
-        return pd.DataFrame(rows, columns=["quantity", "value", "unit"])
+        """The step's figures as a long table; each value the named quantity the prose prints (`q`)."""
+        rows = [(tr("weights read per step"), "weight_mb", "MB"), (tr("KV cache read per step"), "kv_mb", "MB"),
+                (tr("DRAM bandwidth ({source})", source=tr(self.dram_source)), "dram_gbps", "GB/s"),
+                (tr("physical limit per step (bytes ÷ bandwidth)"), "limit_ms", "ms"),
+                (tr("GPU busy per step (measured)"), "busy_ms", "ms"),
+                (tr("wall per step (measured, profiled pass)"), "wall_ms", "ms"),
+                (tr("wall per step (measured, plain run)"), "plain_ms", "ms"),
+                (tr("GPU busy ÷ limit"), "busy_x", "×"), (tr("wall ÷ limit (profiled pass)"), "wall_x", "×"),
+                (tr("wall ÷ limit (plain run)"), "plain_x", "×")]
+        out = pd.DataFrame([(label, np.nan, unit) for label, _, unit in rows], columns=["quantity", "value", "unit"])
+        out["value"] = quantity.column(self.q(name) for _, name, _ in rows)
+        return out
 
 
 def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
@@ -252,8 +253,11 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
             plain = plain_ms_per_step(twin, ph) is not None and plain_ms_per_step(run, ph) is not None
             scale = None if plain else 1.0
             per = (lambda x, b: x / b) if ph == "decode" else (lambda x, b: x)
-            base_ms = per(plain_ms_per_step(twin, ph) if plain else base_m.loc[ph, "wall_ms_per_step"], bb)
-            var_ms = per(plain_ms_per_step(run, ph) if plain else vm.loc[ph, "wall_ms_per_step"], vb)
+            # named as what they are: a run's plain (or profiled) step, or per token where a decode step holds more
+            base_ms = _per_step(plain_ms_per_step(twin, ph) if plain else base_m.loc[ph, "wall_ms_per_step"], bb,
+                                twin if plain else base_run, ph, plain)
+            var_ms = _per_step(plain_ms_per_step(run, ph) if plain else vm.loc[ph, "wall_ms_per_step"], vb, run, ph,
+                               plain)
             if lv.design is not None and (ph == "decode" or lv.batch > 1):
                 # the graph lever applies to the decode step only (prefill stays eager in the variant);
                 # the model's own baseline replay is the reference, so its bias cancels in the ratio
@@ -265,17 +269,29 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
                 pred_ms = per(pred.loc[ph, "wall_ms_per_step"], lv.batch)
                 pred_gain = per(ref.loc[ph, "wall_ms_per_step"], bb) / pred_ms
             elif lv.design is not None:
-                pred_ms, pred_gain = base_ms, 1.0
+                pred_ms, pred_gain = float(base_ms), 1.0
             else:
                 pred_ms = pred_gain = np.nan
-            gain = base_ms / var_ms
+            gain = quantity.ratio(base_ms, var_ms, f"{run.run_id}/{ph}.measured_gain")
+            pred_gain = quantity.q(run.run_id, f"{ph}.predicted_gain", pred_gain)
             rows.append({"variant": variant_label(run), "run": run.run_id, "phase": ph, "unit": unit,
                          "basis": (tr("plain runs") if plain else tr("profiled pass")) + (
                              tr(", same host: {run}", run=twin.run_id) if one_host else ""),
                          "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
                          "predicted_gain": pred_gain, "measured_gain": gain,
                          "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})
-    return pd.DataFrame(rows, columns=VARIANT_COLUMNS)
+    out = pd.DataFrame(rows, columns=VARIANT_COLUMNS)
+    for c in ("baseline_ms", "measured_ms", "predicted_gain", "measured_gain"):
+        out[c] = quantity.column((r[c] for r in rows), out.index)
+    return out
+
+
+def _per_step(ms: float, batch: int, run, phase: str, plain: bool) -> Q:
+    """A measured decode time per token (per step ÷ batch) or prefill time per call as the named quantity it is:
+    the run's plain (else profiled) step where one step answers one prompt, else its time per token."""
+    basis = "plain" if plain else "profiled"
+    per = "token" if phase == "decode" and batch > 1 else "step"
+    return quantity.q(run.run_id, f"{phase}.{basis}_{per}_ms", ms / batch if phase == "decode" else ms)
 
 
 # The variant labels of the bundled variants (params/variant-*.yaml `variant`), shown in the narrative language;
@@ -373,16 +389,14 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
             for x in g[(g.phase == "decode") | (g.predicted_gain != 1.0)].itertuples():
                 verdict = (tr("within the {tol:.0f} % target", tol=TARGET_PCT) if abs(x.gain_error_pct) <= TARGET_PCT
                            else tr("outside the {tol:.0f} % target", tol=TARGET_PCT))
-                vals = dict(p=quantity.q(x.run, f"{x.phase}.predicted_gain", x.predicted_gain),
-                            m=quantity.q(x.run, f"{x.phase}.measured_gain", x.measured_gain), e=x.gain_error_pct,
-                            verdict=verdict)
+                vals = dict(p=x.predicted_gain, m=x.measured_gain, e=x.gain_error_pct, verdict=verdict)
                 out.append(tr("  Decode predicted {p:.1f}× faster, measured {m:.1f}× ({e:+.0f} %, {verdict}).", **vals)
                            if x.phase == "decode" else
                            tr("  Prefill predicted {p:.2f}× the baseline's speed per call, measured {m:.2f}× "
                               "({e:+.0f} %, {verdict}).", **vals))
         else:
             out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=md(v),
-                          m=quantity.q(r.run, "decode.measured_gain", r.measured_gain),
+                          m=r.measured_gain,
                           why=md(r.why_no_prediction)))
         c = controls.get(r.run)
         if c is not None and len(c):
@@ -412,14 +426,14 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
     if (limit is not None and deploy is not None and len(deploy) > 1
             and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]):
         # the run as deployed first: the book's conclusions are about it; HF's eager loop beside it
-        g, e = step_quantities(deploy, 1, limit), step_quantities(deploy, 0, limit)
+        g, e = step_quantities(deploy, 1), step_quantities(deploy, 0)
         out.insert(0, tr("as deployed (CUDA graphs, {run}) a plain decode step takes {wall:.2f} ms, {x:.1f}× the "
                          "{limit:.2f} ms its weight and KV bytes need at measured DRAM bandwidth; HF's eager loop "
                          "takes {eager:.1f} ms ({ex:.0f}×)", run=deploy.run.iloc[1], wall=g["plain"],
                          x=g["plain_x"], limit=g["limit"], eager=e["plain"], ex=e["plain_x"]))
         out[0] = out[0][:1].upper() + out[0][1:]
     elif limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
-        e = step_quantities(deploy, 0, limit)
+        e = step_quantities(deploy, 0)
         if deploy.attrs.get("graphs", [False])[0]:  # a graph run alone: its step as deployed, never "eager"
             out.append(tr("a plain decode step as CUDA graphs takes {wall:.2f} ms, {x:.1f}× the {limit:.2f} ms its "
                           "weight and KV bytes need at measured DRAM bandwidth", wall=e["plain"], x=e["plain_x"],
@@ -439,10 +453,10 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
     d = rows[rows.phase == "decode"] if len(rows) else rows
     if len(d):
         best = d.sort_values("measured_gain", ascending=False).iloc[0]
-        pred = (tr(" (predicted {p:.1f}×)", p=quantity.q(best.run, "decode.predicted_gain", best.predicted_gain))
-                if best.predicted_gain == best.predicted_gain else "")
-        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant),
-                      m=quantity.q(best.run, "decode.measured_gain", best.measured_gain), pred=pred)
+        pred = (tr(" (predicted {p:.1f}×)", p=best.predicted_gain) if best.predicted_gain == best.predicted_gain
+                else "")
+        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain,
+                      pred=pred)
                    + (tr(", on another host than its baseline (see the host control below)")
                       if best.run in other_host else ""))
     return tr("; ").join(out) + tr(".")
@@ -479,26 +493,28 @@ def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
         if _graph_decode(v) and "decode" in set(tv.measured.phase):
             rows.append((v, float(tv.measured.set_index("phase").loc["decode", "busy_ms_per_step"])))
     out = []
+    lim = limit.q("limit_ms")
     for r_, busy in rows:
-        plain = _plain_decode_ms(r_)
         decode = r_.info.timeline_info.plain_phases.get("decode")
         steps = decode.steps if decode else None
+        # each figure the named quantity the prose prints from this row (`step_quantities`): one value, one place
+        plain = quantity.q(r_.run_id, "decode.plain_step_ms", _plain_decode_ms(r_))
+        busy = quantity.q(r_.run_id, "decode.gpu_busy_step_ms", busy)
         out.append({"run": md(r_.run_id), "decode": _how_decode_ran(r_), "steps": steps, "plain_ms": plain,
-                    "busy_ms": busy, "limit_ms": limit.limit_ms, "plain_x": plain / limit.limit_ms,
-                    "busy_x": busy / limit.limit_ms})
+                    "busy_ms": busy, "limit_ms": lim, "plain_x": x_limit(plain, lim), "busy_x": x_limit(busy, lim)})
     table = pd.DataFrame(out, columns=cols)
-    table.attrs["run_ids"] = [r_.run_id for r_, _ in rows]  # the quantities' keys (`step_quantities`)
+    for c in ("plain_ms", "busy_ms", "limit_ms", "plain_x", "busy_x"):
+        table[c] = quantity.column(o[c] for o in out)
+    table.attrs["run_ids"] = [r_.run_id for r_, _ in rows]
     table.attrs["graphs"] = [_graph_decode(r_) for r_, _ in rows]  # how each decoded: the headline's words
     return table
 
 
-def step_quantities(table: pd.DataFrame, i: int, limit: DecodeLimit) -> dict[str, Q]:
-    """Row `i` of `deployed`'s table as named quantities: plain and busy (ms per step), each ÷ the limit."""
-    rid, r = table.attrs["run_ids"][i], table.iloc[i]
-    plain = quantity.q(rid, "decode.plain_step_ms", r.plain_ms)
-    busy = quantity.q(rid, "decode.gpu_busy_step_ms", r.busy_ms)
-    lim = limit.q("limit_ms")
-    return {"plain": plain, "busy": busy, "limit": lim, "plain_x": x_limit(plain, lim), "busy_x": x_limit(busy, lim)}
+def step_quantities(table: pd.DataFrame, i: int) -> dict[str, Q]:
+    """Row `i` of `deployed`'s table, the named quantities its cells hold: plain and busy (ms per step), the
+    limit, and each step ÷ the limit."""
+    r = table.iloc[i]
+    return {"plain": r.plain_ms, "busy": r.busy_ms, "limit": r.limit_ms, "plain_x": r.plain_x, "busy_x": r.busy_x}
 
 
 def x_limit(step: Q, limit: Q) -> Q:
@@ -555,7 +571,7 @@ def deployed_prose(table: pd.DataFrame, limit: DecodeLimit | None) -> str:
     if len(table) < 2 or limit is None:
         return tr("No deployment-shaped variant (decode as CUDA graphs) is among variant_runs: the figures above are "
                   "eager HF generate's, which no serving stack runs.")
-    e, g = step_quantities(table, 0, limit), step_quantities(table, 1, limit)
+    e, g = step_quantities(table, 0), step_quantities(table, 1)
     rid = table.attrs["run_ids"][0]
     return tr("Eager, a plain decode step takes {e:.2f} ms, {ex:.1f}× its {lim:.2f} ms limit; as deployed ({g_run}, "
               "CUDA graphs) it takes {g:.2f} ms, {gx:.1f}× the limit, of which the GPU is busy {gb:.2f} ms "

@@ -618,6 +618,12 @@ class ReplayHost:
     plain_step_ms: float
     between_replays_ms: float
     basis: str
+    timed: bool = True       # plain_step_ms is the step the capture timed (else the profiled wall ÷ the overhead)
+
+    @property
+    def step_name(self) -> str:
+        """The named quantity `plain_step_ms` is (`contract.quantity`): the timed plain step, or its estimate."""
+        return "decode.plain_step_ms" if self.timed else "decode.plain_step_estimate_ms"
 
     @property
     def span_ms(self) -> float:
@@ -636,7 +642,9 @@ def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float,
         return ReplayHost(graph, n, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, N_("no decode"))
     start, end = t.start_ns.to_numpy(dtype=float), t.end_ns.to_numpy(dtype=float)
     prev_end = np.r_[np.nan, np.maximum.accumulate(end)[:-1]]
-    busy = float(t.duration_ns.sum()) / 1e6 / n
+    # the phase's GPU-busy time per step as every chapter prints it (`timeline.phase_summary`: the union of its
+    # launches' intervals), not the sum of their durations, which counts a copy that overlaps a kernel twice
+    busy = float(m.busy_ms_per_step)
     plain = float(m.get("plain_timed_ms_per_step", np.nan))
     ng = graph_node_gaps(timeline, "decode")  # the one definition of a node gap (chapter 05 reads it too)
     node_ms = ng.ms_per_step * ng.steps / n if ng is not None else 0.0
@@ -652,7 +660,7 @@ def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float,
     span = busy + node_ms
     return ReplayHost(True, n, busy, ng.median_us if ng is not None else np.nan, node_ms,
                       ng.nodes_per_step * ng.steps / n if ng is not None else 0.0, host_prof, step_ms,
-                      max(step_ms - span, 0.0), basis)
+                      max(step_ms - span, 0.0), basis, timed=plain == plain)
 
 
 @dataclass
@@ -894,14 +902,19 @@ def validation(tr: Trace) -> pd.DataFrame:
         m = tr.measured.set_index("phase").loc[ph]
         w = tr.work[tr.work.phase == ph]
         scaled = w.total_ns[w.source == SCALED].sum() / w.total_ns.sum()
-        rows.append({"phase": ph, "steps": int(m.steps), "wall_ms_per_step": m.wall_ms_per_step,
+        rows.append({"phase": ph, "steps": int(m.steps),
+                     "wall_ms_per_step": tr.q(f"{ph}.profiled_step_ms", m.wall_ms_per_step),
                      "predicted_wall_ms": p.wall_ms_per_step,
                      "wall_error_pct": 100 * (p.wall_ms_per_step - m.wall_ms_per_step) / m.wall_ms_per_step,
-                     "busy_ms_per_step": m.busy_ms_per_step, "predicted_device_ms": p.device_ms_per_step,
+                     "busy_ms_per_step": tr.q(f"{ph}.gpu_busy_step_ms", m.busy_ms_per_step),
+                     "predicted_device_ms": p.device_ms_per_step,
                      "device_error_pct": 100 * (p.device_ms_per_step - m.busy_ms_per_step) / m.busy_ms_per_step,
                      "predicted_device_share_pct": p.device_share_pct, "calibrated_on": cal.phases.iloc[0],
                      "scaled_time_pct": 100 * scaled})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for c in ("wall_ms_per_step", "busy_ms_per_step"):  # the run's measured steps, as the other chapters name them
+        out[c] = quantity.column((r[c] for r in rows), out.index)
+    return out
 
 
 def host_time_per_launch_us(tr: Trace, phase: str = "decode") -> float:
@@ -1082,7 +1095,7 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
             "generate's loop), which no hardware lever moves", fused=pct(at(tr, g, fuse_elementwise=True), base),
             node=tr.q("decode.node_gaps_ms", hr.node_gaps_ms), gap=hr.node_gap_us_median,
             host=tr.q("decode.host_between_replays_ms", hr.between_replays_ms),
-            share=100 * hr.between_replays_ms / hr.plain_step_ms, step=tr.q("decode.plain_step_ms", hr.plain_step_ms))
+            share=100 * hr.between_replays_ms / hr.plain_step_ms, step=tr.q(hr.step_name, hr.plain_step_ms))
     else:
         matrix_if = i18n.tr(
             "half the matrix TFLOP/s, launches issued as a graph ({graph_us:g} µs each): decode/token "
@@ -1173,7 +1186,7 @@ def headline(val: pd.DataFrame, tr: Trace) -> str:
                        "CUDA graphs: of the plain {step:.2f} ms step the replay's kernels are {busy:.2f} ms GPU-busy "
                        "with {node:.2f} ms of node gaps (median {gap:.2f} µs), and {host:.2f} ms is host time between "
                        "replays (generate's loop, one term per step, not per launch), so the hardware knobs below "
-                       "move the rest", errors=errs, step=tr.q("decode.plain_step_ms", hr.plain_step_ms),
+                       "move the rest", errors=errs, step=tr.q(hr.step_name, hr.plain_step_ms),
                        busy=tr.q("decode.gpu_busy_step_ms", hr.busy_ms), node=tr.q("decode.node_gaps_ms", hr.node_gaps_ms),
                        gap=hr.node_gap_us_median, host=tr.q("decode.host_between_replays_ms", hr.between_replays_ms))
     if "decode" in d.index and d.loc["decode", "predicted_device_share_pct"] >= 50:
@@ -1274,8 +1287,22 @@ def cross_device_one(a: Trace, b: Trace) -> pd.DataFrame:
     out.insert(0, "predicted", b.device)
     out.insert(0, "fitted_on", a.device)
     order = {ph: i for i, ph in enumerate(PHASES)}
-    return out.sort_values(["phase", "class"], key=lambda s: s.map(order) if s.name == "phase"
-                           else (s != ALL_KERNELS).astype(int).astype(str) + s).reset_index(drop=True)
+    return _named_busy(out.sort_values(["phase", "class"], key=lambda s: s.map(order) if s.name == "phase"
+                                       else (s != ALL_KERNELS).astype(int).astype(str) + s).reset_index(drop=True),
+                       a, b)
+
+
+def _named_busy(xd: pd.DataFrame, a: Trace, b: Trace) -> pd.DataFrame:
+    """`xd` with the measured GPU-busy times of its whole-phase rows (`all (GPU-busy)`) as each run's named
+    quantity (`contract.quantity`, as chapters 01, 05 and 07 print them) and their measured gain as the ratio of
+    the two; the class rows' kernel times stay plain numbers."""
+    whole = (xd["class"] == ALL_KERNELS).tolist()
+    qa = [a.q(f"{ph}.gpu_busy_step_ms", v) if w else v for ph, v, w in zip(xd.phase, xd.measured_a_ms, whole)]
+    qb = [b.q(f"{ph}.gpu_busy_step_ms", v) if w else v for ph, v, w in zip(xd.phase, xd.measured_ms, whole)]
+    gain = [quantity.ratio(x, y, f"{x.key}_over/{b.run_id}") if w else g
+            for x, y, g, w in zip(qa, qb, xd.measured_gain, whole)]
+    return xd.assign(measured_a_ms=quantity.column(qa, xd.index), measured_ms=quantity.column(qb, xd.index),
+                     measured_gain=quantity.column(gain, xd.index))
 
 
 def cross_device(a: Trace, b: Trace) -> pd.DataFrame:
@@ -1585,12 +1612,20 @@ def replay_host_table(traces: dict) -> pd.DataFrame:
         if h is None:
             continue
         rows.append({"run": label, "decode as": i18n.tr("CUDA graphs") if h.graph else i18n.tr("eager launches"),
-                     "plain step ms": h.plain_step_ms, "GPU-busy ms": h.busy_ms, "node gaps ms": h.node_gaps_ms,
+                     "plain step ms": t.q(h.step_name, h.plain_step_ms),
+                     "GPU-busy ms": t.q("decode.gpu_busy_step_ms", h.busy_ms),
+                     # an eager step has no graph nodes: its 0 is not a measured gap
+                     "node gaps ms": t.q("decode.node_gaps_ms", h.node_gaps_ms) if h.graph else h.node_gaps_ms,
                      "node gap median µs": h.node_gap_us_median,
-                     "host between replays ms": h.between_replays_ms if h.graph else np.nan,
+                     "host between replays ms": t.q("decode.host_between_replays_ms", h.between_replays_ms)
+                     if h.graph else np.nan,
                      "host µs per launch (plain)": np.nan if h.graph else host_time_per_launch_us(t),
                      "host gaps under the profiler ms": h.host_profiled_ms, "basis": i18n.tr(h.basis)})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for c in ("plain step ms", "GPU-busy ms", "node gaps ms", "host between replays ms"):
+        if c in out:  # the named quantities the chapters' prose prints (`contract.quantity`)
+            out[c] = quantity.column((r[c] for r in rows), out.index)
+    return out
 
 
 # the levers of `lever_table` (catalog keys)

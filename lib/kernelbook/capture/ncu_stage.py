@@ -291,7 +291,7 @@ def _range_pass(params: CaptureConfig, run_dir, manifest, timeline, sels, by_pos
 
 
 # the in-loop columns a kernel table may hold: the range pass's, and those of the `--cache-control none` pass that
-# runs captured before it carried (tests/fixtures/inloop)
+# earlier captures wrote (dropped when the range pass writes its own)
 INLOOP_COLUMNS = ("dram_read_bytes_inloop", "duration_ns_inloop", "dram_bytes_inloop", "dram_write_bytes_inloop",
                   "l2_bytes_inloop")
 

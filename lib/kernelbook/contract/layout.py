@@ -51,7 +51,7 @@ LAUNCHES = "launches.parquet"
 NCU_TABLES = (KERNELS, METRICS, RESULTS, LAUNCHES)  # the tables of each ncu folder
 NCU_REPORT = ".ncu-rep"  # the suffix ncu gives the report named by `-o <base>`
 NCU_BASE = "ncu"  # the report's base name when one ncu process profiles by op call (`<base>.ncu-rep`)
-INLOOP = "inloop"  # the in-loop pass's report: `inloop.ncu-rep` by op call, `<phase>-inloop.ncu-rep` by name
+INLOOP = "inloop"  # the range pass's report (capture.ncu_ranges): `inloop.ncu-rep`
 RANGES = "ranges"  # the range pass (capture.ncu_ranges): `ranges.json` for the worker, `ranges.parquet` measured
 READER_METRICS = ".read_metrics.parquet"  # the ncu report reader's scratch output (load.ncu, in its work folder)
 READER_RESULTS = ".read_results.parquet"
@@ -168,8 +168,7 @@ class NcuDir:
         return self.path / name
 
     def inloop_report(self, phase: str | None = None) -> Path:
-        """The base path of the in-loop pass's report (`--cache-control none`, see capture.ncu_stage): by op call
-        one for every phase, by name one per phase."""
+        """The base path of the range pass's report (capture.ncu_ranges); `phase`: older runs' per-phase pass."""
         return self.path / (INLOOP if phase is None else f"{phase}-{INLOOP}")
 
     @property

@@ -46,9 +46,9 @@ PCT_NOISE = 5.0
 # ncu/kernels.parquet: the columns that are amounts (times, bytes, FLOPs, rates, counts, shares, percentages of
 # peak): never infinite, never negative (percentages: not below −PCT_NOISE). NaN is allowed there: a kernel that
 # was not profiled has no counters, and a profiled one lacks what its sections did not measure (its L1
-# intensity when it moved no L1 bytes). The in-loop pass's columns (`duration_ns_inloop`, `dram_read_bytes_inloop`,
-# ...: capture.ncu_stage._inloop) are amounts of the same kind, NaN where the in-loop pass did not reach the kernel
-# (a launch without an op call to mark). Positions (op_index, launch_index, profiled_step) may be −1 or NaN.
+# intensity when it moved no L1 bytes). The in-loop columns (`dram_read_bytes_inloop`: capture.ncu_ranges; older
+# runs' `duration_ns_inloop`, ...) are amounts of the same kind, NaN where the in-loop pass did not reach the kernel
+# (a launch without an op call to mark, an op call of several kernels). Positions (op_index, launch_index, profiled_step) may be −1 or NaN.
 _AMOUNT = re.compile(r"(_ns|_bytes|_per_s|_hz|_gbps|_pct|_size|_per_block|_per_sm)(_inloop)?$|^(flops|intensity_)|"
                      r"^(launches|share|registers|configs_profiled)$")
 # ... and those taken from the timeline for every selected kernel, which the chapters rank and sum by
@@ -530,6 +530,12 @@ class Run:
     def ncu_kernels(self) -> pd.DataFrame | None:
         p = NcuDir(self.ncu_dir).kernels
         return read_table(p) if p.exists() else None  # names cut as the timeline's are
+
+    def ncu_ranges(self) -> pd.DataFrame | None:
+        """The range pass's measured ranges (capture.ncu_ranges `RANGE_COLUMNS`: the decode step whole, and each
+        profiled kernel's pair and producer), or None where the run has no range pass."""
+        p = NcuDir(self.ncu_dir).ranges
+        return pd.read_parquet(p) if p.exists() else None
 
     def ncu_metrics(self) -> pd.DataFrame | None:
         p = NcuDir(self.ncu_dir).metrics

@@ -429,13 +429,14 @@ def variant_gains(rows: pd.DataFrame) -> go.Figure:
     """Predicted against measured gain (baseline ÷ variant, ×) per variant and phase; a variant the
     what-if cannot price shows its measured bar alone."""
     x = [f"{plot(r.variant)} · {phase_label(r.phase)}" for r in rows.itertuples()]
+    # the gains as plain floats (the table's cells are named quantities: object columns numpy cannot take a log of)
+    pred, meas = rows.predicted_gain.astype(float), rows.measured_gain.astype(float)
     fig = go.Figure()
-    fig.add_bar(name=tr("predicted (chapter 06 what-if)"), x=x, y=rows.predicted_gain,
-                hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
-    fig.add_bar(name=tr("measured"), x=x, y=rows.measured_gain, hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
+    fig.add_bar(name=tr("predicted (chapter 06 what-if)"), x=x, y=pred, hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
+    fig.add_bar(name=tr("measured"), x=x, y=meas, hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
     fig.add_hline(y=1, line_dash="dot", line_color="#888")
     # every tick a whole value (0.5, 1, 2, 5), never plotly's bare digits ('5' under '1' for 0.5×)
-    fig.update_yaxes(**log_ticks(np.r_[rows.predicted_gain, rows.measured_gain, 1.0]))
+    fig.update_yaxes(**log_ticks(np.r_[pred, meas, 1.0]))
     fig.update_layout(template=TEMPLATE, barmode="group", yaxis_type="log",
                       yaxis_title=tr("gain over the baseline (×, log)"), height=380,
                       title=tr("Variants: predicted vs measured gain"))

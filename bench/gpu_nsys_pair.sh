@@ -2,7 +2,8 @@
 # An nsys run of the bundled workload and its torch twin, back to back in one lease (issue 46):
 #   here:        bash bench/gpu_wheels.sh tests (→ .whl); apt-get download libdw1 libelf1 into .debs/
 #   GPU machine: bash bench/gpu_nsys_pair.sh [suffix]   (carry .whl and .debs)
-# Writes $OUT/runs.tar (both runs, without .ncu-rep files and raw traces) and each capture's log.
+# Writes $OUT/runs.tar (both runs, without .ncu-rep files and raw traces) and each capture's log; the committed pair
+# lives in tests/fixtures/nsys/ (the runs and their capture logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suffix=${1:-}

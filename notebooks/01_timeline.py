@@ -208,6 +208,22 @@ kb.table(V.timeline_account(r.manifest), kb.tr("Timeline capture"),
          empty=kb.tr("This run records no timeline capture details."))
 
 # %% [markdown]
+# ## The other timeline backend on the same workload
+# Where the same workload was captured with the other timeline profiler (Nsight Systems or the torch profiler) and
+# sits beside this run: the kernels and GPU time each recorded, and each one's overhead.
+
+# %%
+twin = kb.backend_twin(r)
+backend, bk = (T.backend_agreement(r, twin), T.backend_kernels(r, twin)) if twin is not None else (None, None)
+kb.md(T.backend_prose(r, twin, backend, bk))
+
+# %%
+kb.table(backend, kb.tr("GPU time per phase, this run and the other backend's")) if twin is not None else None
+
+# %%
+kb.table(bk, kb.tr("Decode kernels holding ≥ 1 % of decode kernel time, by kernel stem")) if twin is not None else None
+
+# %% [markdown]
 # ## Appendix: friendly names → full kernel names (decode)
 # Each name whole, as the run recorded it: what `ncu --kernel-name` and a search of the sources match.
 # Click a name to select all of it for copying.

@@ -139,9 +139,9 @@ PAIR = Path(__file__).resolve().parent / "fixtures" / "nsys"
 
 
 def test_the_nsys_and_torch_timelines_of_one_workload_agree():
-    """The bundled workload captured with each backend back to back on one lent H100 (bench/gpu_nsys_pair.sh; the
-    nsys run's ncu stage was stopped by the call's time limit, so it is partial with its reason): the same kernels
-    and the same GPU time per phase within 2 % (issue 46 point 4)."""
+    """The bundled workload captured with each backend back to back on one lent H100 (bench/gpu_nsys_pair.sh, both
+    complete, ncu prefill + decode top-20 by op call): the same kernels and the same GPU time per phase within 2 %
+    (issue 46 point 4)."""
     from kernelbook.load.run import load_run
 
     nsys, torch = load_run(PAIR / "h100-nsys-deepseek-ocr-2"), load_run(PAIR / "h100-nsys-twin-torch")
@@ -159,14 +159,78 @@ def test_the_nsys_and_torch_timelines_of_one_workload_agree():
         assert abs(dn[name] / dt[name] - 1) <= 0.05, (name, dn[name], dt[name])
 
 
-def test_the_book_renders_the_nsys_run_and_says_what_it_cannot_show(tmp_path):
-    """Chapters that need op shapes (the what-if, the summary) stop with a note naming what is missing; the book
-    succeeds and the rest renders (issue 46 point 2: no chapter fails on a run that lacks something)."""
+def test_the_shapes_pass_joins_the_nsys_timeline_by_kernel_stem():
+    """An nsys run takes op, shapes, op numbering and modules from the torch profiler's shapes pass, run in the
+    capture process before the nsys pass (capture.torch_backend `_nsys_timeline`). The two demanglers write one kernel
+    two ways, so launches are matched by kernel stem: on the committed pair (the torch twin's timeline standing for
+    the shapes pass, which the twin joined to itself) 99.9 % of the nsys run's 52,223 kernels match, by full name
+    16 %."""
+    from kernelbook.load.trace import join_shapes, kernel_stem
+
+    nsys = pd.read_parquet(PAIR / "h100-nsys-deepseek-ocr-2" / "timeline.parquet")
+    shaped = pd.read_parquet(PAIR / "h100-nsys-twin-torch" / "timeline.parquet")
+    a = "void at::native::<unnamed>::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, (int)2, (int)2, (int)-2>("
+    b = "void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, 2, 2, -2>(at"
+    assert kernel_stem(a) == kernel_stem(b) == "indexSelectSmallIndex"
+    joined, stats = join_shapes(nsys, shaped, by_stem=True)
+    assert stats["kernels"] == 52223 and stats["matched_pct"] > 99.9
+    assert join_shapes(nsys, shaped)[1]["matched_pct"] < 20  # full names: the demanglers differ
+    kern, twin = joined[joined.kind == "kernel"], shaped[shaped.kind == "kernel"]
+    # every launch the shapes pass numbered (95 %: the rest launch outside an aten op call) is numbered here too
+    assert (kern.op_index >= 0).sum() >= (twin.op_index >= 0).sum() - 30
+    assert kern.module.notna().sum() >= twin.module.notna().sum() - 30
+    assert len(joined) == len(nsys) and (joined.name.sort_values().values == nsys.name.sort_values().values).all()
+
+
+def test_the_book_renders_the_nsys_run_as_it_renders_a_torch_run(tmp_path):
+    """The nsys run holds what a torch run holds (plain generates, shapes, op numbering, modules, ncu by op call,
+    the range pass), so every chapter renders it, the what-if and the summary included (issue 46 point 2); before
+    the shapes pass was joined to it, chapters 06 and 07 stopped with 'No aten op shapes'."""
     from kernelbook import params as Pm
+    from kernelbook.load.run import load_run
     from kernelbook.runner import render_book
 
-    out = render_book(Pm.validate({"run_dir": str(PAIR / "h100-nsys-deepseek-ocr-2"), "phase": "prefill"},
-                                  consumer="book"), tmp_path / "report", log=lambda *_: None)
+    run = load_run(PAIR / "h100-nsys-deepseek-ocr-2")
+    info = run.info
+    assert info.ncu.inloop.error is None and info.ncu.phases["decode"].profiled == 20
+    assert run.manifest["timeline_info"]["plain_generate"]["median_s"] > 0
+    out = render_book(Pm.validate({"run_dir": str(run.path)}, consumer="book"), tmp_path / "report",
+                      chapters=["01_timeline", "06_npu", "07_summary"], log=lambda *_: None)
     index = (out / "index.html").read_text()
-    assert index.count("Not shown: No aten op shapes in h100-nsys-deepseek-ocr-2") == 2
-    assert (out / "01_timeline.html").exists() and "Traceback" not in (out / "06_npu.html").read_text()
+    assert "Not shown" not in index and "No aten op shapes" not in index
+    for stem in ("01_timeline", "06_npu", "07_summary"):
+        assert "Traceback" not in (out / f"{stem}.html").read_text()
+    # chapter 01 finds the torch twin beside it and shows the two backends' agreement and overheads
+    ch01 = (out / "01_timeline.html").read_text()
+    assert "beside h100-nsys-twin-torch (the torch profiler)" in ch01 and "52,223 kernels in each" in ch01
+    assert "they agree, within 2 %" in ch01
+    nsys_x, torch_x = (load_run(PAIR / n).info.timeline_info.overhead_ratio
+                       for n in ("h100-nsys-deepseek-ocr-2", "h100-nsys-twin-torch"))
+    assert f"Nsight Systems {nsys_x:.2f}×, the torch profiler {torch_x:.2f}×" in ch01
+    assert nsys_x <= 1.2 < torch_x  # issue 46's overhead target, each in its own capture on the H100
+
+
+def test_a_cuda_graph_run_under_nsys_shows_its_nodes_and_ncu_takes_the_replay_node_by_node():
+    """The CUDA-graph variant under nsys (`--cuda-graph-trace=node`, params/nsys-graphs.yaml, H100): each decode
+    kernel is a graph node (its `graphNodeId`), so the shapes pass gives the library nodes their eager twin's ops
+    and ncu profiles the step's replay node by node, 20 of 20. Against the torch profiler's graph run of the same
+    workload (another lease) the kernels differ by exactly the graph's copy nodes, which the torch trace shows as
+    the driver's `memcpy32_post` kernels and nsys as copies, and GPU time per phase agrees within 2 % without
+    them."""
+    from kernelbook.capture.ncu import GRAPH_COPY_NODE
+    from kernelbook.load.run import load_run
+
+    run = load_run(PAIR / "h100-nsys-graphs")
+    torch = load_run(Path(__file__).resolve().parents[1] / "data" / "runs" / "h100-variant-static-graphs")
+    assert run.info.timeline_backend.backend == "nsys" and run.info.workload.graph_decode
+    dec = run.info.ncu.phases["decode"]
+    assert dec.graph_replay and dec.profiled == dec.selected == 20
+    kn, kt = (r.timeline[r.timeline.kind == "kernel"] for r in (run, torch))
+    assert kn[kn.phase == "decode"].graph.all() and not kn[kn.phase != "decode"].graph.any()
+    copies = kt.name.str.match(GRAPH_COPY_NODE)
+    assert copies.sum() > 0 and len(kn) == len(kt) - copies.sum()
+    gn, gt = kn.groupby("phase").duration_ns.sum(), kt[~copies].groupby("phase").duration_ns.sum()
+    for phase in ("vision_encode", "prefill", "decode"):
+        assert abs(gn[phase] / gt[phase] - 1) <= 0.02, (phase, gn[phase], gt[phase])
+    shapes = run.manifest["timeline_info"]["shapes"]
+    assert shapes["graph_nodes"] == int(kn.graph.sum()) and shapes["graph_nodes_with_eager_shapes"] > 0

@@ -308,7 +308,8 @@ def _worker(argv: list[str]) -> int:
     w.add_argument("--profile-gate", action="store_true",
                    help="ncu by op call under --profile-from-start off: cudaProfilerStart/Stop around each target")
     w.add_argument("--ranges", help="ncu's range pass: the steps and spans of op calls to measure as ranges")
-    w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into")
+    w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into; nsys: the file "
+                   "the measured generate's seconds go to")
     args = w.parse_args(argv)
     from .capture.ncu_worker import worker
     from .capture.torch_backend import tp_rank_worker
@@ -325,7 +326,7 @@ def _worker(argv: list[str]) -> int:
         tp_rank_worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.out)
         return 0
     worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.mode, args.target, args.targets, args.early,
-           args.profile_gate, args.ranges)
+           args.profile_gate, args.ranges, args.out)
     # what it wrote is on disk, its output flushed: end without tearing the model down (freeing a model's tensors
     # under ncu's interception only delays the report; H100: the report 0.25 s after the worker's last line).
     # Not a torchrun rank: its process group ends as it was measured on 2x H200.

@@ -273,6 +273,15 @@ def open_study(study_dir: str):
         raise ChapterStop(plain(str(e))) from None
 
 
+def backend_twin(run):
+    """The run's workload captured with the other timeline profiler beside it (`load.twins.backend_twin`), opened
+    through the door check; None where there is none."""
+    from .load.twins import backend_twin as find
+
+    path = find(run.path)
+    return open_run(str(path)) if path is not None else None
+
+
 def open_run(run_dir: str, needs: str | None = None, require_timeline: bool = True, **asked):
     """The run at `run_dir`, checked against what the chapter asks of it (`phase=`, `kernel=`, and
     `needs="ncu"` for the chapters that read counters). What it cannot serve stops the chapter with

@@ -29,6 +29,9 @@ _STORED = [
     (re.compile(r"^asked for in params$"), N_("asked for in params")),
     (re.compile(r"^auto: torch; nsys works here \((?P<why>.*)\) but its runs lack op shapes and modules$", re.S),
      N_("auto: torch; nsys works here ({why}) but its runs lack op shapes and modules")),
+    (re.compile(r"^auto: torch; nsys works here \((?P<why>.*)\), its overhead against the torch profiler's not yet "
+                r"measured$", re.S),
+     N_("auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured")),
     (re.compile(r"^nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install$"),
      N_("nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install")),
     (re.compile(r"^(?P<version>.*) at (?P<path>\S+) cannot write its reports: its importer lacks (?P<libs>.*); install "

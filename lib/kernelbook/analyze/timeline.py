@@ -363,3 +363,70 @@ def reference_prose(cmp: pd.DataFrame, run) -> str:
         lines.append(tr("- Not broken out in the reference: {shares}.", shares=tr(", ").join(
             f"{r.category} {r.this_run_pct:.1f} %" for r in rest.itertuples())))
     return "\n".join(lines)
+
+
+# --- Two timeline backends on one workload (issue 46) ---------------------------------------------------------------
+BACKEND_TOLERANCE_PCT = 2.0  # GPU time per phase: the two backends agree within this (issue 46's target)
+BACKEND_KERNEL_TOLERANCE_PCT = 5.0  # per decode kernel (by stem) holding >= 1 % of decode kernel time
+
+
+def backend_agreement(run, other) -> pd.DataFrame:
+    """Per phase, the run and the same workload captured with the other timeline backend (`load.twins.backend_twin`):
+    kernels and GPU time (the sum of kernel durations, ms) in each, and the difference in % of the other's."""
+    rows = []
+    ka, kb = (r.timeline[r.timeline.kind == "kernel"] for r in (run, other))
+    for ph in [p for p in PHASE_ORDER if p in set(ka.phase) | set(kb.phase)]:
+        a, b = ka[ka.phase == ph], kb[kb.phase == ph]
+        ga, gb = a.duration_ns.sum() / 1e6, b.duration_ns.sum() / 1e6
+        rows.append({"phase": ph, "kernels_this": len(a), "kernels_other": len(b), "gpu_ms_this": ga,
+                     "gpu_ms_other": gb, "difference_pct": 100 * (ga / gb - 1) if gb else np.nan})
+    return pd.DataFrame(rows, columns=["phase", "kernels_this", "kernels_other", "gpu_ms_this", "gpu_ms_other",
+                                       "difference_pct"])
+
+
+def backend_kernels(run, other, phase: str = "decode") -> pd.DataFrame:
+    """The phase's kernels that hold >= 1 % of its kernel time in `other`, grouped by kernel stem (the two
+    demanglers write one kernel's full name differently: `load.trace.kernel_stem`): GPU ms in each, difference %."""
+    from ..load.trace import kernel_stem
+
+    sums = []
+    for r in (run, other):
+        k = r.timeline[(r.timeline.kind == "kernel") & (r.timeline.phase == phase)]
+        sums.append(k.groupby(k.name.map(kernel_stem)).duration_ns.sum() / 1e6)
+    a, b = sums
+    big = b[b >= 0.01 * b.sum()].sort_values(ascending=False)
+    out = pd.DataFrame({"kernel": big.index, "gpu_ms_this": a.reindex(big.index).values, "gpu_ms_other": big.values})
+    out["difference_pct"] = 100 * (out.gpu_ms_this / out.gpu_ms_other - 1)
+    return out
+
+
+def backend_prose(run, other, phases: pd.DataFrame, kernels: pd.DataFrame) -> str:
+    """Whether the two backends agree (per phase within BACKEND_TOLERANCE_PCT, per kernel within
+    BACKEND_KERNEL_TOLERANCE_PCT) and each one's overhead (profiled ÷ plain generate, in its own capture); `other`
+    None: that there is no such run."""
+    if other is None:
+        return tr("No run of this workload captured with the other timeline profiler sits beside this one.")
+    names = {r.info.timeline_backend.backend if r.info.timeline_backend else "torch": r for r in (run, other)}
+    label = {"nsys": tr("Nsight Systems"), "torch": tr("the torch profiler")}
+    worst = float(phases.difference_pct.abs().max()) if len(phases) else np.nan
+    kworst = float(kernels.difference_pct.abs().max()) if len(kernels) else np.nan
+    same = bool(len(phases)) and (phases.kernels_this == phases.kernels_other).all()
+    out = [tr("{this} ({b1}) beside {other} ({b2}), the same workload on the same GPU: {count}; GPU time per phase "
+              "within {worst:.1f} % ({verdict}); the {n} decode kernels holding ≥ 1 % of decode kernel time, matched "
+              "by kernel stem, within {kworst:.1f} %.", this=md(run.run_id), b1=label.get(run.info.timeline_backend.backend
+              if run.info.timeline_backend else "torch", "torch"), other=md(other.run_id),
+              b2=label.get(other.info.timeline_backend.backend if other.info.timeline_backend else "torch", "torch"),
+              count=(tr("{n:,} kernels in each", n=int(phases.kernels_this.sum())) if same else
+                     tr("{a:,} kernels against {b:,}", a=int(phases.kernels_this.sum()),
+                        b=int(phases.kernels_other.sum()))),
+              worst=worst, verdict=(tr("they agree, within {tol:.0f} %", tol=BACKEND_TOLERANCE_PCT)
+                                    if worst <= BACKEND_TOLERANCE_PCT else
+                                    tr("they differ by more than {tol:.0f} %", tol=BACKEND_TOLERANCE_PCT)),
+              n=len(kernels), kworst=kworst)]
+    over = {b: r.info.timeline_info.overhead_ratio for b, r in names.items()}
+    if all(isinstance(v, (int, float)) for v in over.values()) and len(over) == 2:
+        out.append(tr("Profiler overhead, the profiled generate ÷ the plain one of the same capture: Nsight Systems "
+                      "{nsys:.2f}×, the torch profiler {torch:.2f}× (each capture's own plain generate: the host's "
+                      "speed moves between captures, so the two are compared as ratios).", nsys=over["nsys"],
+                      torch=over["torch"]))
+    return " ".join(out)

@@ -48,14 +48,16 @@ def read_ranges(path: str | Path) -> dict:
 
 
 def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: str | None = None,
-           early: str | None = None, profile_gate: bool = False, ranges_file: str | None = None) -> None:
+           early: str | None = None, profile_gate: bool = False, ranges_file: str | None = None,
+           out: str | None = None) -> None:
     """The workload alone, run under an external profiler (ncu or nsys). `targets_file`: ncu by op call
     ({"phase:step": [op_index, ...]}); the op calls the worker marked are written beside it. `early`
     ("<gate file>:<owner pid>"): started before the targets exist, the worker builds and warms up its model
     once the gate file is there, then waits for the targets (see `_await_gate`). `profile_gate`: ncu runs with
     `--profile-from-start off`, and the worker starts and stops the profiler around each target op call.
     `ranges_file`: the range pass (capture.ncu_ranges): the profiler starts and stops around whole steps and spans
-    of op calls, which ncu's app-range replay measures one result each; the ranges closed are written beside it."""
+    of op calls, which ncu's app-range replay measures one result each; the ranges closed are written beside it.
+    `out` (nsys): where the measured generate's seconds are written."""
     import torch
 
     ncu_target = op_targets = warmup_tokens = stop_after = None
@@ -131,6 +133,8 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     if mode == "nsys":
         torch.cuda.cudart().cudaProfilerStop()
         require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
+        if out:
+            Path(out).write_text(json.dumps({"generate_s": gen_s, "model_load_s": load_s}))
     if ranges_file:
         seen_file(Path(ranges_file)).write_text(json.dumps(
             [dict(zip(("phase", "step", "first_op", "last_op", "op_first", "op_last"), r)) for r in tracker.ranges_seen]))

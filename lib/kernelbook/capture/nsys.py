@@ -32,7 +32,7 @@ KERNELS_SQL = """
 SELECT COALESCE(d.value, s.value) AS name, k.start AS start_ns, k.end AS end_ns,
        k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ,
        k.registersPerThread AS registers, k.staticSharedMemory + k.dynamicSharedMemory AS shared_bytes,
-       k.streamId AS stream, r.start AS launch_ns
+       k.streamId AS stream, r.start AS launch_ns, k.graphNodeId AS graph_node
 FROM CUPTI_ACTIVITY_KIND_KERNEL k
 JOIN StringIds s ON s.id = k.shortName
 LEFT JOIN StringIds d ON d.id = k.demangledName
@@ -110,6 +110,9 @@ def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         k = pd.read_sql_query(KERNELS_SQL, con)
         k["grid"] = k.gridX.astype(str) + "x" + k.gridY.astype(str) + "x" + k.gridZ.astype(str)
         k["block"] = k.blockX.astype(str) + "x" + k.blockY.astype(str) + "x" + k.blockZ.astype(str)
+        # a kernel node of a CUDA-graph replay (`--cuda-graph-trace=node`) carries its graph node's id: the same
+        # `graph` flag the torch profiler's trace gives a launch by cudaGraphLaunch (load.trace)
+        k["graph"] = k.pop("graph_node").notna()
         k = k.drop(columns=["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"])
         k["kind"] = "kernel"
         parts = [k]
@@ -125,6 +128,7 @@ def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         con.close()
     tl = pd.concat(parts, ignore_index=True)
     tl["duration_ns"] = tl.end_ns - tl.start_ns
+    tl["graph"] = tl["graph"].astype("boolean").fillna(False).astype(bool)  # copies and memsets: no graph node
     tl["launch_ns"] = tl["launch_ns"].astype("float64")  # NaN where no runtime call correlates (contract)
     for col, fill in (("registers", -1), ("shared_bytes", -1)):
         tl[col] = tl[col].fillna(fill).astype("int64")
@@ -153,20 +157,27 @@ def _phases_from_nvtx(nv: pd.DataFrame) -> pd.DataFrame:
     return nv[["phase", "step", "start_ns", "end_ns", "duration_ns"]].reset_index(drop=True)
 
 
-def nsys_timeline(params: CaptureConfig, run_dir: Path):
-    """Run the worker under nsys, export sqlite, read it."""
+def nsys_pass(params: CaptureConfig, run_dir: Path):
+    """The profiled generate under nsys: the worker (model built and warmed up in its own process) between
+    cudaProfilerStart and Stop, `--cuda-graph-trace=node` so a CUDA-graph replay shows its kernels; then the
+    export to sqlite and its tables. Returns (timeline, phases, info: the worker's generate s, nsys's wall s,
+    export s, ingest s)."""
     import json
     import sys
     import time
 
+    from ..contract.layout import worker_file
+
     lay = RunLayout(run_dir)
     pfile = lay.nsys_params
     pfile.write_text(json.dumps(params.as_dict()))
+    done = worker_file(pfile)
+    done.unlink(missing_ok=True)
     base = lay.nsys_base
     exe = str(find_nsys() or "nsys")
-    cmd = [exe, "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi",
-           "--capture-range-end=stop", "-o", str(base), "--force-overwrite", "true",
-           sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys"]
+    cmd = [exe, "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+           "--cuda-graph-trace=node", "-o", str(base), "--force-overwrite", "true",
+           sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys", "--out", str(done)]
     t = time.perf_counter()
     from ..proc import run_limited
 
@@ -177,15 +188,19 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path):
     rep = lay.nsys_report
     if prof.returncode != 0 or not rep.exists():
         raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see {lay.rel(lay.nsys_log)}")
+    t = time.perf_counter()
     exp = run_limited([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
                        str(lay.nsys_sqlite), str(rep)], params.capture_timeout_s,
                       "nsys export (capture_timeout_s)", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    export_s = time.perf_counter() - t
     if exp.returncode != 0:
         raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
     t = time.perf_counter()
     tl, phases = read_nsys_sqlite(lay.nsys_sqlite)
-    return tl, phases, {"nsys_profile_wall_s": wall, "ingest_s": time.perf_counter() - t,
-                        "kernels": int((tl.kind == "kernel").sum())}
+    worker = json.loads(done.read_text()) if done.exists() else {}
+    return tl, phases, {"generate_s": worker.get("generate_s", float("nan")), "nsys_profile_wall_s": wall,
+                        "trace_export_s": export_s, "ingest_s": time.perf_counter() - t,
+                        "nsys_kernels": int((tl.kind == "kernel").sum())}
 
 
 def pick_backend(choice: str) -> tuple[str, str]:
@@ -199,7 +214,7 @@ def pick_backend(choice: str) -> tuple[str, str]:
         return "nsys", "asked for in params"
     if choice == "torch":
         return "torch", "asked for in params"
-    # an nsys run still lacks what a torch run holds (op shapes, modules, plain timings: issue 46), so auto keeps the
-    # torch profiler until nsys's run is as complete and its overhead measured lower
-    return "torch", (f"auto: torch; nsys works here ({why}) but its runs lack op shapes and modules" if ok
-                     else f"auto: nsys unusable ({why})")
+    # an nsys run holds what a torch run holds (the shapes pass joined to it); auto keeps the torch profiler until
+    # the two backends' overhead is measured side by side on the workload (issue 46)
+    return "torch", (f"auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet "
+                     "measured" if ok else f"auto: nsys unusable ({why})")

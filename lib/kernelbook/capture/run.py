@@ -121,11 +121,9 @@ def timeline_stage(params: CaptureConfig, run_dir: Path, manifest: dict, progres
     quiet, timed = quiet or (lambda: None), timed or (lambda: None)
     backend, why = pick_backend(params.timeline_backend)
     manifest["timeline_backend"] = {"backend": backend, "why": why}
-    if backend == "nsys":
-        from .nsys import nsys_timeline
-
-        quiet()
-        timeline, phases, info = nsys_timeline(params, run_dir)
+    if backend == "nsys":  # the torch stage's plain generates and shapes pass, the profiled pass under nsys
+        timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None), quiet, timed,
+                                                nsys=True)
         manifest["timeline_info"] = info
     elif params.tensor_parallel > 1:
         quiet()

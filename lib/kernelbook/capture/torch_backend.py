@@ -92,7 +92,13 @@ def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict, pd.DataF
     return totals, phases, pd.concat(steps, ignore_index=True)
 
 
-def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None):
+def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None,
+                   nsys: bool = False):
+    """The timeline stage in this process: model, plain generates timed, the profiled pass and the shapes pass.
+    `nsys`: the profiled pass is a generate under Nsight Systems in a worker process of its own (capture.nsys
+    `nsys_pass`), run once this process has timed its plain generates, run its shapes pass and freed its model;
+    the nsys timeline then takes the shapes pass's ops, shapes, op numbering and modules (matched by kernel stem,
+    `load.trace.kernel_stem`), so an nsys run holds what a torch-profiler run holds."""
     import torch
 
     from ..load.trace import join_shapes
@@ -100,6 +106,11 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
     from ..contract.sampling import plan
 
     sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+    if nsys:
+        if sampling is not None:
+            raise CaptureError("timeline_backend: nsys does not sample long generations (sample_window > 0): its "
+                               "report would hold every step. Use timeline_backend: torch for a sampled generation.")
+        return _nsys_timeline(params, run_dir, progress, quiet, timed)
     two_pass = params.shapes_pass
     # A long eager generation is warmed up by its shapes pass, run first: the first generate pays cuDNN's
     # attention graph for every KV length (~0.08 s each on the H100, 157-196 s for 2048 tokens), a warmup
@@ -165,6 +176,54 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
     del wl, tracker
     gc.collect()
     torch.cuda.empty_cache()
+    return timeline, phases, info
+
+
+def _nsys_timeline(params: CaptureConfig, run_dir: Path, progress, quiet, timed):
+    """`torch_timeline` with the profiled pass under Nsight Systems (see there)."""
+    import torch
+
+    from ..load.trace import join_shapes
+    from ..measure import summarize
+    from .nsys import nsys_pass
+
+    progress("  model build, inputs, warmup")
+    wl, tracker, load_s = prepare(params)
+    lay = RunLayout(run_dir)
+    quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
+    progress(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
+    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
+    plain_steps.to_parquet(lay.steps, **PARQUET)
+    shapes = shaped = None
+    if params.shapes_pass:
+        progress("  shapes pass (record_shapes, op numbering, module ranges)")
+        tracker.op_record = True
+        shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), None, progress)
+        tracker.op_record = False
+    info = {"model_load_s": load_s, "warmup": f"{params.warmup} generate(s)", "weights": wl.loaded.weights,
+            "n_params": wl.loaded.n_params, "model_class": type(wl.loaded.model).__name__,
+            "model_kind": wl.loaded.kind, "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
+            "generate_kwargs": wl.gen_kwargs, "plain_generate": summarize(plain).as_dict(),
+            "plain_phases": plain_phases,
+            "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
+                             "counts and dense-layer times do not" if wl.loaded.weights == "random" else None)}
+    tracker.remove()
+    del wl, tracker
+    gc.collect()
+    torch.cuda.empty_cache()  # the nsys worker builds the model again: one copy on the GPU at a time
+    progress("  profiled generate under Nsight Systems (timeline pass, every step)")
+    timeline, phases, nsys_info = nsys_pass(params, run_dir)
+    timed()
+    if shaped is not None:
+        t = time.perf_counter()
+        timeline, shapes = join_shapes(timeline, shaped, by_stem=True)
+        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t, order="before the nsys pass")
+    info.update(nsys_info, profiled_generate_s=nsys_info["generate_s"],
+                overhead_ratio=nsys_info["generate_s"] / summarize(plain).median_s,
+                kernels=int((timeline.kind == "kernel").sum()), sampling=None,
+                shapes=({"method": N_("torch profiler pass with record_shapes, joined to the nsys timeline by "
+                                      "(phase, step, kernel stem, n-th launch)"), **shapes} if shapes is not None
+                        else {"method": N_("none (shapes_pass: false)")}))
     return timeline, phases, info
 
 

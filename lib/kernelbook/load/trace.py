@@ -805,19 +805,36 @@ def _assign_phase(launch_ns: np.ndarray, start_ns: np.ndarray, phases: pd.DataFr
     return phase, step
 
 
-def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+_ANON = re.compile(r"\(anonymous namespace\)|<unnamed>")
+_STEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*[<(]")
+
+
+def kernel_stem(name) -> str:
+    """A kernel's function name without namespaces, template arguments or parameters (`indexSelectSmallIndex`):
+    what two demanglers agree on. Nsight Systems writes `<(int)16, long>`, `<unnamed>` and `T2 *` where the torch
+    profiler (CUPTI through c10's demangler) writes `<16, long>`, `(anonymous namespace)` and `long*`."""
+    text = _ANON.sub("anon", str(name))
+    m = _STEM.search(text[5:] if text.startswith("void ") else text)
+    return m.group(1) if m else text
+
+
+def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame, by_stem: bool = False) -> tuple[pd.DataFrame, dict]:
     """Two-pass capture: the timeline of a pass without `record_shapes` (less host overhead, so less
     perturbed times) takes aten op shapes from a second pass with them. Launches are matched by
     (phase, step, kernel name, n-th launch of that name in the instance), and only where both passes
     name the same aten op; greedy decode repeats the same launch sequence, so every launch matches
-    unless the passes diverged. Returns the joined timeline and the match statistics for the manifest."""
+    unless the passes diverged. `by_stem`: the two passes come from different profilers (the nsys timeline, the
+    torch profiler's shapes pass), whose demanglers write one kernel's name differently, so launches are matched
+    by `kernel_stem` instead of the full name. Returns the joined timeline and the match statistics for the
+    manifest."""
     def keyed(t):
         t = t.sort_values("start_ns", kind="stable").copy()
-        t["_occ"] = t.groupby(["phase", "step", "name"], sort=False).cumcount()
+        t["_name"] = t["name"].map(kernel_stem) if by_stem else t["name"]
+        t["_occ"] = t.groupby(["phase", "step", "_name"], sort=False).cumcount()
         return t
 
     a, b = keyed(timing), keyed(shaped)
-    keys = ["phase", "step", "name", "_occ"]
+    keys = ["phase", "step", "_name", "_occ"]
     mods = [c for c in ("module", "module_class") if c in b]
     take = ["op", "op_shapes"] + [c for c in ("op_index",) if c in b] + mods
     m = a.drop(columns=[c for c in ("op_shapes", "op_index", *mods) if c in a]).merge(
@@ -841,7 +858,7 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
 
     def seq(t):
         k = t[t.kind == "kernel"]
-        return k.groupby(["phase", "step"], sort=False)["name"].agg(tuple)
+        return k.groupby(["phase", "step"], sort=False)["_name"].agg(tuple)
 
     sa, sb = seq(a), seq(b)
     common = sa.index.intersection(sb.index)
@@ -853,5 +870,5 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame) -> tuple[pd.DataFram
              "graph_nodes_with_eager_shapes": int((kern & graph_node & same_op).sum()),
              "kernels_with_module": int((kern & m["module"].notna()).sum()) if "module" in m else 0}
     cols = list(timing.columns) + [c for c in ("op_index", *mods) if c in m and c not in timing]
-    out = m.drop(columns=["_occ", "_op_b"])[cols]
+    out = m.drop(columns=["_occ", "_op_b", "_name"])[cols]
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True), stats

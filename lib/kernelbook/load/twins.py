@@ -113,3 +113,23 @@ def twins(run, named: str | Path | None = None, open_run=None) -> Twins:
     graph = run.info.workload.graph_decode
     eager, deployed = (other, run) if graph else (run, other)
     return Twins(run, eager, deployed, found, same_host)
+
+
+def _backend(m: Manifest) -> str:
+    return m.timeline_backend.backend if m.timeline_backend and m.timeline_backend.backend else "torch"
+
+
+def backend_twin(path: str | Path) -> Path | None:
+    """The same work on the same GPU, decoded the same way, captured with the other timeline backend (nsys ↔ the
+    torch profiler), in the same folder: the one captured closest in time; None where there is none (issue 46:
+    chapter 01 sets the two side by side)."""
+    path = Path(path).resolve()
+    me = read_manifest(path)
+    if not me.complete:
+        return None
+    cands = [(d, m) for d, m in _siblings(path)
+             if m.complete and _params(m) == _params(me) and m.gpu_name == me.gpu_name
+             and m.workload.graph_decode == me.workload.graph_decode and _backend(m) != _backend(me)]
+    t0 = _created(me)
+    cands.sort(key=lambda dm: abs((_created(dm[1]) - t0).total_seconds()) if t0 and _created(dm[1]) else float("inf"))
+    return cands[0][0] if cands else None

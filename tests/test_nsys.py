@@ -234,3 +234,23 @@ def test_a_cuda_graph_run_under_nsys_shows_its_nodes_and_ncu_takes_the_replay_no
         assert abs(gn[phase] / gt[phase] - 1) <= 0.02, (phase, gn[phase], gt[phase])
     shapes = run.manifest["timeline_info"]["shapes"]
     assert shapes["graph_nodes"] == int(kn.graph.sum()) and shapes["graph_nodes_with_eager_shapes"] > 0
+
+
+def test_auto_reads_the_overhead_measured_on_the_gpu():
+    """`timeline_backend: auto` takes nsys where devices.yaml records its overhead measured lower on the GPU
+    (bench/timeline_overhead.py on the H100, back to back: 1.06× against 1.59× for the torch profiler, the same
+    figures as bench/measured/timeline_overhead_h100.json), and shows its reason in the narrative language."""
+    import json
+
+    from kernelbook import i18n
+    from kernelbook.analyze import provenance as V
+    from kernelbook.capture.nsys import _measured_overhead
+
+    dev, n, t, where = _measured_overhead("NVIDIA H100 80GB HBM3")
+    bench = json.loads((Path(__file__).resolve().parents[1] / "bench" / "measured" /
+                        "timeline_overhead_h100.json").read_text())
+    assert (n, t) == (round(bench["nsys"]["whole_ratio"], 2), round(bench["torch"]["whole_ratio"], 2)) and n < t
+    assert _measured_overhead("NVIDIA A100-SXM4-80GB") is None and _measured_overhead("no such GPU") is None
+    why = f"auto: nsys; on {dev} its overhead was measured lower: {n:.2f}x against {t:.2f}x for the torch profiler ({where})"
+    with i18n.in_language("zh"):
+        assert V.stored(why).startswith("auto：nsys；在 NVIDIA H100 80GB HBM3 上测得其开销更低：1.06x")

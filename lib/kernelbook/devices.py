@@ -32,6 +32,9 @@ class Device:
     sm_clock_max_mhz: float
     source: str
     link_gbps: float | None = None  # GPU-to-GPU link (NVLink), GB/s per direction; None: none listed
+    # profiled ÷ plain generate per timeline backend as measured on this part ({"nsys": x, "torch": y, "measured":
+    # where}); None: not measured (timeline_backend: auto then keeps the torch profiler)
+    timeline_overhead: dict | None = None
 
     @property
     def display_name(self) -> str:
@@ -62,7 +65,8 @@ def load_table(path: str | Path = DEVICES_YAML) -> dict[str, Device]:
                           tflops=dict(row["tflops"]), dram_gbps=float(row["dram_gbps"]),
                           l2_mb=float(row["l2_mb"]), sm_count=int(row["sm_count"]),
                           sm_clock_max_mhz=float(row["sm_clock_max_mhz"]), source=row["source"],
-                          link_gbps=float(row["link_gbps"]) if row.get("link_gbps") else None)
+                          link_gbps=float(row["link_gbps"]) if row.get("link_gbps") else None,
+                          timeline_overhead=dict(row["timeline_overhead"]) if row.get("timeline_overhead") else None)
     return out
 
 

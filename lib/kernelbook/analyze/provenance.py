@@ -32,6 +32,15 @@ _STORED = [
     (re.compile(r"^auto: torch; nsys works here \((?P<why>.*)\), its overhead against the torch profiler's not yet "
                 r"measured$", re.S),
      N_("auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured")),
+    (re.compile(r"^auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only$"),
+     N_("auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only")),
+    (re.compile(r"^auto: nsys; on (?P<dev>.*) its overhead was measured lower: (?P<n>[\d.]+)x against (?P<t>[\d.]+)x "
+                r"for the torch profiler \((?P<where>.*)\)$", re.S),
+     N_("auto: nsys; on {dev} its overhead was measured lower: {n}x against {t}x for the torch profiler ({where})")),
+    (re.compile(r"^auto: torch; on (?P<dev>.*) the torch profiler's overhead was measured lower: (?P<t>[\d.]+)x "
+                r"against (?P<n>[\d.]+)x for nsys \((?P<where>.*)\)$", re.S),
+     N_("auto: torch; on {dev} the torch profiler's overhead was measured lower: {t}x against {n}x for nsys "
+        "({where})")),
     (re.compile(r"^nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install$"),
      N_("nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install")),
     (re.compile(r"^(?P<version>.*) at (?P<path>\S+) cannot write its reports: its importer lacks (?P<libs>.*); install "

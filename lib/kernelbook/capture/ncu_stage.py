@@ -45,7 +45,7 @@ def early_ncu(params: CaptureConfig, run_dir: Path, gate: Path) -> "NcuProcess |
     from .nsys import pick_backend
 
     if (params.ncu_top_n == 0 or params.tensor_parallel > 1 or params.static_cache
-            or pick_backend(params.timeline_backend)[0] != "torch"):
+            or pick_backend(params.timeline_backend, params)[0] != "torch"):
         return None
     nd = RunLayout(run_dir).ncu()
     nd.path.mkdir(parents=True, exist_ok=True)

@@ -203,8 +203,11 @@ def nsys_pass(params: CaptureConfig, run_dir: Path):
                         "nsys_kernels": int((tl.kind == "kernel").sum())}
 
 
-def pick_backend(choice: str) -> tuple[str, str]:
-    """(backend, why) for timeline_backend auto | torch | nsys."""
+def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | None = None) -> tuple[str, str]:
+    """(backend, why) for timeline_backend auto | torch | nsys. `auto` takes nsys where it works, the capture is
+    one it runs (no sampled long generation, no tensor parallelism) and the GPU's row in devices.yaml records its
+    overhead measured lower than the torch profiler's (`timeline_overhead`, bench/timeline_overhead.py); else the
+    torch profiler, saying why. `gpu`: the device name (this machine's first GPU when not given)."""
     from .nsys import nsys_works
 
     ok, why = nsys_works()
@@ -214,7 +217,40 @@ def pick_backend(choice: str) -> tuple[str, str]:
         return "nsys", "asked for in params"
     if choice == "torch":
         return "torch", "asked for in params"
-    # an nsys run holds what a torch run holds (the shapes pass joined to it); auto keeps the torch profiler until
-    # the two backends' overhead is measured side by side on the workload (issue 46)
-    return "torch", (f"auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet "
-                     "measured" if ok else f"auto: nsys unusable ({why})")
+    if not ok:
+        return "torch", f"auto: nsys unusable ({why})"
+    if params is not None and (params.sample_window > 0 or params.tensor_parallel > 1):
+        return "torch", "auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only"
+    over = _measured_overhead(gpu)
+    if over is None:
+        return "torch", f"auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured"
+    dev, n, t, where = over
+    if n < t:
+        return "nsys", (f"auto: nsys; on {dev} its overhead was measured lower: {n:.2f}x against {t:.2f}x for the "
+                        f"torch profiler ({where})")
+    return "torch", (f"auto: torch; on {dev} the torch profiler's overhead was measured lower: {t:.2f}x against "
+                     f"{n:.2f}x for nsys ({where})")
+
+
+def _measured_overhead(gpu: str | None):
+    """(device name, nsys overhead, torch overhead, where measured) from the GPU's devices.yaml row; None where the
+    GPU is unknown or its row records none."""
+    from ..devices import UnknownDeviceError, lookup
+
+    if gpu is None:
+        try:
+            import torch
+
+            gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        except Exception:
+            gpu = None
+    if not gpu:
+        return None
+    try:
+        dev = lookup(gpu)
+    except UnknownDeviceError:
+        return None
+    o = dev.timeline_overhead
+    if not o or "nsys" not in o or "torch" not in o:
+        return None
+    return dev.display_name, float(o["nsys"]), float(o["torch"]), str(o.get("measured", "devices.yaml"))

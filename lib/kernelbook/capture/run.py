@@ -119,7 +119,7 @@ def timeline_stage(params: CaptureConfig, run_dir: Path, manifest: dict, progres
     """`quiet()`: called before the first timed pass, returns once nothing else of the book runs beside the
     capture on this host; `timed()`: called once the timed passes are over (see capture.chapters `PIPELINE`)."""
     quiet, timed = quiet or (lambda: None), timed or (lambda: None)
-    backend, why = pick_backend(params.timeline_backend)
+    backend, why = pick_backend(params.timeline_backend, params)
     manifest["timeline_backend"] = {"backend": backend, "why": why}
     if backend == "nsys":  # the torch stage's plain generates and shapes pass, the profiled pass under nsys
         timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None), quiet, timed,

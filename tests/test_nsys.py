@@ -195,10 +195,12 @@ def test_the_book_renders_the_nsys_run_as_it_renders_a_torch_run(tmp_path):
     assert info.ncu.inloop.error is None and info.ncu.phases["decode"].profiled == 20
     assert run.manifest["timeline_info"]["plain_generate"]["median_s"] > 0
     out = render_book(Pm.validate({"run_dir": str(run.path)}, consumer="book"), tmp_path / "report",
-                      chapters=["01_timeline", "06_npu", "07_summary"], log=lambda *_: None)
+                      log=lambda *_: None)
     index = (out / "index.html").read_text()
     assert "Not shown" not in index and "No aten op shapes" not in index
-    for stem in ("01_timeline", "06_npu", "07_summary"):
+    stems = [p.stem for p in out.glob("0*.html")]
+    assert len(stems) >= 8
+    for stem in stems:
         assert "Traceback" not in (out / f"{stem}.html").read_text()
     # chapter 01 finds the torch twin beside it and shows the two backends' agreement and overheads
     ch01 = (out / "01_timeline.html").read_text()

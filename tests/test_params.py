@@ -106,3 +106,18 @@ def test_llm_workload_params_reach_the_manifest_and_chapter_00():
     table = params_table({"params": recorded}).set_index("parameter")
     assert table.loc["prompt_tokens", "value"] == "2048" and table.loc["batch_size", "value"] == "8"
     assert table.loc["prompt_tokens", "meaning"].startswith("prompt made exactly this many tokens")
+
+
+def test_an_install_puts_a_kernelbook_command_on_path():
+    """`pip install` of the package gives a `kernelbook` command beside the interpreter (pyproject's
+    [project.scripts]), named so in its own help, and exit 2 for a bad parameter as `python -m kernelbook` does."""
+    from importlib.metadata import entry_points
+    from pathlib import Path
+
+    assert any(e.name == "kernelbook" and e.value == "kernelbook.cli:_console"
+               for e in entry_points(group="console_scripts"))
+    exe = Path(sys.executable).parent / "kernelbook"
+    out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("usage: kernelbook ")
+    bad = subprocess.run([str(exe), "book", "--language", "xx"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "language" in bad.stderr

@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         from .lab import launch
 
         return launch(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m kernelbook", description=__doc__)
+    prog = "kernelbook" if Path(sys.argv[0]).name == "kernelbook" else "python -m kernelbook"  # the console command
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,capture,study,diff,lab}")
     b = sub.add_parser("book", help="render the chapters of a run into HTML")
     b.add_argument("--params", help="params YAML (overrides)")
@@ -335,3 +336,8 @@ def _worker(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def _console() -> None:
+    """The `kernelbook` command an install puts on PATH (pyproject's [project.scripts])."""
+    sys.exit(main())

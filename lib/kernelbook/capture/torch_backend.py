@@ -98,7 +98,9 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
     `nsys`: the profiled pass is a generate under Nsight Systems in a worker process of its own (capture.nsys
     `nsys_pass`), run once this process has timed its plain generates, run its shapes pass and freed its model;
     the nsys timeline then takes the shapes pass's ops, shapes, op numbering and modules (matched by kernel stem,
-    `load.trace.kernel_stem`), so an nsys run holds what a torch-profiler run holds."""
+    `load.trace.kernel_stem`), so an nsys run holds what a torch-profiler run holds. The shapes pass cannot run in
+    the nsys worker: under nsys the torch profiler gets no CUDA activity (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+    measured on the H100), so it runs here, in a process nsys does not hold."""
     import torch
 
     from ..load.trace import join_shapes

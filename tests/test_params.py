@@ -121,3 +121,20 @@ def test_an_install_puts_a_kernelbook_command_on_path():
     assert out.returncode == 0 and out.stdout.startswith("usage: kernelbook ")
     bad = subprocess.run([str(exe), "book", "--language", "xx"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "language" in bad.stderr
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({"sample_window": 8, "max_new_tokens": 2048}, "timeline_backend: nsys does not sample long generations"),
+    ({"tensor_parallel": 2, "model": "/ckpt", "weights": "pretrained"},
+     "timeline_backend: nsys does not capture tensor-parallel ranks yet"),
+])
+def test_nsys_with_what_it_does_not_capture_is_a_bad_parameter(tmp_path, extra, says):
+    """A sampled long generation or tensor-parallel ranks under nsys stop before any GPU work, exit 2 naming the key
+    (the capture used to stop in its timeline stage, after setup)."""
+    with pytest.raises(P.ParamError, match="timeline_backend: nsys"):
+        P.validate({"timeline_backend": "nsys", **extra}, consumer="capture")
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump({"timeline_backend": "nsys", **extra}))
+    out = subprocess.run([sys.executable, "-m", "kernelbook", "capture", "--params", str(f), "--out",
+                          str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and says in out.stderr and not (tmp_path / "run").exists()

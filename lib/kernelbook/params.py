@@ -406,9 +406,16 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
             and merged["low_pct"] >= merged["high_pct"]:
         problems.append(f"low_pct: {merged['low_pct']:g} must be below high_pct ({merged['high_pct']:g}): a kernel "
                         "is low below low_pct and high at or above high_pct")
+    tp = merged["tensor_parallel"]  # compared only once it is an int: a wrong type has its own problem above
+    if merged.get("timeline_backend") == "nsys" and isinstance(merged.get("sample_window"), int) \
+            and merged["sample_window"] > 0:
+        problems.append("timeline_backend: nsys does not sample long generations (sample_window > 0): its report would "
+                        "hold every step; use timeline_backend: torch (or auto) for a sampled generation")
+    if merged.get("timeline_backend") == "nsys" and isinstance(tp, int) and tp > 1:
+        problems.append("timeline_backend: nsys does not capture tensor-parallel ranks yet; use timeline_backend: "
+                        "torch (or auto) with tensor_parallel > 1")
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")
-    tp = merged["tensor_parallel"]  # compared only once it is an int: a wrong type has its own problem above
     if isinstance(tp, int) and tp > 1 and (merged.get("weights") == "random"
                                            or merged.get("model") == "deepseek-ocr-2"):
         problems.append("tensor_parallel: shards a checkpoint, and random weights are built on one GPU: make one with "

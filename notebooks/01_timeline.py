@@ -103,7 +103,7 @@ kb.md(T.gap_prose(gaps))
 # too few bytes to load DRAM: latency-bound there).
 
 # %%
-F.top_kernel_bars(T.top_kernels_by_phase(r.timeline, top_n))
+F.top_kernel_bars(T.top_kernels_by_phase(r.timeline, top_n), r.timeline)
 
 # %%
 kb.table(T.top_table_display(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n),

@@ -35,6 +35,10 @@ pio.templates["kernelbook"] = go.layout.Template(pio.templates["plotly_white"]).
     layout=dict(colorway=CATEGORY_COLOURS))
 TEMPLATE = "kernelbook"
 
+# Where a log axis keeps plotly's own ticks (a range too narrow for `log_ticks`), powers of ten, never SI prefixes
+# (plotly's default on a log axis: 1e-4 as '100µ').
+NO_SI = dict(exponentformat="power")
+
 
 def _esc(values) -> pd.Series:
     """A column of run strings (kernel names, ids, variant labels) as text plotly draws (`escape.plot`);
@@ -75,17 +79,29 @@ def gap_histogram(gaps_us: pd.Series, phase: str = "decode") -> go.Figure:
     counts, edges = np.histogram(g, bins=bins)
     fig = go.Figure(go.Bar(x=np.sqrt(edges[:-1] * edges[1:]), y=counts, width=np.diff(edges),
                            hovertemplate=tr("%{{x:.1f}} µs: %{{y}} gaps") + "<extra></extra>"))
-    fig.update_xaxes(**log_ticks(edges, most=10))  # 5, 10, 20, 50 µs across the page: no bare digit under a tick
+    fig.update_xaxes(**NO_SI, **log_ticks(edges, most=10))  # 5, 10, 20, 50 µs across the page: no bare digit under a tick
     fig.update_layout(template=TEMPLATE, xaxis_type="log", xaxis_title=tr("gap before kernel (µs, log)"),
                       yaxis_title=tr("kernels"), height=340,
                       title=tr("Kernel-to-kernel gaps in {phase}", phase=phase_label(phase)))
     return fig
 
 
-def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
-    """Top kernels of each phase by total time (ms), one panel per phase, coloured by category; hover
-    names the kernel (friendly and short name, library) with its time, share, launches and mean/median."""
+def phase_steps(timeline: pd.DataFrame) -> dict[str, int]:
+    """Steps per phase of a timeline's kernels (decode: one per generated token; vision encode and prefill: one
+    call each), at least 1."""
+    k = timeline[timeline.kind == "kernel"] if "kind" in timeline else timeline
+    return {ph: max(1, int(n)) for ph, n in k.groupby("phase")["step"].nunique().items()}
+
+
+def top_kernel_bars(top: pd.DataFrame, timeline: pd.DataFrame | None = None) -> go.Figure:
+    """Top kernels of each phase by time, one panel per phase, coloured by category; hover names the kernel
+    (friendly and short name, library) with its time, share, launches and mean/median. With the run's
+    `timeline`, every bar is µs per step as the rest of the book: the kernel's time in the phase ÷ the phase's
+    steps (decode: per token step; vision encode and prefill run one step: per call), stated in the title and
+    on each axis. Without it the bars are the phase's total ms, and the title says so."""
     from plotly.subplots import make_subplots
+
+    steps = phase_steps(timeline) if timeline is not None else None
 
     # one panel per phase, stacked: side by side, a panel's kernel labels ran over the bars of the panel before it
     phases = list(dict.fromkeys(top.phase))
@@ -94,21 +110,29 @@ def top_kernel_bars(top: pd.DataFrame) -> go.Figure:
                         row_heights=[max(n, 3) for n in sizes], vertical_spacing=0.3 / max(1, len(phases)))
     for j, ph in enumerate(phases, 1):
         t = top[top.phase == ph].iloc[::-1]
+        n = steps.get(ph, 1) if steps is not None else None
         for cat, q in t.groupby("category", sort=False):
             fig.add_bar(
-                x=q.total_ms, y=[f"{r}. {plot(f)}" for r, f in zip(q["rank"], q.friendly_name)], orientation="h",
+                x=q.total_ms * 1e3 / n if n else q.total_ms, y=[f"{r}. {plot(f)}" for r, f in zip(q["rank"], q.friendly_name)], orientation="h",
                 name=cat, legendgroup=cat, showlegend=cat not in {d.name for d in fig.data}, marker_color=category_colour(cat),
                 customdata=np.c_[_esc(q.friendly_name), _esc(q.name.str.slice(0, 90)), _esc(q.library), q.time_pct, q.calls, q.mean_us,
-                                 q.median_us],
+                                 q.median_us, q.total_ms],
                 hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]}, " + phase_label(ph) +
-                              "<br>" + tr("%{{x:.2f}} ms total, %{{customdata[3]:.1f}} % of phase kernel time") +
+                              "<br>" + (tr("%{{x:.1f}} µs per step ({n} steps)", n=n) + ", " if n and n > 1 else
+                                        tr("%{{x:.1f}} µs per call") + ", " if n else "") +
+                              tr("%{{customdata[7]:.2f}} ms total, %{{customdata[3]:.1f}} % of phase kernel time") +
                               "<br>" + tr("%{{customdata[4]}} launches, mean %{{customdata[5]:.1f}} µs, median "
                                           "%{{customdata[6]:.1f}} µs") + "<extra></extra>", row=j, col=1)
         fig.update_yaxes(categoryorder="array", categoryarray=[f"{r}. {plot(f)}" for r, f in zip(t["rank"], t.friendly_name)],
                          tickfont=dict(size=10), row=j, col=1)
-        fig.update_xaxes(title_text="ms", row=j, col=1)
+        fig.update_xaxes(title_text=(tr("ms in total over the phase") if steps is None else
+                                     tr("µs per step ({n} steps)", n=steps.get(ph, 1)) if steps.get(ph, 1) > 1 else
+                                     tr("µs per call (one step)")), row=j, col=1)
+    title = (tr("Top kernels per phase, total ms over all the phase's steps (hover a bar for its numbers)")
+             if steps is None else
+             tr("Top kernels per phase, µs per step (decode: per token; vision encode, prefill: per call)"))
     fig.update_layout(template=TEMPLATE, height=max(380, 22 * sum(max(n, 3) for n in sizes) + 110 * len(phases) + 120),
-                      title=tr("Top kernels per phase by total time (hover a bar for the kernel and its numbers)"),
+                      title=title,
                       legend=dict(orientation="h", y=-0.12))
     return fig
 
@@ -244,7 +268,7 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode", useful
     fig.update_layout(template=TEMPLATE, height=640 + 22 * (len(fig.data) // 4),
                       title=tr("Physical roofline, {phase} (marker size = time share; red outline = above its roof)",
                                phase=phase_label(phase)),
-                      xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)")),
+                      xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)"), **decade_ticks()),
                       yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[flops_floor(p), 15.5], **FLOPS_TICKS),
                       legend=dict(orientation="h", yanchor="top", y=-0.14, xanchor="left", x=0))
     return fig
@@ -253,7 +277,24 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode", useful
 # One spelling for FLOP/s ticks on a log axis (plotly alone mixes 10^15 with 100T): every decade
 # labelled with an engineering prefix, as the tables print it.
 FLOPS_TICKS = dict(tickvals=[10.0 ** e for e in range(4, 16)],
-                   ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(4, 16)])
+                   ticktext=[eng(10.0 ** e, "FLOP/s", digits=1) for e in range(4, 16)], **NO_SI)
+
+
+def _decade_label(e: int) -> str:
+    """A power of ten as a reader writes it: 0.001 … 1000 plainly, beyond that 10⁴ / 10⁻⁴ (never an SI prefix:
+    '100µ' FLOP/B read as a hundred micro-somethings)."""
+    if -3 <= e <= 3:
+        return f"{10.0 ** e:g}"
+    return f"10<sup>{'−' if e < 0 else ''}{abs(e)}</sup>"
+
+
+def decade_ticks(lo: int = -6, hi: int = 8, every: int = 1) -> dict:
+    """Ticks for a log axis of a unit no SI prefix suits (FLOP/byte): one per `every` decades from 10^lo to 10^hi,
+    labelled 0.01, 1, 100, 10⁴ (plotly alone labels 1e-4 FLOP/B '100µ' and 1e6 '1M')."""
+    es = [e for e in range(lo, hi + 1) if e % every == 0]
+    return dict(tickmode="array", tickvals=[10.0 ** e for e in es], ticktext=[_decade_label(e) for e in es],
+                exponentformat="power")
+
 
 
 def _tick_label(v: float) -> str:
@@ -368,7 +409,7 @@ def roofline_small_multiples(points: pd.DataFrame, roofs, phase: str = "decode",
                                                       level=pt.level, intensity=pt.intensity, pct=pt.pct_of_roof,
                                                       flops=eng(pt.flops_per_s, "FLOP/s")) + "<extra></extra>"),
                           row=r, col=c)
-        fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows)
+        fig.update_xaxes(type="log", row=r, col=c, showticklabels=r == rows, **decade_ticks(every=2))
         fig.update_yaxes(type="log", row=r, col=c, range=[flops_floor(p), 15.5], showticklabels=c == 1, **FLOPS_TICKS)
     fig.update_layout(template=TEMPLATE, height=240 * rows, title=tr("Per-kernel rooflines, {phase} (x: FLOP/byte, y: FLOP/s; points at DRAM, L2, L1)",
                                                          phase=phase_label(phase)))
@@ -413,15 +454,19 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame, env: dict | None =
                                    showarrow=False, xanchor="left", yanchor="top", font=dict(size=10, color="#2f855a"))
             # every tick a whole value (20, 50, 100 ms; 500, 1k, 2k GB/s), never plotly's bare digits
             panel = sens[(sens.sweep == sw) & (sens.phase == ph)]
-            fig.update_xaxes(type="log", row=i + 1, col=j + 1, **log_ticks(panel.x))
-            fig.update_yaxes(type="log", row=i + 1, col=j + 1, **log_ticks(panel.ms))
-    # the legend in a band of its own under the panels: one entry per line, 22 px each, below the last row's ticks
+            fig.update_xaxes(type="log", row=i + 1, col=j + 1, **NO_SI, **log_ticks(panel.x))
+            fig.update_yaxes(type="log", row=i + 1, col=j + 1, **NO_SI, **log_ticks(panel.ms))
+    # the legend in a band of its own under the panels, horizontal (it wraps on a narrow page instead of running
+    # past the figure's edge), its top 45 px under the last row's axis (below its tick labels); the bottom margin
+    # holds it even wrapped to one entry per line (22 px each)
     legend_px = 30 + 22 * len(colours)
+    top, gap = 100, 45
     height = 260 * len(sweeps) + legend_px
-    fig.update_layout(template=TEMPLATE, height=height, title=tr("What-if sensitivity on the measured GPU"),
-                      margin=dict(b=legend_px + 50),
-                      legend=dict(orientation="v", yanchor="top", y=-40 / (height - legend_px - 100), x=0,
-                                  xanchor="left"))
+    fig.update_layout(template=TEMPLATE, height=height,
+                      title=tr("What-if sensitivity on the measured GPU (decode ms per token, prefill ms per call)"),
+                      margin=dict(t=top, b=legend_px + gap + 20),
+                      legend=dict(orientation="h", yanchor="top", y=-gap / (height - top - (legend_px + gap + 20)),
+                                  x=0, xanchor="left"))
     return fig
 
 
@@ -432,14 +477,18 @@ def variant_gains(rows: pd.DataFrame) -> go.Figure:
     # the gains as plain floats (the table's cells are named quantities: object columns numpy cannot take a log of)
     pred, meas = rows.predicted_gain.astype(float), rows.measured_gain.astype(float)
     fig = go.Figure()
-    fig.add_bar(name=tr("predicted (chapter 06 what-if)"), x=x, y=pred, hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
-    fig.add_bar(name=tr("measured"), x=x, y=meas, hovertemplate="%{x}: %{y:.2f}×<extra></extra>")
+    # each bar drawn from 1× (no change) to its ratio: a gain rises above the 1× line, a slowdown (0.76×) hangs
+    # below it; from the axis floor, every bar rose and a slowdown read as a gain. The hover gives the ratio.
+    for name, g in ((tr("predicted (chapter 06 what-if)"), pred), (tr("measured"), meas)):
+        fig.add_bar(name=name, x=x, y=g - 1, base=np.ones(len(g)), customdata=g,
+                    hovertemplate="%{x}: %{customdata:.2f}×<extra></extra>")
     fig.add_hline(y=1, line_dash="dot", line_color="#888")
     # every tick a whole value (0.5, 1, 2, 5), never plotly's bare digits ('5' under '1' for 0.5×)
-    fig.update_yaxes(**log_ticks(np.r_[pred, meas, 1.0]))
+    fig.update_yaxes(**NO_SI, **log_ticks(np.r_[pred, meas, 1.0]))
     fig.update_layout(template=TEMPLATE, barmode="group", yaxis_type="log",
-                      yaxis_title=tr("gain over the baseline (×, log)"), height=380,
-                      title=tr("Variants: predicted vs measured gain"))
+                      yaxis_title=tr("gain over the baseline (×, log; below 1: slower)"), height=380,
+                      title=tr("Variants: predicted vs measured gain (baseline ÷ variant time: decode per token, "
+                               "prefill per call)"))
     return fig
 
 
@@ -567,7 +616,7 @@ def serving_roofline(kt: pd.DataFrame, roofs) -> go.Figure:
                           + tr("%{{customdata[1]}} % of the step's kernel time") + "<extra></extra>"))
     fig.update_layout(template=TEMPLATE, height=520,
                       title=tr("Profiled decode kernels on the roofline, per batch (marker size = time share)"),
-                      xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)")),
+                      xaxis=dict(type="log", title=tr("arithmetic intensity (FLOP/byte)"), **decade_ticks()),
                       yaxis=dict(type="log", title=tr("achieved FLOP/s"), range=[9, 15.5], **FLOPS_TICKS),
                       legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0))
     return fig

@@ -47,13 +47,15 @@ def _esc(values) -> pd.Series:
 
 
 def phase_bars(summary: pd.DataFrame) -> go.Figure:
-    """Wall time vs GPU-busy time per phase (ms)."""
+    """Wall time vs GPU-busy time per phase (ms): totals over each phase's steps in the profiled generate, as
+    chapter 01's phase table, the basis stated in the title."""
     fig = go.Figure()
     phases = summary.phase.map(phase_label)
     fig.add_bar(name=tr("wall (ms)"), x=phases, y=summary.wall_ms)
     fig.add_bar(name=tr("GPU busy (ms)"), x=phases, y=summary.gpu_busy_ms)
     fig.update_layout(template=TEMPLATE, barmode="group", yaxis_title="ms", height=360,
-                      title=tr("Wall time vs GPU-busy time per phase"))
+                      title=tr("Wall time vs GPU-busy time per phase (ms in total over the phase, profiled "
+                               "generate)"))
     return fig
 
 

@@ -161,7 +161,7 @@ def test_the_nsys_and_torch_timelines_of_one_workload_agree():
 
 def test_the_shapes_pass_joins_the_nsys_timeline_by_kernel_stem():
     """An nsys run takes op, shapes, op numbering and modules from the torch profiler's shapes pass, run in the
-    capture process before the nsys pass (capture.torch_backend `_nsys_timeline`). The two demanglers write one kernel
+    capture process before the nsys pass (capture.torch_backend `nsys_timeline`). The two demanglers write one kernel
     two ways, so launches are matched by kernel stem: on the committed pair (the torch twin's timeline standing for
     the shapes pass, which the twin joined to itself) 99.9 % of the nsys run's 52,223 kernels match, by full name
     16 %."""

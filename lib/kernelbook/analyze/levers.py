@@ -98,8 +98,7 @@ def gather_kernels(run, twin=None) -> pd.DataFrame:
         if prof is not None and cons is not None and len(cons_rows):
             # the consumer's profiled launch: same kernel and grid as its launches in this module
             grid = str(cons_rows.grid.mode().iloc[0]).replace("x", ",")
-            pc = prof[(prof.name == cons) & (prof.grid.astype(str).str.replace(r"[()\s]", "", regex=True)
-                                             .str.replace("x", ",") == grid)]
+            pc = prof[(prof.name == cons) & (_grids(prof.grid) == grid)]
             if len(pc) and "dram_read_bytes_inloop" in pc:
                 cr, cid = float(pc.dram_read_bytes_inloop.iloc[0]), pc.kernel_id.iloc[0]
             if not cr == cr and twin is not None:
@@ -119,6 +118,11 @@ def gather_kernels(run, twin=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def _grids(grid: pd.Series) -> pd.Series:
+    """ncu's grids ('(4, 5, 1)') in one spelling with the timeline's (`4x5x1` → '4,5,1')."""
+    return grid.astype(str).str.replace(r"[()\s]", "", regex=True).str.replace("x", ",")
+
+
 def _twin_inloop(twin, name: str, grid: str) -> tuple[float, str | None]:
     """(DRAM reads in the loop per launch, "<twin run id>/<kernel id>") of the eager twin's profiled decode kernel
     `name` on `grid`, measured by its range pass; (NaN, None) where it has none."""
@@ -126,7 +130,7 @@ def _twin_inloop(twin, name: str, grid: str) -> tuple[float, str | None]:
     if tk is None or "dram_read_bytes_inloop" not in tk:
         return np.nan, None
     tk = tk[(tk.phase == "decode") & (tk.name == name) & tk.dram_read_bytes_inloop.notna()
-            & (tk.grid.astype(str).str.replace(r"[()\s]", "", regex=True).str.replace("x", ",") == grid)]
+            & (_grids(tk.grid) == grid)]
     return (float(tk.dram_read_bytes_inloop.iloc[0]), f"{twin.run_id}/{tk.kernel_id.iloc[0]}") if len(tk) else (
         np.nan, None)
 

@@ -303,10 +303,14 @@ def _range_op_check(ranges: pd.DataFrame, timeline: pd.DataFrame) -> dict:
         return {"checked": 0, "agree": 0}
     ops = (timeline[timeline.kind == "kernel"].drop_duplicates(["phase", "step", "op_index"])
            .set_index(["phase", "step", "op_index"]).op)
-    short = lambda s: "::".join(str(s).split(".")[:2])  # 'aten.mm.default' -> 'aten::mm'
-    agree = [ops.get((r.phase, r.step, r.first_op)) == short(r.op_first) and ops.get((r.phase, r.step, r.last_op))
-             == short(r.op_last) for r in spans.itertuples()]
+    agree = [ops.get((r.phase, r.step, r.first_op)) == aten_name(r.op_first)
+             and ops.get((r.phase, r.step, r.last_op)) == aten_name(r.op_last) for r in spans.itertuples()]
     return {"checked": len(agree), "agree": int(sum(agree))}
+
+
+def aten_name(op) -> str:
+    """A dispatcher op as the timeline names it: 'aten.mm.default' → 'aten::mm'."""
+    return "::".join(str(op).split(".")[:2])
 
 
 def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:
@@ -314,7 +318,7 @@ def _op_check(reps: pd.DataFrame, seen: pd.DataFrame) -> dict:
     the dispatcher's 'aten.mm.default')."""
     if seen.empty:
         return {"checked": 0, "agree": 0}
-    seen = seen.assign(op_seen=seen.op.map(lambda s: "::".join(str(s).split(".")[:2])))
+    seen = seen.assign(op_seen=seen.op.map(aten_name))
     m = reps.drop_duplicates(["phase", "step", "op_index"]).merge(
         seen[["phase", "step", "op_index", "op_seen"]], on=["phase", "step", "op_index"], how="left")
     agree = m.op == m.op_seen

@@ -208,8 +208,6 @@ def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | No
     one it runs (no sampled long generation, no tensor parallelism) and the GPU's row in devices.yaml records its
     overhead measured lower than the torch profiler's (`timeline_overhead`, bench/timeline_overhead.py); else the
     torch profiler, saying why. `gpu`: the device name (this machine's first GPU when not given)."""
-    from .nsys import nsys_works
-
     ok, why = nsys_works()
     if choice == "nsys":
         if not ok:

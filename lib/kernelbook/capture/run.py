@@ -19,7 +19,7 @@ from ..contract.layout import RunLayout, capture_staging
 from ..devices import UnknownDeviceError, lookup
 from .common import CaptureError, Progress, _write_timeline, land, write_manifest
 from .nsys import pick_backend
-from .torch_backend import torch_timeline, tp_timeline
+from .torch_backend import nsys_timeline, torch_timeline, tp_timeline
 
 
 def require_gpu() -> None:
@@ -122,8 +122,7 @@ def timeline_stage(params: CaptureConfig, run_dir: Path, manifest: dict, progres
     backend, why = pick_backend(params.timeline_backend, params)
     manifest["timeline_backend"] = {"backend": backend, "why": why}
     if backend == "nsys":  # the torch stage's plain generates and shapes pass, the profiled pass under nsys
-        timeline, phases, info = torch_timeline(params, run_dir, progress or (lambda msg: None), quiet, timed,
-                                                nsys=True)
+        timeline, phases, info = nsys_timeline(params, run_dir, progress or (lambda msg: None), quiet, timed)
         manifest["timeline_info"] = info
     elif params.tensor_parallel > 1:
         quiet()

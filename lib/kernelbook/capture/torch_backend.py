@@ -92,15 +92,7 @@ def _plain_trials(wl, tracker, trials: int) -> tuple[list[float], dict, pd.DataF
     return totals, phases, pd.concat(steps, ignore_index=True)
 
 
-def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None,
-                   nsys: bool = False):
-    """The timeline stage in this process: model, plain generates timed, the profiled pass and the shapes pass.
-    `nsys`: the profiled pass is a generate under Nsight Systems in a worker process of its own (capture.nsys
-    `nsys_pass`), run once this process has timed its plain generates, run its shapes pass and freed its model;
-    the nsys timeline then takes the shapes pass's ops, shapes, op numbering and modules (matched by kernel stem,
-    `load.trace.kernel_stem`), so an nsys run holds what a torch-profiler run holds. The shapes pass cannot run in
-    the nsys worker: under nsys the torch profiler gets no CUDA activity (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
-    measured on the H100), so it runs here, in a process nsys does not hold."""
+def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None, timed=lambda: None):
     import torch
 
     from ..load.trace import join_shapes
@@ -108,11 +100,6 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
     from ..contract.sampling import plan
 
     sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
-    if nsys:
-        if sampling is not None:
-            raise CaptureError("timeline_backend: nsys does not sample long generations (sample_window > 0): its "
-                               "report would hold every step. Use timeline_backend: torch for a sampled generation.")
-        return _nsys_timeline(params, run_dir, progress, quiet, timed)
     two_pass = params.shapes_pass
     # A long eager generation is warmed up by its shapes pass, run first: the first generate pays cuDNN's
     # attention graph for every KV length (~0.08 s each on the H100, 157-196 s for 2048 tokens), a warmup
@@ -160,20 +147,15 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
         del shaped
     tracker.remove()
     info = {
-        "model_load_s": load_s, "warmup": (N_("the shapes pass (a whole generate, run first)") if shapes_first else
-                                             f"{params.warmup} generate(s)"), "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
-        "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
-        "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
-        "generate_kwargs": wl.gen_kwargs,
-        "plain_generate": summarize(plain).as_dict(), "plain_phases": plain_phases, "profiled_generate_s": profiled_s,
-        "overhead_ratio": profiled_s / summarize(plain).median_s,
+        **_workload_info(wl, tracker, load_s, plain, plain_phases,
+                         N_("the shapes pass (a whole generate, run first)") if shapes_first else
+                         f"{params.warmup} generate(s)"),
+        "profiled_generate_s": profiled_s, "overhead_ratio": profiled_s / summarize(plain).median_s,
         "trace_export_s": export_s, "ingest_s": ingest_s, "kernels": int((timeline.kind == "kernel").sum()),
         "sampling": ({**sampling.describe(), "method": "torch.profiler schedule over the windows; every step of "
                       "the plain generates timed (steps.parquet)"} if sampling else None),
         "shapes": ({"method": N_("second pass with record_shapes, joined by (phase, step, kernel, n-th launch)"), **shapes}
                    if shapes is not None else {"method": N_("same pass (record_shapes on the timed generate)")}),
-        "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
-                         "counts and dense-layer times do not" if wl.loaded.weights == "random" else None),
     }
     del wl, tracker
     gc.collect()
@@ -181,13 +163,36 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
     return timeline, phases, info
 
 
-def _nsys_timeline(params: CaptureConfig, run_dir: Path, progress, quiet, timed):
-    """`torch_timeline` with the profiled pass under Nsight Systems (see there)."""
+def _workload_info(wl, tracker, load_s: float, plain: list[float], plain_phases: dict, warmup: str) -> dict:
+    """The timeline stage's record of the workload and its plain generates (either backend)."""
+    from ..measure import summarize
+
+    return {"model_load_s": load_s, "warmup": warmup, "weights": wl.loaded.weights, "n_params": wl.loaded.n_params,
+            "model_class": type(wl.loaded.model).__name__, "model_kind": wl.loaded.kind,
+            "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe, "generate_kwargs": wl.gen_kwargs,
+            "plain_generate": summarize(plain).as_dict(), "plain_phases": plain_phases,
+            "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
+                             "counts and dense-layer times do not" if wl.loaded.weights == "random" else None)}
+
+
+def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None,
+                  timed=lambda: None):
+    """The timeline stage with the profiled pass under Nsight Systems: this process builds the model, times its
+    plain generates, runs the shapes pass and frees its model; a worker process of its own runs the profiled
+    generate under nsys (capture.nsys `nsys_pass`); the nsys timeline then takes the shapes pass's ops, shapes, op
+    numbering and modules (matched by kernel stem, `load.trace.kernel_stem`), so an nsys run holds what a
+    torch-profiler run holds. The shapes pass cannot run in the nsys worker: under nsys the torch profiler gets no
+    CUDA activity (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, measured on the H100), so it runs here, in a
+    process nsys does not hold."""
     import torch
 
     from ..load.trace import join_shapes
     from ..measure import summarize
     from .nsys import nsys_pass
+
+    if params.sample_window > 0:  # params refuse it (exit 2); a config built in code is stopped here
+        raise CaptureError("timeline_backend: nsys does not sample long generations (sample_window > 0): its "
+                           "report would hold every step. Use timeline_backend: torch for a sampled generation.")
 
     progress("  model build, inputs, warmup")
     wl, tracker, load_s = prepare(params)
@@ -202,13 +207,7 @@ def _nsys_timeline(params: CaptureConfig, run_dir: Path, progress, quiet, timed)
         tracker.op_record = True
         shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), None, progress)
         tracker.op_record = False
-    info = {"model_load_s": load_s, "warmup": f"{params.warmup} generate(s)", "weights": wl.loaded.weights,
-            "n_params": wl.loaded.n_params, "model_class": type(wl.loaded.model).__name__,
-            "model_kind": wl.loaded.kind, "vision_forwards_marked": tracker.vision_calls, "inputs": wl.describe,
-            "generate_kwargs": wl.gen_kwargs, "plain_generate": summarize(plain).as_dict(),
-            "plain_phases": plain_phases,
-            "routing_note": ("random weights: MoE routing balance differs from a trained model; kernel shapes, "
-                             "counts and dense-layer times do not" if wl.loaded.weights == "random" else None)}
+    info = _workload_info(wl, tracker, load_s, plain, plain_phases, f"{params.warmup} generate(s)")
     tracker.remove()
     del wl, tracker
     gc.collect()

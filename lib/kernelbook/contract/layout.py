@@ -187,13 +187,18 @@ class NcuDir:
 
 
 @dataclass(frozen=True)
-class RunLayout:
-    """Every path of the run directory `root` (which need not exist yet)."""
+class _Rooted:
+    """A folder's layout: every path below `root` (which need not exist yet), `root` a Path whatever it was given as."""
 
     root: Path
 
     def __post_init__(self):
         object.__setattr__(self, "root", Path(self.root))
+
+
+@dataclass(frozen=True)
+class RunLayout(_Rooted):
+    """Every path of the run directory `root` (which need not exist yet)."""
 
     @classmethod
     def holding(cls, raw_file: Path) -> "RunLayout":
@@ -335,13 +340,8 @@ STUDY_MANIFEST = "study.json"
 
 
 @dataclass(frozen=True)
-class StudyLayout:
+class StudyLayout(_Rooted):
     """Every path of the study folder `root` (which need not exist yet)."""
-
-    root: Path
-
-    def __post_init__(self):
-        object.__setattr__(self, "root", Path(self.root))
 
     @property
     def manifest(self) -> Path:

@@ -447,6 +447,11 @@ class Manifest:
     def gpu_name(self) -> str:
         return self.environment.gpu.name or "unknown"
 
+    @property
+    def timeline_profiler(self) -> str:
+        """Which profiler took the timeline: nsys or torch (a run that records none predates nsys: torch)."""
+        return (self.timeline_backend.backend if self.timeline_backend else None) or "torch"
+
     def plain_ms_per_step(self) -> dict[str, float]:
         return self.timeline_info.plain_ms_per_step()
 

@@ -115,10 +115,6 @@ def twins(run, named: str | Path | None = None, open_run=None) -> Twins:
     return Twins(run, eager, deployed, found, same_host)
 
 
-def _backend(m: Manifest) -> str:
-    return m.timeline_backend.backend if m.timeline_backend and m.timeline_backend.backend else "torch"
-
-
 def backend_twin(path: str | Path) -> Path | None:
     """The same work on the same GPU, decoded the same way, captured with the other timeline backend (nsys ↔ the
     torch profiler), in the same folder: the one captured closest in time; None where there is none (issue 46:
@@ -129,7 +125,8 @@ def backend_twin(path: str | Path) -> Path | None:
         return None
     cands = [(d, m) for d, m in _siblings(path)
              if m.complete and _params(m) == _params(me) and m.gpu_name == me.gpu_name
-             and m.workload.graph_decode == me.workload.graph_decode and _backend(m) != _backend(me)]
+             and m.workload.graph_decode == me.workload.graph_decode
+             and m.timeline_profiler != me.timeline_profiler]
     t0 = _created(me)
     cands.sort(key=lambda dm: abs((_created(dm[1]) - t0).total_seconds()) if t0 and _created(dm[1]) else float("inf"))
     return cands[0][0] if cands else None

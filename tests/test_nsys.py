@@ -256,3 +256,41 @@ def test_auto_reads_the_overhead_measured_on_the_gpu():
     why = f"auto: nsys; on {dev} its overhead was measured lower: {n:.2f}x against {t:.2f}x for the torch profiler ({where})"
     with i18n.in_language("zh"):
         assert V.stored(why).startswith("auto：nsys；在 NVIDIA H100 80GB HBM3 上测得其开销更低：1.06x")
+
+
+def test_a_sampled_generation_reads_as_one_timeline_from_its_window_reports():
+    """Two window reports of one process (`--capture-range-end=repeat`, real exports from the lent H100, made by
+    bench/nsys_one_process_probe.sh: two `decode` ranges of a matmul and a relu, then two of two each): each window's
+    decode steps count from its first step, and its clock sits after the one before it."""
+    from kernelbook.capture.nsys import read_nsys_windows
+
+    tl, phases = read_nsys_windows([PAIR / "windows-h100.1.sqlite", PAIR / "windows-h100.2.sqlite"], [1, 65])
+    assert list(zip(phases.phase, phases.step)) == [("decode", 1), ("decode", 2), ("decode", 65), ("decode", 66)]
+    k = tl[tl.kind == "kernel"]
+    assert k.groupby("step").size().to_dict() == {1: 2, 2: 2, 65: 4, 66: 4}
+    assert (phases.start_ns.diff().dropna() > 0).all() and phases.start_ns.iloc[2] > phases.end_ns.iloc[1]
+    assert k.start_ns.is_monotonic_increasing and (k.launch_ns <= k.start_ns).all()
+
+
+def test_a_sampled_long_generation_under_nsys_renders_like_a_torch_one(tmp_path):
+    """params/nsys-long-256.yaml on the H100: 256 new tokens, windows of 8 decode steps every 64, one nsys report per
+    window, joined to the (sampled) shapes pass; the run holds exactly the windows' steps and the book's timeline and
+    summary chapters render it."""
+    from kernelbook import params as Pm
+    from kernelbook.load.run import load_run
+    from kernelbook.runner import render_book
+
+    run = load_run(PAIR / "h100-nsys-long-256")
+    ti = run.manifest["timeline_info"]
+    assert run.info.timeline_backend.backend == "nsys" and ti["nsys_reports"] == 5
+    windows = ti["sampling"]["windows"]
+    steps = {s for a, b in windows for s in range(a, b + 1)}
+    dec = run.phases[run.phases.phase == "decode"]
+    assert set(dec.step) == steps and len(dec) == 40
+    kern = run.timeline[run.timeline.kind == "kernel"]
+    assert set(kern[kern.phase == "decode"].step) == steps
+    assert ti["shapes"]["matched_pct"] > 99.9 and run.info.ncu.phases["decode"].profiled == 10
+    out = render_book(Pm.validate({"run_dir": str(run.path)}, consumer="book"), tmp_path / "report",
+                      chapters=["01_timeline", "07_summary"], log=lambda *_: None)
+    for stem in ("01_timeline", "07_summary"):
+        assert "Traceback" not in (out / f"{stem}.html").read_text()

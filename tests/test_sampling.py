@@ -174,3 +174,29 @@ def test_a_generation_stopped_mid_way_keeps_the_windows_it_read(tmp_path):
     phases = pd.read_parquet(run / "phases.parquet")
     assert sorted(phases[phases.phase == "decode"].step.unique()) == [1, 2, 6, 7]
     assert (run / "timeline.parquet").exists()
+
+
+def test_nsys_records_a_sampled_generation_window_by_window(tmp_path, monkeypatch):
+    """The nsys worker over a long generation on a tiny DeepSeek-OCR-2 (CPU): the profiler (nsys's capture range,
+    `--capture-range-end=repeat`) stops where a window ends, the GPU synchronized first so the window's last step is
+    in its report, and starts where the next window begins; nsys writes one report per run of recorded steps."""
+    import torch
+
+    from kernelbook.capture.nsys import window_starts
+    from kernelbook.capture.phases import PhaseTracker
+
+    lm, wl = tiny_workload(tmp_path, 12)
+    sampling = plan(12, 2, 5)  # windows 1-2, 6-7, 10-11; step 0 (vision encode, prefill) runs into the first
+    tracker = PhaseTracker(lm.model, nvtx=False).install()
+    said = []
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: said.append(("start", tracker.calls)))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: said.append(("stop", tracker.calls)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: said.append(("sync", tracker.calls)))
+    tracker.capture_steps, tracker.capturing = sampling.steps, True  # the worker starts the profiler before generate
+    tracker.start()
+    wl.generate()
+    tracker.stop()
+    tracker.remove()
+    assert said == [("sync", 3), ("stop", 3), ("start", 6), ("sync", 8), ("stop", 8), ("start", 10)]
+    assert tracker.capturing  # the last window runs to the generate's end: the worker stops the profiler there
+    assert window_starts(sampling.steps) == [0, 6, 10]  # one report each, in this order

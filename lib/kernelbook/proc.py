@@ -20,20 +20,31 @@ class TimeLimitExceeded(RuntimeError):
 def run_limited(cmd: list[str], timeout_s: float, what: str, **kw) -> subprocess.CompletedProcess:
     """`subprocess.run(cmd, **kw)` ended at `timeout_s` seconds with its process group; then
     TimeLimitExceeded("{what} did not finish within {timeout_s} s; it was ended")."""
-    proc = subprocess.Popen(cmd, start_new_session=True, **kw)
+    return finish_limited(start_limited(cmd, **kw), timeout_s, what)
+
+
+def start_limited(cmd: list[str], **kw) -> subprocess.Popen:
+    """The child started in its own session (its process group is what `finish_limited` or `end` ends); the caller
+    works on beside it and then calls `finish_limited`, or `end` where it stops before that."""
+    return subprocess.Popen(cmd, start_new_session=True, **kw)
+
+
+def finish_limited(proc: subprocess.Popen, timeout_s: float, what: str) -> subprocess.CompletedProcess:
+    """Wait for a child of `start_limited` for at most `timeout_s` more seconds (see `run_limited`)."""
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _end(proc)
+        end(proc)
         raise TimeLimitExceeded(f"{what} did not finish within {timeout_s:g} s; it was ended (its process "
                                 "group killed)") from None
     except BaseException:  # Ctrl-C or the capture's SIGTERM: the child goes too
-        _end(proc)
+        end(proc)
         raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _end(proc: subprocess.Popen) -> None:
+def end(proc: subprocess.Popen) -> None:
+    """End a child of `start_limited` and its process group: SIGTERM, then SIGKILL after a grace period."""
     for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)

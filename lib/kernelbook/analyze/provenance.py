@@ -32,6 +32,8 @@ _STORED = [
     (re.compile(r"^auto: torch; nsys works here \((?P<why>.*)\), its overhead against the torch profiler's not yet "
                 r"measured$", re.S),
      N_("auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured")),
+    (re.compile(r"^auto: torch; tensor-parallel ranks run under the torch profiler only$"),
+     N_("auto: torch; tensor-parallel ranks run under the torch profiler only")),
     (re.compile(r"^auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only$"),
      N_("auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only")),
     (re.compile(r"^auto: nsys; on (?P<dev>.*) its overhead was measured lower: (?P<n>[\d.]+)x against (?P<t>[\d.]+)x "

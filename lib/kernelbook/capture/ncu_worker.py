@@ -57,10 +57,14 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     `--profile-from-start off`, and the worker starts and stops the profiler around each target op call.
     `ranges_file`: the range pass (capture.ncu_ranges): the profiler starts and stops around whole steps and spans
     of op calls, which ncu's app-range replay measures one result each; the ranges closed are written beside it.
-    `out` (nsys): where the measured generate's seconds are written."""
+    `out` (nsys): where the measured generate's seconds are written; `early` (nsys, "<go file>:<owner pid>"): the
+    model is built and warmed up at once, the measured generate waits for the go file (the capture process finishes
+    its own CPU work beside the build, and nothing of it runs beside the generate). A sampled long generation
+    (`sample_window`) is recorded window by window: the profiler runs over each run of sampled steps."""
     import torch
 
     ncu_target = op_targets = warmup_tokens = stop_after = None
+    go, early = (early, None) if mode == "nsys" else (None, early)
     if early:
         gate, owner = early.rsplit(":", 1)
         _await_gate(Path(targets_file), Path(gate), int(owner))
@@ -124,17 +128,29 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
            torch.cuda.memory_stats().get("segment.all.current", 0))
     ready = ready if early else time.perf_counter() - t
     if mode == "nsys":
+        from ..contract.sampling import plan
+
+        if go:
+            go_file, owner = go.rsplit(":", 1)
+            _wait_until(Path(go_file).exists, int(owner))
+        sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+        tracker.capture_steps = sampling.steps if sampling else None
+        torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStart()
+        tracker.capturing = True
     try:
         gen_s = _timed_generate(wl, tracker)
     except EnoughSteps:  # the steps after the last profiled one are not run (a static cache's generate would)
         tracker.stop()
         gen_s = float("nan")
     if mode == "nsys":
-        torch.cuda.cudart().cudaProfilerStop()
+        if tracker.capturing:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
         require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
         if out:
-            Path(out).write_text(json.dumps({"generate_s": gen_s, "model_load_s": load_s}))
+            Path(out).write_text(json.dumps({"generate_s": gen_s, "model_load_s": load_s,
+                                             "capture_toggle_s": tracker.capture_toggle_s}))
     if ranges_file:
         seen_file(Path(ranges_file)).write_text(json.dumps(
             [dict(zip(("phase", "step", "first_op", "last_op", "op_first", "op_last"), r)) for r in tracker.ranges_seen]))

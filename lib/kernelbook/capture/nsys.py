@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ import pandas as pd
 
 from ..contract.config import CaptureConfig
 from ..env import find_nsys
-from ..contract.layout import RunLayout
+from ..contract.layout import NSYS_REPORT, NSYS_SQLITE, RunLayout
 from .common import CaptureError
 
 NVTX_PUSHPOP = 59  # NVTX_EVENTS.eventType of push/pop ranges
@@ -101,8 +102,17 @@ def _table_exists(con, name: str) -> bool:
     return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
 
 
-def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(timeline, phases) from an `nsys export --type sqlite` database."""
+def _session_start_ns(con) -> int:
+    """The report's session start (ns since the epoch; 0 where the table is absent): its timestamps count from it."""
+    if not _table_exists(con, "TARGET_INFO_SESSION_START_TIME"):
+        return 0
+    row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def read_nsys_sqlite(path: str | Path, first_decode_step: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(timeline, phases) from an `nsys export --type sqlite` database. `first_decode_step`: the step of its first
+    decode range (a sampled window's report starts mid-generation, without a prefill to count from)."""
     con = sqlite3.connect(str(path))
     try:
         if not _table_exists(con, "CUPTI_ACTIVITY_KIND_KERNEL"):
@@ -124,6 +134,7 @@ def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 parts.append(m)
         nv = pd.read_sql_query(NVTX_SQL, con) if _table_exists(con, "NVTX_EVENTS") else pd.DataFrame(
             columns=["phase", "start_ns", "end_ns"])
+        t0 = _session_start_ns(con)
     finally:
         con.close()
     tl = pd.concat(parts, ignore_index=True)
@@ -134,18 +145,35 @@ def read_nsys_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         tl[col] = tl[col].fillna(fill).astype("int64")
     tl["op"] = None
     tl["op_shapes"] = None
-    phases = _phases_from_nvtx(nv)
+    phases = _phases_from_nvtx(nv, first_decode_step)
     from ..load.trace import _assign_phase
 
     tl["phase"], tl["step"] = _assign_phase(tl["launch_ns"].to_numpy(), tl["start_ns"].to_numpy(),
                                             phases)
+    tl.attrs["session_start_ns"] = phases.attrs["session_start_ns"] = t0
     return tl.sort_values("start_ns", kind="stable").reset_index(drop=True), phases
 
 
-def _phases_from_nvtx(nv: pd.DataFrame) -> pd.DataFrame:
+def read_nsys_windows(paths: list[Path], first_decode_steps: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(timeline, phases) of a sampled generation: one report per window (`--capture-range-end=repeat`), each read
+    with its first decode step, its clock moved onto the first report's (each counts from its own session start)."""
+    tls, phs = [], []
+    for path, first in zip(paths, first_decode_steps):
+        tl, ph = read_nsys_sqlite(path, first)
+        shift = tl.attrs["session_start_ns"] - (tls[0].attrs["session_start_ns"] if tls else tl.attrs["session_start_ns"])
+        for df, cols in ((tl, ("start_ns", "end_ns", "launch_ns")), (ph, ("start_ns", "end_ns"))):
+            for c in cols:
+                df[c] = df[c] + shift
+        tls.append(tl)
+        phs.append(ph)
+    tl = pd.concat(tls, ignore_index=True).sort_values("start_ns", kind="stable").reset_index(drop=True)
+    return tl, pd.concat(phs, ignore_index=True)
+
+
+def _phases_from_nvtx(nv: pd.DataFrame, first_decode_step: int = 1) -> pd.DataFrame:
     nv = nv[nv.phase.isin(["vision_encode", "prefill", "decode"])].copy()
     step = np.zeros(len(nv), dtype="int64")
-    n_decode = 0
+    n_decode = first_decode_step - 1
     for i, p in enumerate(nv.phase):
         if p == "decode":
             n_decode += 1
@@ -157,55 +185,108 @@ def _phases_from_nvtx(nv: pd.DataFrame) -> pd.DataFrame:
     return nv[["phase", "step", "start_ns", "end_ns", "duration_ns"]].reset_index(drop=True)
 
 
-def nsys_pass(params: CaptureConfig, run_dir: Path):
-    """The profiled generate under nsys: the worker (model built and warmed up in its own process) between
-    cudaProfilerStart and Stop, `--cuda-graph-trace=node` so a CUDA-graph replay shows its kernels; then the
-    export to sqlite and its tables. Returns (timeline, phases, info: the worker's generate s, nsys's wall s,
-    export s, ingest s)."""
+def window_starts(steps) -> list[int]:
+    """The first step of each run of consecutive profiled steps (a sampled generation's `Sampling.steps`): one nsys
+    report each, in order; step 0 is vision encode and prefill."""
+    s = sorted(steps)
+    return [x for i, x in enumerate(s) if i == 0 or s[i - 1] != x - 1]
+
+
+@dataclass
+class NsysPass:
+    """The profiled generate under nsys, running: the worker (model built and warmed up in its own process) waits
+    for `go` before its measured generate, so the caller may finish CPU work beside the build; `finish_nsys` ends it."""
+
+    proc: object
+    run_dir: Path
+    go: Path
+    started: float
+    timeout_s: float
+    window_starts: list[int] | None
+
+
+def start_nsys(params: CaptureConfig, run_dir: Path, sampling=None) -> NsysPass:
+    """Start the profiled generate under nsys: `--capture-range=cudaProfilerApi` (the worker brackets its measured
+    generate, or each sampled window: `--capture-range-end=repeat`, one report per window), `--cuda-graph-trace=node`
+    so a CUDA-graph replay shows its kernels, no CPU sampling or context switches (`-s none --cpuctxsw=none`)."""
     import json
+    import os
     import sys
     import time
 
     from ..contract.layout import worker_file
+    from ..proc import start_limited
 
     lay = RunLayout(run_dir)
     pfile = lay.nsys_params
     pfile.write_text(json.dumps(params.as_dict()))
     done = worker_file(pfile)
     done.unlink(missing_ok=True)
-    base = lay.nsys_base
+    go = pfile.with_name("go")
+    go.unlink(missing_ok=True)
     exe = str(find_nsys() or "nsys")
-    cmd = [exe, "profile", "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-           "--cuda-graph-trace=node", "-o", str(base), "--force-overwrite", "true",
-           sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys", "--out", str(done)]
-    t = time.perf_counter()
-    from ..proc import run_limited
+    cmd = [exe, "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "--capture-range=cudaProfilerApi",
+           f"--capture-range-end={'repeat' if sampling else 'stop'}", "--cuda-graph-trace=node",
+           "-o", str(lay.nsys_base), "--force-overwrite", "true",
+           sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys", "--out", str(done),
+           "--early", f"{go}:{os.getpid()}"]
+    with open(lay.nsys_log, "w") as log:
+        proc = start_limited(cmd, stdout=log, stderr=subprocess.STDOUT)
+    return NsysPass(proc, run_dir, go, time.perf_counter(), params.capture_timeout_s,
+                    window_starts(sampling.steps) if sampling else None)
 
-    prof = run_limited(cmd, params.capture_timeout_s, "nsys profile (capture_timeout_s)", stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - t
-    lay.nsys_log.write_text(prof.stdout + prof.stderr)
-    rep = lay.nsys_report
-    if prof.returncode != 0 or not rep.exists():
-        raise RuntimeError(f"nsys profile failed (exit {prof.returncode}); see {lay.rel(lay.nsys_log)}")
+
+def finish_nsys(run: NsysPass):
+    """Let the worker's measured generate run (`go`), wait for nsys, export its report(s) to sqlite and read them.
+    Returns (timeline, phases, info: the worker's generate s, nsys's wall s, export s, ingest s)."""
+    import json
+    import time
+
+    from ..contract.layout import worker_file
+    from ..proc import finish_limited, run_limited
+
+    lay = RunLayout(run.run_dir)
+    run.go.write_text("go")
+    prof = finish_limited(run.proc, max(1.0, run.timeout_s - (time.perf_counter() - run.started)),
+                          "nsys profile (capture_timeout_s)")
+    wall = time.perf_counter() - run.started
+    if run.window_starts is None:
+        reports = [lay.nsys_report]
+    else:  # nsys names the reports of --capture-range-end=repeat <base>.<n>.nsys-rep, n from 1
+        reports = [lay.nsys_base.with_name(f"{lay.nsys_base.name}.{i}{NSYS_REPORT}")
+                   for i in range(1, len(run.window_starts) + 1)]
+    if prof.returncode != 0 or not all(r.exists() for r in reports):
+        got = sorted(p.name for p in lay.raw.glob(f"{lay.nsys_base.name}*{NSYS_REPORT}"))
+        raise RuntimeError(f"nsys profile failed (exit {prof.returncode}; reports {got or 'none'} of {len(reports)} "
+                           f"expected); see {lay.rel(lay.nsys_log)}")
+    exe = str(find_nsys() or "nsys")
     t = time.perf_counter()
-    exp = run_limited([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
-                       str(lay.nsys_sqlite), str(rep)], params.capture_timeout_s,
-                      "nsys export (capture_timeout_s)", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dbs = []
+    for rep in reports:
+        db = rep.with_suffix(NSYS_SQLITE)
+        exp = run_limited([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(db), str(rep)],
+                          run.timeout_s, "nsys export (capture_timeout_s)", stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+        if exp.returncode != 0:
+            raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
+        dbs.append(db)
     export_s = time.perf_counter() - t
-    if exp.returncode != 0:
-        raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
     t = time.perf_counter()
-    tl, phases = read_nsys_sqlite(lay.nsys_sqlite)
+    if run.window_starts is None:
+        tl, phases = read_nsys_sqlite(dbs[0])
+    else:  # a window's report: decode steps count from its first step (step 0: vision encode and prefill)
+        tl, phases = read_nsys_windows(dbs, [max(s, 1) for s in run.window_starts])
+    done = worker_file(lay.nsys_params)
     worker = json.loads(done.read_text()) if done.exists() else {}
-    return tl, phases, {"generate_s": worker.get("generate_s", float("nan")), "nsys_profile_wall_s": wall,
+    return tl, phases, {"generate_s": worker.get("generate_s", float("nan")),
+                        "capture_toggle_s": worker.get("capture_toggle_s", 0.0), "nsys_profile_wall_s": wall,
                         "trace_export_s": export_s, "ingest_s": time.perf_counter() - t,
-                        "nsys_kernels": int((tl.kind == "kernel").sum())}
+                        "nsys_kernels": int((tl.kind == "kernel").sum()), "nsys_reports": len(reports)}
 
 
 def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | None = None) -> tuple[str, str]:
     """(backend, why) for timeline_backend auto | torch | nsys. `auto` takes nsys where it works, the capture is
-    one it runs (no sampled long generation, no tensor parallelism) and the GPU's row in devices.yaml records its
+    one it runs (no tensor parallelism) and the GPU's row in devices.yaml records its
     overhead measured lower than the torch profiler's (`timeline_overhead`, bench/timeline_overhead.py); else the
     torch profiler, saying why. `gpu`: the device name (this machine's first GPU when not given)."""
     ok, why = nsys_works()
@@ -217,8 +298,8 @@ def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | No
         return "torch", "asked for in params"
     if not ok:
         return "torch", f"auto: nsys unusable ({why})"
-    if params is not None and (params.sample_window > 0 or params.tensor_parallel > 1):
-        return "torch", "auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only"
+    if params is not None and params.tensor_parallel > 1:
+        return "torch", "auto: torch; tensor-parallel ranks run under the torch profiler only"
     over = _measured_overhead(gpu)
     if over is None:
         return "torch", f"auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured"

@@ -61,6 +61,11 @@ class PhaseTracker:
     # forward, and the steps it records (op calls are numbered only there)
     prof: object = None
     sample_steps: frozenset | None = None
+    # nsys over a long generation: the steps whose kernels it records (`Sampling.steps`); the profiler (cudaProfilerStart/
+    # Stop, nsys's capture range) runs over each run of them, `capturing` while it is on
+    capture_steps: frozenset | None = None
+    capturing: bool = False
+    capture_toggle_s: float = 0.0  # host seconds inside those start/stop calls (nsys writes a window's report there)
     # the ncu worker: the last step it needs; the next top-level forward raises `EnoughSteps` (a static cache
     # keeps the timeline's length, so generate itself would run every step of it)
     stop_after: int | None = None
@@ -272,6 +277,8 @@ class PhaseTracker:
         phase = "prefill" if self.calls == 0 else "decode"
         if self.stop_after is not None and self.calls > self.stop_after:
             raise EnoughSteps(f"step {self.calls}: the worker needs steps up to {self.stop_after} only")
+        if self.capture_steps is not None and self.calls > 0:
+            self._gate_capture(self.calls)
         if self.prof is not None and self.calls > 0:
             self._advance_profiler(self.calls)
             if self._mode is not None and self.op_record:
@@ -292,6 +299,21 @@ class PhaseTracker:
     def _top_post(self, module, args, output):
         if self._stack and self._stack[-1].owner is module:
             self._pop()
+
+    def _gate_capture(self, step: int) -> None:
+        """nsys over a sampled generation: the profiler starts where a window of recorded steps begins and stops
+        where one ends, the GPU synchronized first, so every kernel of the window's last step is in its report."""
+        import torch
+
+        want = step in self.capture_steps
+        if want == self.capturing:
+            return
+        if not want:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        (torch.cuda.profiler.start if want else torch.cuda.profiler.stop)()
+        self.capture_toggle_s += time.perf_counter() - t
+        self.capturing = want
 
     def _advance_profiler(self, step: int) -> None:
         """Sampled profiling: the profiler's step becomes `step`. Where a recorded window ends, the GPU is

@@ -178,67 +178,112 @@ def _workload_info(wl, tracker, load_s: float, plain: list[float], plain_phases:
 def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None,
                   timed=lambda: None):
     """The timeline stage with the profiled pass under Nsight Systems: this process builds the model, times its
-    plain generates, runs the shapes pass and frees its model; a worker process of its own runs the profiled
-    generate under nsys (capture.nsys `nsys_pass`); the nsys timeline then takes the shapes pass's ops, shapes, op
-    numbering and modules (matched by kernel stem, `load.trace.kernel_stem`), so an nsys run holds what a
-    torch-profiler run holds. The shapes pass cannot run in the nsys worker: under nsys the torch profiler gets no
-    CUDA activity (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, measured on the H100), so it runs here, in a
-    process nsys does not hold."""
+    plain generates and runs the shapes pass; a worker of its own runs the profiled generate under nsys
+    (capture.nsys `start_nsys`), every step or, for a long generation, each sampled window; the nsys timeline then
+    takes the shapes pass's ops, shapes, op numbering and modules (matched by kernel stem, `load.trace.kernel_stem`),
+    so an nsys run holds what a torch-profiler run holds. The shapes pass cannot run in the nsys worker: under nsys
+    the torch profiler gets no CUDA activity (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, measured on the H100,
+    also after nsys's capture range has ended). The worker starts as soon as the shapes pass's generate ends and
+    builds its model beside that pass's export; its measured generate waits until this process has freed its model
+    and ended its own work (`finish_nsys`), so nothing runs beside it."""
     import torch
 
+    from ..contract.sampling import plan
     from ..load.trace import join_shapes
     from ..measure import summarize
-    from .nsys import nsys_pass
+    from ..proc import end
+    from .nsys import finish_nsys, start_nsys
 
-    if params.sample_window > 0:  # params refuse it (exit 2); a config built in code is stopped here
-        raise CaptureError("timeline_backend: nsys does not sample long generations (sample_window > 0): its "
-                           "report would hold every step. Use timeline_backend: torch for a sampled generation.")
-
-    progress("  model build, inputs, warmup")
-    wl, tracker, load_s = prepare(params)
+    if params.tensor_parallel > 1:  # params refuse it (exit 2); a config built in code is stopped here
+        raise CaptureError("timeline_backend: nsys does not capture tensor-parallel ranks; use timeline_backend: torch")
+    sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+    # as in torch_timeline: a long eager generation is warmed up by its shapes pass, run first
+    shapes_first = sampling is not None and params.shapes_pass and params.warmup > 0 and not params.static_cache
+    progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
+    wl, tracker, load_s = prepare(replace(params, warmup=0) if shapes_first else params)
     lay = RunLayout(run_dir)
-    quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
-    progress(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
-    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
-    plain_steps.to_parquet(lay.steps, **PARQUET)
-    shapes = shaped = None
-    if params.shapes_pass:
-        progress("  shapes pass (record_shapes, op numbering, module ranges)")
+    nsys = None
+
+    def start():  # the worker builds and warms up its model beside this process's remaining CPU work
+        nonlocal nsys
+        if nsys is None:
+            free, total = torch.cuda.mem_get_info()
+            if free >= 2 * (total - free):  # its model fits beside this one
+                nsys = start_nsys(params, run_dir, sampling)
+
+    def shapes_pass(after=None):
         tracker.op_record = True
-        shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), None, progress)
-        tracker.op_record = False
-    info = _workload_info(wl, tracker, load_s, plain, plain_phases, f"{params.warmup} generate(s)")
-    tracker.remove()
-    del wl, tracker
-    gc.collect()
-    torch.cuda.empty_cache()  # the nsys worker builds the model again: one copy on the GPU at a time
-    progress("  profiled generate under Nsight Systems (timeline pass, every step)")
-    timeline, phases, nsys_info = nsys_pass(params, run_dir)
+        progress("  shapes pass (record_shapes, op numbering, module ranges)" + (": also the warmup" if shapes_first else ""))
+        try:
+            shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), sampling, progress,
+                                                       after_generate=after)
+        finally:
+            tracker.op_record = False
+        return shaped, shapes_s
+
+    try:
+        shaped = shapes_s = None
+        if params.shapes_pass and shapes_first:
+            shaped, shapes_s = shapes_pass()
+        quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
+        progress(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
+        plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
+        plain_steps.to_parquet(lay.steps, **PARQUET)
+        if params.shapes_pass and not shapes_first:
+            shaped, shapes_s = shapes_pass(after=start)
+        info = _workload_info(wl, tracker, load_s, plain, plain_phases,
+                              N_("the shapes pass (a whole generate, run first)") if shapes_first else
+                              f"{params.warmup} generate(s)")
+        tracker.remove()
+        del wl, tracker
+        gc.collect()
+        torch.cuda.empty_cache()
+        what = (f"{len(sampling.windows)} windows, {len(sampling.steps) - 1} of {sampling.decode_steps} decode steps"
+                if sampling else "every step")
+        progress(f"  profiled generate under Nsight Systems (timeline pass, {what})")
+        if nsys is None:
+            nsys = start_nsys(params, run_dir, sampling)
+        timeline, phases, nsys_info = finish_nsys(nsys)
+    except BaseException:
+        if nsys is not None:
+            end(nsys.proc)
+        raise
     timed()
+    shapes = None
     if shaped is not None:
         t = time.perf_counter()
         timeline, shapes = join_shapes(timeline, shaped, by_stem=True)
-        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t, order="before the nsys pass")
-    info.update(nsys_info, profiled_generate_s=nsys_info["generate_s"],
-                overhead_ratio=nsys_info["generate_s"] / summarize(plain).median_s,
-                kernels=int((timeline.kind == "kernel").sum()), sampling=None,
+        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t,
+                      order="first, as the warmup" if shapes_first else "before the nsys pass")
+    # a sampled generation's generate also holds the calls that end and start each window's capture range, where nsys
+    # writes the window's report: the profiled generate is the rest
+    profiled_s = nsys_info["generate_s"] - nsys_info["capture_toggle_s"]
+    info.update(nsys_info, profiled_generate_s=profiled_s, overhead_ratio=profiled_s / summarize(plain).median_s,
+                kernels=int((timeline.kind == "kernel").sum()),
+                sampling=({**sampling.describe(), "method": "nsys capture ranges (cudaProfilerStart/Stop) over the "
+                           "windows, one report each; every step of the plain generates timed (steps.parquet)"}
+                          if sampling else None),
                 shapes=({"method": N_("torch profiler pass with record_shapes, joined to the nsys timeline by "
                                       "(phase, step, kernel stem, n-th launch)"), **shapes} if shapes is not None
                         else {"method": N_("none (shapes_pass: false)")}))
     return timeline, phases, info
 
 
-def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling, progress=lambda msg: None):
+def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling, progress=lambda msg: None,
+                   after_generate=None):
     """One generate under torch.profiler: (timeline, phases, generate s, export s, ingest s). Without
     `sampling` every step is recorded into one trace (`<trace_base>.json.gz`); with it the profiler records
     the sampled windows only, each window's trace exported and read as soon as it ends (then deleted), so
-    the host holds one window's events at a time."""
+    the host holds one window's events at a time. `after_generate()` runs when the generate has ended, before the
+    trace's export (the nsys worker starts there)."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     if sampling is None:
         with profile(activities=acts, record_shapes=record_shapes) as prof:
             gen_s = _timed_generate(wl, tracker)
+        if after_generate:
+            after_generate()
         timeline, phases, export_s, ingest_s = _export_ingest(prof, trace_json(trace_base))
         return timeline, phases, gen_s, export_s, ingest_s
     parts, cost = [], [0.0, 0.0]
@@ -263,6 +308,8 @@ def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling,
         raise
     finally:
         tracker.prof, tracker.sample_steps = None, None
+    if after_generate:
+        after_generate()
     timeline = pd.concat([p[0] for p in parts], ignore_index=True).sort_values("start_ns", kind="stable")
     phases = pd.concat([p[1] for p in parts], ignore_index=True)
     return timeline.reset_index(drop=True), phases, gen_s, cost[0], cost[1]

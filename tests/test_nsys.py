@@ -306,3 +306,28 @@ def test_a_sampled_long_generation_under_nsys_renders_like_a_torch_one(tmp_path)
                       chapters=["01_timeline", "07_summary"], log=lambda *_: None)
     for stem in ("01_timeline", "07_summary"):
         assert "Traceback" not in (out / f"{stem}.html").read_text()
+
+
+def test_the_timed_passes_end_when_the_nsys_worker_has_generated_not_when_nsys_has_written(tmp_path):
+    """`finish_nsys` tells the capture its timed passes are over (an early ncu worker may then build its model) as soon
+    as the worker has written its generate's seconds, while nsys still writes its report; a worker past its limit is
+    ended with its process group."""
+    import subprocess
+    import sys
+    import time
+
+    from kernelbook.capture.nsys import await_worker
+    from kernelbook.proc import TimeLimitExceeded, start_limited
+
+    done = tmp_path / "done.json"
+    script = f"import pathlib, time; time.sleep(0.5); pathlib.Path({str(done)!r}).write_text('{{}}'); time.sleep(2)"
+    proc = start_limited([sys.executable, "-c", script])
+    seen = []
+    t = time.perf_counter()
+    await_worker(proc, done, t, 60, lambda: seen.append((proc.poll(), time.perf_counter() - t)))
+    assert len(seen) == 1 and seen[0][0] is None and seen[0][1] < 2.0  # while "nsys" still ran
+    assert proc.returncode == 0
+    slow = start_limited([sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(TimeLimitExceeded, match="capture_timeout_s"):
+        await_worker(slow, tmp_path / "never", time.perf_counter(), 1, lambda: None)
+    assert slow.poll() is not None

@@ -39,13 +39,11 @@ def early_ncu(params: CaptureConfig, run_dir: Path, gate: Path) -> "NcuProcess |
     """Start ncu by op call (see `_by_position`) before the timeline part exists: its worker builds and warms up
     the model once the timeline's timed passes are over (`gate`), then waits for the targets this stage writes,
     so the model build overlaps the timeline's shapes pass. None where the stage will not profile by op call
-    with one worker (no ncu, tensor parallelism, a static cache's graph step, the nsys timeline)."""
+    with one worker (no ncu, tensor parallelism, a static cache's graph step). Under the nsys timeline the gate opens
+    when the nsys worker's generate has ended, so the model build overlaps nsys writing its report."""
     import os
 
-    from .nsys import pick_backend
-
-    if (params.ncu_top_n == 0 or params.tensor_parallel > 1 or params.static_cache
-            or pick_backend(params.timeline_backend, params)[0] != "torch"):
+    if params.ncu_top_n == 0 or params.tensor_parallel > 1 or params.static_cache:
         return None
     nd = RunLayout(run_dir).ncu()
     nd.path.mkdir(parents=True, exist_ok=True)

@@ -236,19 +236,46 @@ def start_nsys(params: CaptureConfig, run_dir: Path, sampling=None) -> NsysPass:
                     window_starts(sampling.steps) if sampling else None)
 
 
-def finish_nsys(run: NsysPass):
+def await_worker(proc, done: Path, started: float, timeout_s: float, generated) -> None:
+    """Wait for nsys (`proc`) to end, calling `generated()` once, as soon as its worker has written `done` (or when nsys
+    ends without it); at `timeout_s` after `started` nsys and its worker are ended (TimeLimitExceeded)."""
+    import time
+
+    from ..proc import TimeLimitExceeded, end
+
+    told = False
+    try:
+        while proc.poll() is None:
+            if not told and done.exists():
+                told = True
+                generated()
+            if time.perf_counter() - started > timeout_s:
+                raise TimeLimitExceeded(f"nsys profile (capture_timeout_s) did not finish within {timeout_s:g} s; "
+                                        "it was ended (its process group killed)")
+            time.sleep(0.2)
+    except BaseException:
+        end(proc)
+        raise
+    if not told:
+        generated()
+
+
+def finish_nsys(run: NsysPass, generated=lambda: None):
     """Let the worker's measured generate run (`go`), wait for nsys, export its report(s) to sqlite and read them.
-    Returns (timeline, phases, info: the worker's generate s, nsys's wall s, export s, ingest s)."""
+    `generated()` is called as soon as the worker has written its generate's seconds (its GPU work is over; nsys then
+    writes its report): the capture's timed passes are over there. Returns (timeline, phases, info: the worker's
+    generate s, nsys's wall s, export s, ingest s)."""
     import json
     import time
 
     from ..contract.layout import worker_file
-    from ..proc import finish_limited, run_limited
+    from ..proc import run_limited
 
     lay = RunLayout(run.run_dir)
+    done = worker_file(lay.nsys_params)
     run.go.write_text("go")
-    prof = finish_limited(run.proc, max(1.0, run.timeout_s - (time.perf_counter() - run.started)),
-                          "nsys profile (capture_timeout_s)")
+    await_worker(run.proc, done, run.started, run.timeout_s, generated)
+    prof = run.proc
     wall = time.perf_counter() - run.started
     if run.window_starts is None:
         reports = [lay.nsys_report]
@@ -276,7 +303,6 @@ def finish_nsys(run: NsysPass):
         tl, phases = read_nsys_sqlite(dbs[0])
     else:  # a window's report: decode steps count from its first step (step 0: vision encode and prefill)
         tl, phases = read_nsys_windows(dbs, [max(s, 1) for s in run.window_starts])
-    done = worker_file(lay.nsys_params)
     worker = json.loads(done.read_text()) if done.exists() else {}
     return tl, phases, {"generate_s": worker.get("generate_s", float("nan")),
                         "capture_toggle_s": worker.get("capture_toggle_s", 0.0), "nsys_profile_wall_s": wall,

@@ -243,12 +243,13 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
         progress(f"  profiled generate under Nsight Systems (timeline pass, {what})")
         if nsys is None:
             nsys = start_nsys(params, run_dir, sampling)
-        timeline, phases, nsys_info = finish_nsys(nsys)
+        # the timed passes are over once the worker's generate is: an ncu worker started early builds its model
+        # while nsys writes its report
+        timeline, phases, nsys_info = finish_nsys(nsys, generated=timed)
     except BaseException:
         if nsys is not None:
             end(nsys.proc)
         raise
-    timed()
     shapes = None
     if shaped is not None:
         t = time.perf_counter()

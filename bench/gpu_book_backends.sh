@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The bundled workload's GPU book with each timeline backend, back to back in one lease (issue 46's target: the book
+# with nsys no slower than with the torch profiler):
+#   here:        bash bench/gpu_wheels.sh tests (→ .whl); apt-get download libdw1 libelf1 into .debs/; move the
+#                committed raw traces (data/runs/*/raw/trace.json.gz) aside for the call (the 64 MiB limit)
+#   GPU machine: bash bench/gpu_book_backends.sh   (carry .whl and .debs)
+# Each renders `python -m kernelbook book --params params/<nsys|nsys-twin-torch>.yaml` into a new run; writes
+# $OUT/book-<backend>.log and $OUT/book_backends.json (each book's wall seconds and its stages').
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/gpu_env.sh >/dev/null || exit 1
+python3 -c "import torch, transformers, kernelbook.capture.torch_backend" # both books start with warm file caches
+for pair in "torch:params/nsys-twin-torch.yaml" "nsys:params/nsys.yaml"; do
+  b=${pair%%:*}; params=${pair#*:}
+  rm -rf "data/runs/book-$b" "reports/book-$b"
+  start=$(date +%s.%N)
+  timeout "${KB_BOOK_TIMEOUT:-290}" python -m kernelbook book --params "$params" --run "data/runs/book-$b" \
+    --out "reports/book-$b" > "$OUT/book-$b.log" 2>&1
+  echo "$b rc=$? wall_s=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")" | tee -a "$OUT/walls.txt"
+  grep -v "launches, " "$OUT/book-$b.log" | grep -v "^\s" | tail -14
+done
+python3 - "$OUT" <<'PY'
+import json, re, sys
+out = sys.argv[1]
+walls = dict(re.match(r"(\w+) rc=(\d+) wall_s=([\d.]+)", l).group(1, 3) for l in open(f"{out}/walls.txt"))
+res = {b: {"wall_s": float(w), "stages_s": json.load(open(f"data/runs/book-{b}/manifest.json")).get("timings_s")}
+       for b, w in walls.items()}
+json.dump(res, open(f"{out}/book_backends.json", "w"), indent=1)
+print(json.dumps(res, indent=1))
+PY

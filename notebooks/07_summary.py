@@ -25,12 +25,14 @@ language: str = "en"  # narrative language: en or zh (the book runner translates
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import findings as FD
 from kernelbook.analyze import levers as L
 from kernelbook.analyze import modules as M
 from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.twins import twins
+from kernelbook.narrate import findings as FN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -53,7 +55,14 @@ limit = S.decode_limit(tr, r, roofs)
 rows = S.variant_rows(tr, gpu, r, variants)
 deploy = S.deployed(r, limit, variants)
 controls = {v.run_id: S.host_control(r, v) for v, _ in variants}
+stages, sections = S.contract(r, k, roofs)
+tr_dep = S.trace_of(tw.deployed, variants)
+lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
 kb.summary(S.headline(phases, limit, rows, deploy, {rid for rid, c in controls.items() if len(c)}))
+found = FD.first(FD.findings(r, tw.deployed, limit, deploy, lev))
+# each phase's bound on the first page is the deployed run's, where there is one: what serving would meet
+dep_stages = S.contract(tw.deployed, *W.for_run(tw.deployed)[:-3:-1])[0] if tw.deployed is not None else stages
+kb.findings(FN.html(found, dep_stages, FD.top_levers(lev)), FN.markdown(found))
 kb.md(S.twins_note(tw, r))
 
 # %% [markdown]
@@ -105,7 +114,6 @@ kb.md(S.deployed_prose(deploy, limit))
 # output contract.
 
 # %%
-stages, sections = S.contract(r, k, roofs)
 kb.table(stages, kb.tr("Stages: duration, tensor-core, DRAM and occupancy % (time-weighted), bound, key issue"),
          empty=kb.tr("no profiled kernels"))
 
@@ -127,8 +135,6 @@ kb.md(W.headline(W.validation(tr), tr) + (W.cross_device_headline(xd) if xd is n
 # the deployed run already has is listed as such, not proposed.
 
 # %%
-tr_dep = S.trace_of(tw.deployed, variants)
-lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
 kb.table(lev if lev is not None else L.empty(), kb.tr("Levers on one scale"),
          empty=kb.tr("no run of this workload as deployed (decode as CUDA graphs)"))
 

@@ -207,3 +207,30 @@ def test_a_kernel_id_opens_its_card_in_chapter_05(browser, rendered_book):
     before, up, down, n_links = order
     assert up == sorted(before) and down == sorted(before, reverse=True) and n_links == len(before)
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_each_finding_on_the_first_page_lands_on_its_evidence(browser, rendered_book, language):
+    """A click on a finding's link on the index opens the chapter scrolled to the section that holds its evidence
+    (the heading is the page's :target and in view), in either language (issue 43 point 1)."""
+    from selenium.webdriver.common.by import By
+
+    report = rendered_book(language)
+    browser.get((report / "index.html").as_uri())
+    n = len(browser.find_elements(By.CSS_SELECTOR, "ol.findings li a"))
+    assert 1 <= n <= 5
+    for i in range(n):
+        browser.get((report / "index.html").as_uri())
+        link = browser.find_elements(By.CSS_SELECTOR, "ol.findings li a")[i]
+        want = link.get_attribute("href")
+        link.click()
+        deadline = time.time() + 20
+        while browser.current_url != want and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
+        state = browser.execute_script(
+            "const t = document.querySelector(':target'); if (!t) return null;"
+            "const r = t.getBoundingClientRect(); return [t.tagName, r.top, window.innerHeight];")
+        assert state is not None, want
+        tag, top, height = state
+        assert tag in ("H2", "H3") and -1 <= top < height, (want, state)

@@ -60,6 +60,10 @@ COLUMNS: dict[str, Col] = {
     "gpu_ms_this": Col("GPU time, this run", "ms"),
     "gpu_ms_other": Col("GPU time, the other backend's run", "ms"),
     "difference_pct": Col("Difference %", "signed"),
+    # the first page (index, chapter 07): each phase's bound, the top levers
+    "first_opportunity": Col("First opportunity", "text"),
+    "lever_kind": Col("Kind", "text"),
+    "off_step": Col("Off the deployed decode step", "text"),
     # the serving study (chapter 08)
     "batch": Col("Batch", "count"),
     "batch_size": Col("Batch size", "count"),

@@ -91,6 +91,19 @@ def N_(template: str) -> str:
     return template
 
 
+def heading(text: str, code: str | None = None) -> str:
+    """A chapter section's heading as the reader's language shows it: the first line of the translated markdown cell
+    that opens with that heading (`## text` or `### text`); `text` itself in English or where no cell opens with it."""
+    code = code or _current
+    if code == "en":
+        return text
+    for key, value in catalog(code).items():
+        first = key.split("\n", 1)[0]
+        if first.lstrip("#").strip() == text and first.startswith("#"):
+            return str(value).split("\n", 1)[0].lstrip("#").strip()
+    return text
+
+
 def translate_markdown(source: str, code: str | None = None) -> str:
     """A chapter's markdown cell in `code` (default: the current language): the catalog entry whose key
     is the cell's English source, with surrounding blank lines ignored; the source itself otherwise."""

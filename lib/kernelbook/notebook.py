@@ -212,6 +212,14 @@ def summary(text: str):
     display(Markdown(f"**{text.replace('**', '').strip()}**"), metadata={"kb-summary": True})
 
 
+def findings(page_html: str, report_md: str = ""):
+    """The run's first page (`narrate.findings`: the findings, each phase's bound, the top levers), shown here; the book
+    runner lifts it onto the index and opens report.md with `report_md`."""
+    from IPython.display import HTML, display
+
+    display(HTML(page_html), metadata={"kb-findings": True, "kb-findings-md": report_md})
+
+
 def full(df, caption: str | None = None):
     """A table of sentences (recommendations): text shown whole and wrapped, without the row index.
     The display layer never truncates, so this is `table` by another name, kept for the chapters."""

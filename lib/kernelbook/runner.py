@@ -275,6 +275,21 @@ def _summary(executed: Path) -> str:
     return ""
 
 
+def _findings(executed: Path) -> tuple[str, str] | None:
+    """Chapter 07's first page (`notebook.findings`): its HTML, quantities' marks kept (the index shows them as the
+    chapter does), and the Markdown report.md opens with; None where the chapter shows none."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            meta = out.get("metadata", {})
+            if meta.get("kb-findings"):
+                body = out.get("data", {}).get("text/html", "")
+                return ("".join(body) if isinstance(body, list) else body), meta.get("kb-findings-md", "")
+    return None
+
+
 def _title(py_path: Path, language: str = "en") -> str:
     """The chapter's title: the heading of its first markdown cell, in `language`."""
     import jupytext
@@ -338,6 +353,7 @@ class ChapterResult:
     broken: bool = False
     error: BaseException | None = None
     kept: bool = False
+    findings: tuple[str, str] | None = None  # chapter 07's first page: (HTML, its quantities' marks kept; report.md's)
 
     @property
     def ok(self) -> bool:
@@ -360,12 +376,14 @@ class ChapterResult:
     def entry(self) -> dict:
         return {"stem": self.stem, "title": self.title, "seconds": self.seconds, "ok": self.ok,
                 "summary": quantity.plain(self.summary), **({"stopped": self.note} if self.note is not None else {}),
-                **({"kept": True} if self.kept else {})}
+                **({"kept": True} if self.kept else {}),
+                **({"findings": [quantity.plain(x) for x in self.findings]} if self.findings else {})}
 
     @classmethod
     def from_entry(cls, e: dict, kept: bool = False) -> "ChapterResult":
         return cls(e["stem"], e.get("title", e["stem"]), float(e.get("seconds", 0.0)), e.get("summary", ""),
-                   e.get("stopped"), kept=kept or bool(e.get("kept")))
+                   e.get("stopped"), kept=kept or bool(e.get("kept")),
+                   findings=tuple(e["findings"]) if e.get("findings") else None)
 
 
 class _Rendering:
@@ -407,6 +425,7 @@ class _Rendering:
             error = None
         src.unlink()
         summary = _summary(executed) if executed.exists() else ""  # before `_html` writes the notebook plain
+        found = _findings(executed) if executed.exists() else None
         if executed.exists():
             try:
                 _html(executed, self.stage / f"{nb.stem}.html", self.language)
@@ -417,7 +436,8 @@ class _Rendering:
                 # the note's first clause, up to its first colon (either language's), names what is missing
                 first = re.split(r"[:：]", note.replace("**", "").split("\n")[0], maxsplit=1)[0]
                 summary = tr("Not shown: {note}", note=first)
-        return ChapterResult(nb.stem, _title(nb, self.language), time.perf_counter() - t, summary, note, broken, error)
+        return ChapterResult(nb.stem, _title(nb, self.language), time.perf_counter() - t, summary, note, broken, error,
+                             findings=found)
 
     def capture_chapter(self, nb: Path) -> ChapterResult:
         head = f"[{self.order[nb.stem]}/{len(self.books)}] {nb.stem}"
@@ -546,11 +566,14 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
             text = report_for_run(run_dir, rules)
         if text:
             (stage / "report.md").write_text(quantity.plain(text), encoding="utf-8")
+    found = next((r.findings for r in results if r.findings), None)
+    if found and found[1] and (stage / "report.md").exists():  # report.md opens with the same findings
+        _open_with(stage / "report.md", quantity.plain(found[1]))
     entries = [r.entry() for r in results]
     with in_language(language):
         # the index shows each summary's quantities as the chapter does (marked: the one-value test reads them)
         _index(stage, run_id, cfg, [{**e, "summary": r.summary} for r, e in zip(results, entries)],
-               time.perf_counter() - t_all, run_as_given or cfg.run_dir)
+               time.perf_counter() - t_all, run_as_given or cfg.run_dir, found[0] if found else "")
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
         dest = outdir.failed_dest(out)
@@ -714,8 +737,18 @@ def _to_nb(v):
     return v if not isinstance(v, Path) else str(v)
 
 
-def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total_s: float, run_shown: str) -> None:
-    """index.html: one row per chapter with its summary, in the current language (`i18n`)."""
+def _open_with(report: Path, findings_md: str) -> None:
+    """report.md with the findings after its title line (once: a kept report.md may already hold them)."""
+    text = report.read_text(encoding="utf-8")
+    if findings_md.strip() and findings_md.strip() not in text:
+        head, _, rest = text.partition("\n")
+        report.write_text(f"{head}\n\n{findings_md.strip()}\n{rest}", encoding="utf-8")
+
+
+def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total_s: float, run_shown: str,
+           findings: str = "") -> None:
+    """index.html: the run's first page (chapter 07's findings, each phase's bound, the top levers; `findings`, HTML
+    the package wrote), then one row per chapter with its summary, in the current language (`i18n`)."""
     info = read_manifest(P.resolve_path(cfg.run_dir))
     esc = escape.html
     rows = "\n".join(
@@ -738,10 +771,13 @@ def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total
 <title>kernelbook — {esc(run_id)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;color:#222}}
 table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:.5rem;text-align:left;vertical-align:top}}
-td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.5rem}}</style></head><body>
+td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.5rem}}
+ol.findings li{{margin:.4rem 0}}.basis{{color:#666;font-size:.9em}}</style></head><body>
 <h1>kernelbook: {esc(run_id)}</h1>
 <p>{esc(captured)}</p><p>{esc(tr("Run:"))} <code>{esc(run_shown)}</code></p>{warn}
+{findings}
 {contract}
+<h2>{esc(tr("The chapters"))}</h2>
 <table><tr><th>{esc(tr("chapter"))}</th><th>{esc(tr("summary"))}</th><th>{esc(tr("render"))}</th></tr>
 {rows}
 </table></body></html>

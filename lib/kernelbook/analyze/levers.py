@@ -303,6 +303,15 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
     return pd.concat([out[gain].sort_values("change %", kind="stable"), out[~gain], base], ignore_index=True)
 
 
+def gains(table: pd.DataFrame, kind: str | None = None, batch: bool = True) -> pd.DataFrame:
+    """The rows of `levers`' table that change the deployed step (its cells are in the reader's language), of one
+    `kind` (software | hardware) where given, without the batch lever where `batch` is False."""
+    g = table[table.status == tr(GAIN)]
+    if kind is not None:
+        g = g[g.kind == tr(kind)]
+    return g if batch else g[g.lever != tr("batch")]
+
+
 def levers_prose(table: pd.DataFrame, deployed) -> str:
     """What the levers table says: the best software and hardware levers on the deployed step."""
     if table is None or table.empty:

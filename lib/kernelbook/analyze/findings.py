@@ -1,0 +1,115 @@
+"""The run's findings, chosen by the analysis: each a figure of the run with the share of time it is about (its
+effect), the basis of its numbers and the chapter section that holds the evidence. The first page of the book (the
+index) and report.md open with the largest five; `narrate.findings` words them. Numbers only: no sentence here.
+
+Effects are shares of the time the reader pays for: of the plain generate (decode's share of it), or of the plain
+decode step of the run as deployed (what the limit, the host, a kernel class or a lever takes of it; where no run
+of the workload was captured as deployed, of the eager run's step)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..contract import quantity
+from ..contract.quantity import q
+
+MAX_FINDINGS = 5
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str                 # which finding: `narrate.findings` words it by this key
+    effect: float            # the share of time it is about, 0..1: the page lists the largest first
+    values: dict = field(default_factory=dict)  # the numbers the sentence prints (named quantities) and its labels
+    run_id: str = ""         # the run the numbers are of
+    basis: str = ""          # plain | GPU-busy | model: what the times are
+    chapter: str = ""        # the chapter holding the evidence (stem)
+    section: str = ""        # its heading (English: the catalog key; the link's anchor is made in the reader's language)
+
+
+def _kernel_classes(run) -> pd.Series:
+    """Decode kernel time per step by class (category), ms, largest first."""
+    t = run.timeline
+    k = t[(t.kind == "kernel") & (t.phase == "decode")]
+    steps = max(1, k.step.nunique())
+    return (k.groupby("category").duration_ns.sum() / steps / 1e6).sort_values(ascending=False)
+
+
+def findings(eager, deployed, limit, deploy: pd.DataFrame, lev: pd.DataFrame | None) -> list[Finding]:
+    """Every finding the run supports, largest effect first. `eager`/`deployed`: the workload's eager run and its run
+    as deployed (CUDA graphs; None where not captured); `limit`: `summary.decode_limit`; `deploy`: `summary.deployed`
+    (plain and busy step per run against the limit); `lev`: `levers.levers` (None without a deployed run)."""
+    from .summary import step_quantities
+
+    out: list[Finding] = []
+    main = deployed if deployed is not None else eager
+    rid = main.run_id
+    graphs = deployed is not None
+    plain = main.info.timeline_info.plain_phases
+    total = {ph: v.ms_per_step * v.steps for ph, v in plain.items() if v.ms_per_step and v.steps}
+    if total.get("decode"):
+        share = total["decode"] / sum(total.values())
+        out.append(Finding("decode_share", share, {
+            "pct": q(rid, "decode.plain_share_pct", 100 * share), "steps": plain["decode"].steps}, rid, "plain",
+            "01_timeline", "Phases: wall time, GPU-busy time, idle share"))
+    ids = deploy.attrs.get("run_ids", [])
+    if limit is not None and rid in ids:
+        row = step_quantities(deploy, ids.index(rid))
+        step, busy = row["plain"], row["busy"]
+        if step == step and step > 0:
+            out.append(Finding("limit", 1 - row["limit"] / step, {
+                "step_ms": step, "x": row["plain_x"], "limit_ms": row["limit"], "graphs": graphs}, rid, "plain",
+                "07_summary", "The decode step against its physical limit"))
+            if busy == busy and step > busy:
+                out.append(Finding("host", (step - busy) / step, {
+                    "pct": q(rid, "decode.host_share_pct", 100 * (step - busy) / step),
+                    "host_ms": q(rid, "decode.host_step_ms", step - busy), "step_ms": step, "graphs": graphs},
+                    rid, "plain against GPU-busy", "07_summary", "Where the distance from the limit goes"))
+            cls = _kernel_classes(main)
+            if len(cls):
+                top = str(cls.index[0])
+                out.append(Finding("kernel_class", float(cls.iloc[0]) / step, {
+                    "cls": top, "pct": q(rid, f"decode.class_share_pct.{top}", 100 * cls.iloc[0] / cls.sum()),
+                    "ms": q(rid, f"decode.class_ms_per_step.{top}", float(cls.iloc[0]))}, rid, "GPU-busy",
+                    "01_timeline", "Categories per phase, and decode against the reference report"))
+    if graphs and eager.run_id in ids and deployed.run_id in ids:
+        e, d = (step_quantities(deploy, ids.index(x))["plain"] for x in (eager.run_id, deployed.run_id))
+        if e == e and d == d and d > 0:
+            out.append(Finding("graphs", 1 - d / e, {
+                "eager_ms": e, "deployed_ms": d, "gain": quantity.ratio(e, d, f"{rid}/decode.graph_gain"),
+                "eager": eager.run_id}, rid, "plain", "07_summary", "Eager against deployed"))
+    if lev is not None and not lev.empty:
+        for kind in ("software", "hardware"):
+            best = _levers(lev, kind).sort_values("change %")
+            if len(best):
+                b = best.iloc[0]
+                out.append(Finding(f"lever_{kind}", -float(b["change %"]) / 100, {
+                    "lever": b.lever, "setting": b.setting,
+                    "pct": q(rid, f"decode.lever_change_pct.{b.lever}.{b.setting}", -float(b["change %"])),
+                    "error": b["model error"]}, rid,
+                    "measured kernel time" if kind == "software" else "model", "07_summary", "Levers on one scale"))
+    return sorted(out, key=lambda f: -f.effect)
+
+
+def first(found: list[Finding], n: int = MAX_FINDINGS) -> list[Finding]:
+    """The page's findings: the largest `n` effects."""
+    return found[:n]
+
+
+def _levers(lev: pd.DataFrame, kind: str | None = None) -> pd.DataFrame:
+    """The levers that change the deployed step (status gain), batch left out: a batch is how the step is served, not
+    a change to it (chapter 08 measures it over batch sizes; the what-if's batch lever is its weakest)."""
+    from .levers import gains
+
+    return gains(lev, kind, batch=False)
+
+
+def top_levers(lev: pd.DataFrame | None, n: int = 3) -> pd.DataFrame:
+    """The top `n` levers on one scale (software and hardware, the deployed step's ms per token), largest gain first,
+    one setting per lever."""
+    if lev is None or lev.empty:
+        return pd.DataFrame(columns=["lever", "kind", "setting", "decode ms/token", "change %", "how priced",
+                                     "model error"])
+    g = _levers(lev).sort_values("change %").drop_duplicates("lever")
+    return g.head(n)[["lever", "kind", "setting", "decode ms/token", "change %", "how priced", "model error"]]

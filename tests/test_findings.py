@@ -1,0 +1,87 @@
+"""The first page (issue 43 point 1): the index and report.md open with at most five findings of the run, chosen by the
+analysis (largest effect first), each one sentence of at most 30 words with its number, its basis and a link that lands
+on its evidence; then each phase's bound and the top three levers on one scale."""
+import re
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _findings(index: str) -> list[tuple[str, str]]:
+    """(sentence, href) per finding of the index, the sentence as text."""
+    block = re.search(r'<ol class="findings">(.*?)</ol>', index, re.S).group(1)
+    out = []
+    for li in re.findall(r"<li>(.*?)</li>", block, re.S):
+        href = re.search(r'<a href="([^"]+)"', li).group(1)
+        text = re.sub(r"<[^>]+>", "", li.split('<span class="basis">')[0])
+        out.append((" ".join(text.split()), href))
+    return out
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_first_page_opens_with_findings_that_link_to_their_evidence(rendered_book, language):
+    import html
+
+    report = rendered_book(language)
+    index = (report / "index.html").read_text()
+    found = _findings(index)
+    assert 1 <= len(found) <= 5
+    assert index.index('class="findings"') < index.index("07_summary.html\">")  # before the chapters' table
+    for sentence, href in found:
+        sentence = html.unescape(sentence)
+        if language == "en":
+            assert len(sentence.split()) <= 30, sentence
+        else:  # by characters: a zh sentence of 30 English words' worth
+            assert len(sentence) <= 90, sentence
+        assert re.search(r"\d", sentence), sentence  # each states its number
+        page, frag = html.unescape(href).split("#")
+        ids = set(re.findall(r'id="([^"]+)"', (report / page).read_text()))
+        assert frag in ids or urllib.parse.unquote(frag) in ids, (href, language)
+    # the bound of each phase and the top three levers follow
+    assert index.count("<h3>") >= 2
+    # report.md opens with the same findings, after its title line
+    md = (report / "report.md").read_text().splitlines()
+    head = "## Findings" if language == "en" else "## 发现"
+    assert md[2] == head and all(line.startswith(f"{i}. ") for i, line in enumerate(md[4:4 + len(found)], 1))
+
+
+def test_findings_are_the_analysis_largest_effects_first():
+    """On the bundled pair (eager run and its CUDA-graph twin): every finding the run supports, ranked by the share of
+    time it is about; the page takes the first five. The graphs finding's gain is the two plain steps' ratio."""
+    from kernelbook import notebook as kb
+    from kernelbook.analyze import findings as FD
+    from kernelbook.analyze import levers as L
+    from kernelbook.analyze import summary as S
+    from kernelbook.analyze import whatif as W
+    from kernelbook.load.twins import twins
+
+    given = kb.open_run(str(REPO / "data" / "runs" / "h100-deepseek-ocr-2"))
+    tw = twins(given, open_run=kb.open_run)
+    r = tw.eager
+    tr, _, roofs, _ = W.for_run(r)
+    variants = [(tw.deployed, W.for_run(tw.deployed)[0])]
+    limit = S.decode_limit(tr, r, roofs)
+    deploy = S.deployed(r, limit, variants)
+    tr_dep = variants[0][1]
+    lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep))
+    found = FD.findings(r, tw.deployed, limit, deploy, lev)
+    effects = [f.effect for f in found]
+    assert effects == sorted(effects, reverse=True) and all(0 < e < 1 for e in effects)
+    keys = {f.key for f in found}
+    assert {"decode_share", "limit", "host", "kernel_class", "graphs", "lever_software", "lever_hardware"} <= keys
+    g = next(f for f in found if f.key == "graphs")
+    assert g.values["gain"] == pytest.approx(g.values["eager_ms"] / g.values["deployed_ms"])
+    assert g.effect == pytest.approx(1 - g.values["deployed_ms"] / g.values["eager_ms"])
+    assert all(f.run_id == tw.deployed.run_id for f in found)  # conclusions about the run as deployed
+    hw = next(f for f in found if f.key == "lever_hardware")
+    assert hw.values["lever"] != "batch"  # how the step is served, not a change to it
+    assert FD.first(found) == found[:5]
+
+
+def test_the_findings_analysis_writes_no_sentence():
+    """Numbers only in analyze.findings: its sentences live in narrate.findings (issue 43 point 2)."""
+    src = (REPO / "lib" / "kernelbook" / "analyze" / "findings.py").read_text()
+    assert not re.search(r"\b(tr|N_)\(|import display|from \.\.display|i18n", src)

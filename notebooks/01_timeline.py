@@ -145,7 +145,7 @@ kb.table(ledger, kb.tr("Bytes ledger of one decode step, by module type"),
          empty=kb.tr("This run was captured before kernels were tied to modules."))
 
 # %%
-kb.md(ledger_says + "\n\n" + kb.tr(M.LEDGER_NOTE))
+kb.md(ledger_says + "\n\n" + kb.tr(M.LEDGER_NOTE), fold=kb.tr("The ledger, module by module"))
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report
@@ -163,7 +163,7 @@ kb.table(cmp, kb.tr("Decode kernel time by category: this run against the refere
 F.reference_bars(cmp)
 
 # %%
-kb.md(T.reference_prose(cmp, r))
+kb.md(T.reference_prose(cmp, r), fold=kb.tr("Against the reference report, category by category"))
 
 # %% [markdown]
 # ## Tensor parallelism: communication and waiting per rank
@@ -224,9 +224,12 @@ kb.table(backend, kb.tr("GPU time per phase, this run and the other backend's"))
 kb.table(bk, kb.tr("Decode kernels holding ≥ 1 % of decode kernel time, by kernel stem")) if twin is not None else None
 
 # %% [markdown]
-# ## Appendix: friendly names → full kernel names (decode)
-# Each name whole, as the run recorded it: what `ncu --kernel-name` and a search of the sources match.
-# Click a name to select all of it for copying.
+# ## Appendix: friendly names → full kernel names
+# Every kernel the book names: each phase's top kernels by time and every kernel selected for Nsight Compute (with
+# its id), each name whole as the run recorded it: what `ncu --kernel-name` and a search of the sources match.
+# Open a phase for its list; click a name to select all of it for copying.
 
 # %%
-kb.table(T.name_mapping(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n))
+names = T.shown_kernels(r.timeline, r.ncu_kernels(), top_n)
+kb.folded((caption, kb.table(frame), phase == "decode")
+          for phase, caption, frame in T.appendix_tables(names, r.timeline, top_n))

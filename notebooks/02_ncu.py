@@ -76,7 +76,7 @@ kb.table(M.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.t
 # %%
 ht = N.heavy_tailed(kernels, r.timeline)
 hl = N.heavy_launches(ht, r.timeline, r.manifest)
-kb.md(N.heavy_prose(ht, hl))
+kb.md(N.heavy_prose(ht, hl), fold=kb.tr("How heavy-tailed each kernel's launches are"))
 
 # %%
 kb.table(N.heavy_table(hl), kb.tr("The few launches that hold its time"), columns=N.heavy_headers(),
@@ -105,7 +105,7 @@ kb.table(N.fidelity_table(fid), kb.tr("Fidelity: ncu against the loop per launch
 F.fidelity_scatter(fid)
 
 # %%
-kb.md(N.fidelity_prose(fid))
+kb.md(N.fidelity_prose(fid), fold=kb.tr("Each launch shape, ncu against the loop"))
 
 # %% [markdown]
 # ## Byte fidelity
@@ -122,4 +122,4 @@ kb.table(bf, kb.tr("Byte fidelity: DRAM bytes against the bytes the shapes imply
          empty=kb.tr("No profiled matrix or attention kernel has shapes that say what it must move."))
 
 # %%
-kb.md(N.byte_fidelity_prose(bf, r.manifest))
+kb.md(N.byte_fidelity_prose(bf, r.manifest), fold=kb.tr("Each kernel's bytes against the bytes its shapes imply"))

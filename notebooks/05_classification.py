@@ -75,7 +75,7 @@ kb.table(M.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "categ
 kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.info.ncu.cache_control))
 
 # %%
-kb.md(N.cache_control_note(r.manifest, "05", in_loop, fid))
+kb.md(N.cache_control_note(r.manifest, "05", in_loop, fid), fold=kb.tr("Where the DRAM counters come from"))
 
 # %% [markdown]
 # ## Metrics per class
@@ -125,7 +125,8 @@ kb.md(W.occupancy_prose(occ))
 kb.table(W.clocks(cp, metrics, dev.sm_clock_max_mhz), kb.tr("SM clock per kernel"))
 
 # %%
-kb.md(W.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_name, r.info.ncu.clock_control))
+kb.md(W.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_name, r.info.ncu.clock_control),
+      fold=kb.tr("How the clock was read, and what it means"))
 
 # %% [markdown]
 # ## NVIDIA's rules beside the book's class
@@ -148,7 +149,7 @@ kb.md(W.rules_prose(nv))
 kb.styler_table(C.health_styled(C.health(cp)), kb.tr("Metric health per kernel (shaded: unhealthy; — : does not apply)"))
 
 # %%
-kb.md(kb.tr(C.THRESHOLD_SOURCES))
+kb.md(kb.tr(C.THRESHOLD_SOURCES), fold=kb.tr("Where the healthy levels come from"))
 
 # %% [markdown]
 # ## Device facts used here
@@ -213,7 +214,7 @@ kb.table(eager_side[2].get(phase), kb.tr("Top opportunities in {phase}: {run}", 
          empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase))) if eager_side else None
 
 # %%
-kb.source(C.contract_markdown(r, summary, c, opps, rules))
+kb.source(C.contract_markdown(r, summary, c, opps, rules), fold=kb.tr("report.md, as written"))
 
 # %% [markdown]
 # ## Kernel explorer

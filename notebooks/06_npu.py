@@ -90,7 +90,7 @@ kb.md(W.line_note(tr) + " " + W.issue_note(tr))
 kb.table(val, kb.tr("Predicted against measured, each phase held out of the fit"))
 
 # %%
-kb.md(W.validation_prose(val, tr))
+kb.md(W.validation_prose(val, tr), fold=kb.tr("Each phase held out, in detail"))
 
 # %% [markdown]
 # ### The same model on the run as deployed
@@ -117,7 +117,7 @@ kb.table(xd, kb.tr("Cross-device check: each GPU predicted from the other's run 
     if xd is not None else kb.md(cross_note)
 
 # %%
-kb.md(W.cross_device_prose(xd)) if xd is not None else None
+kb.md(W.cross_device_prose(xd), fold=kb.tr("The other GPU, phase by phase")) if xd is not None else None
 
 # %% [markdown]
 # Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.
@@ -178,7 +178,8 @@ sens = W.sensitivity_both(tr, gpu, deployed=tr_dep)
 F.sensitivity_grid(sens, W.knees_both(sens), env)
 
 # %%
-kb.md(W.sensitivity_note(xerr, env) + "\n\n" + W.sensitivity_errors(tr, val, tr_dep, dep_val))
+kb.md(W.sensitivity_note(xerr, env) + "\n\n" + W.sensitivity_errors(tr, val, tr_dep, dep_val),
+      fold=kb.tr("How to read the curves, and the error each carries"))
 
 # %% [markdown]
 # ## Recommendations for the nine areas

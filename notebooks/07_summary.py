@@ -63,7 +63,7 @@ found = FD.first(FD.findings(r, tw.deployed, limit, deploy, lev))
 # each phase's bound on the first page is the deployed run's, where there is one: what serving would meet
 dep_stages = S.contract(tw.deployed, *W.for_run(tw.deployed)[:-3:-1])[0] if tw.deployed is not None else stages
 kb.findings(FN.html(found, dep_stages, FD.top_levers(lev)), FN.markdown(found))
-kb.md(S.twins_note(tw, r))
+kb.md(S.twins_note(tw, r), fold=kb.tr("Which runs this chapter reads"))
 
 # %% [markdown]
 # ## Where the time goes
@@ -93,7 +93,7 @@ kb.md(S.limit_prose(limit))
 # module must move, and how much of the plain step is not kernel time at all.
 
 # %%
-kb.md(M.run_ledger(r)[1])
+kb.md(M.run_ledger(r)[1], fold=kb.tr("The ledger, module by module"))
 
 # %% [markdown]
 # ### Eager against deployed
@@ -118,7 +118,7 @@ kb.table(stages, kb.tr("Stages: duration, tensor-core, DRAM and occupancy % (tim
          empty=kb.tr("no profiled kernels"))
 
 # %%
-kb.md(sections)
+kb.md(sections, fold=kb.tr("Each phase's classes and opportunities, as report.md lists them"))
 
 # %% [markdown]
 # ## The NPU what-if in one line
@@ -162,7 +162,7 @@ F.variant_gains(rows)
 kb.table(S.plain_generate(r, variants), kb.tr("Plain generate calls (no profiler), median of the timing trials"))
 
 # %%
-kb.md(S.variants_prose(rows, controls, left_out))
+kb.md(S.variants_prose(rows, controls, left_out), fold=kb.tr("Each variant in words: what it changed and what it measured"))
 
 # %% [markdown]
 # ## Comparison of two runs

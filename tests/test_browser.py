@@ -177,7 +177,13 @@ def test_a_kernel_id_opens_its_card_in_chapter_05(browser, rendered_book):
     cards = {a.get_attribute("data-card") for a in links}
     # 20 vision encode + 20 prefill + 20 decode ids (the run's 60 profiled kernels), each linked
     assert len(cards) == 60 and {"kernel-v000", "kernel-p012", "kernel-d004"} <= cards
-    link = next(a for a in links if a.text == "p012")
+    link = next(a for a in links if a.get_attribute("textContent") == "p012")
+    # a long table shows its first 10 rows; the reader opens the rest with the button under it
+    more = link.find_element(By.XPATH, "ancestor::div[contains(@class,'kb-tablebox')]/following-sibling::button[1]")
+    if not link.is_displayed():
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", more)
+        more.click()
+    assert link.is_displayed()
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", link)
     link.click()
     deadline = time.time() + 20
@@ -194,6 +200,9 @@ def test_a_kernel_id_opens_its_card_in_chapter_05(browser, rendered_book):
     # inside chapter 05: an id in the class table opens its card on this page, no reload
     browser.execute_script("window.scrollTo(0, 0); window.__same = 1;")
     link = browser.find_element(By.CSS_SELECTOR, "table.kb a.kb-k[data-card='kernel-d004']")
+    if not link.is_displayed():  # on a long table's later rows: open them first
+        browser.execute_script("arguments[0].click();", link.find_element(
+            By.XPATH, "ancestor::div[contains(@class,'kb-tablebox')]/following-sibling::button[1]"))
     link.click()
     time.sleep(0.5)
     state = browser.execute_script(CARD_STATE, "kernel-d004")
@@ -234,3 +243,17 @@ def test_each_finding_on_the_first_page_lands_on_its_evidence(browser, rendered_
         assert state is not None, want
         tag, top, height = state
         assert tag in ("H2", "H3") and -1 <= top < height, (want, state)
+
+
+def test_a_long_table_shows_its_first_ten_rows_and_a_button_for_the_rest(browser, rendered_book):
+    """Issue 43 point 3 (long tables paged): a table of more than 12 rows shows its first 10 as sorted; the button
+    under it shows all N and back; a filter shows every matching row, paged or not."""
+    browser.get((rendered_book("en") / "01_timeline.html").as_uri())
+    shown, total, label, after, label2, back = browser.execute_script("""
+      const t = [...document.querySelectorAll('table.kb')].find(t => t.tBodies[0].rows.length > 12);
+      const vis = () => [...t.tBodies[0].rows].filter(r => r.offsetParent !== null).length;
+      const b = t.closest('.kb-tablebox').nextElementSibling;
+      const s = vis(), l = b.textContent; b.click(); const a = vis(), l2 = b.textContent; b.click();
+      return [s, t.tBodies[0].rows.length, l, a, l2, vis()];""")
+    assert shown == 10 < total and label == f"show all {total} rows"
+    assert after == total and label2 == "show the first 10 rows" and back == 10

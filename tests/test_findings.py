@@ -85,3 +85,17 @@ def test_the_findings_analysis_writes_no_sentence():
     """Numbers only in analyze.findings: its sentences live in narrate.findings (issue 43 point 2)."""
     src = (REPO / "lib" / "kernelbook" / "analyze" / "findings.py").read_text()
     assert not re.search(r"\b(tr|N_)\(|import display|from \.\.display|i18n", src)
+
+
+def test_the_graph_run_book_opens_with_the_same_findings(tmp_path, rendered_book):
+    """Given the run as deployed (the CUDA-graph variant) instead of the eager run, the book reads the same pair, so its
+    first page holds the same findings (issue 43: the bundled book and the graph-run book)."""
+    from kernelbook import params as P
+    from kernelbook.runner import render_book
+
+    out = render_book(P.validate({"run_dir": str(REPO / "data" / "runs" / "h100-variant-static-graphs")},
+                                 consumer="book"), tmp_path / "report", chapters=["07_summary"], log=lambda *_: None)
+    graph = _findings((out / "index.html").read_text())
+    bundled = _findings((rendered_book("en") / "index.html").read_text())
+    assert graph == bundled and len(graph) == 5
+

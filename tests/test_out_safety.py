@@ -122,7 +122,7 @@ def test_the_swap_replaces_only_what_the_runner_wrote(tmp_path):
     proc = _book(tmp_path, "--chapters", "00_setup", "--out", "book")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / outdir.MARKER).read_text())["files"] == sorted(
-        ["00_setup.html", "00_setup.ipynb", "index.html", "plotly.min.js", "timings.json"])
+        ["00_setup.html", "00_setup.ipynb", "glossary.html", "index.html", "plotly.min.js", "timings.json"])
     (out / "notes.txt").write_text("what I found\n")
     (out / "00_setup.html.orig").write_text("my copy")
     proc = _book(tmp_path, "--chapters", "00_setup", "--out", "book")

@@ -285,3 +285,24 @@ def test_a_graph_run_alone_is_never_called_eager(tmp_path):
     assert "This run decoded as CUDA graphs, as serving stacks run decode" in page
     npu = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", (out / "06_npu.html").read_text()))
     assert "batch_size-32 itself decoded as CUDA graphs" in npu and "the chapter shows the eager run only" not in npu
+
+
+def test_the_limit_counts_each_expert_once_at_any_batch():
+    """Issue 42 point 3: the physical limit of a batched MoE step counts the bytes the batch must move once. At batch 32
+    the batch's 192 expert selections exceed the router's 64 experts: each expert counts at most once (5,538 MB of
+    weights, less than the model holds), not a copy per selection (15,227 MB, more than the model holds). At batch 8
+    (48 selections) and batch 1 nothing changes."""
+    study = REPO / "data" / "studies" / "h100-serving" / "runs"
+    got = {}
+    for b in (1, 8, 32):
+        r = load_run(study / f"batch_size-{b}")
+        tr, _, roofs, _ = W.for_run(r)
+        got[b] = (S.decode_limit(tr, r, roofs), W.moe_router(tr), r.info.timeline_info.n_params)
+    lim32, router32, n_params = got[32]
+    assert router32 == (32, 64)
+    assert lim32.weight_bytes < 2 * n_params < lim32.experts_once[2]  # bf16: 2 bytes a parameter
+    assert lim32.weight_bytes == pytest.approx(5538e6, rel=1e-3)
+    assert lim32.experts_once[2] == pytest.approx(15227e6, rel=1e-3)
+    assert got[8][0].experts_once is None and got[1][0].experts_once is None
+    assert got[1][0].weight_bytes < got[8][0].weight_bytes < lim32.weight_bytes
+    assert "at most once" in S.limit_prose(lim32) and "at most once" not in S.limit_prose(got[8][0])

@@ -662,6 +662,8 @@ STYLE = """<style>
 .kb-tablebox table.kb th.kb-a::after{content:" \\25B2"}
 .kb-tablebox table.kb th.kb-d::after{content:" \\25BC"}
 .kb-filter{font-size:12px;margin:.2rem 0;padding:.1rem .3rem;width:14rem}
+.kb-tablebox table.kb.kb-paged tbody tr:nth-child(n+11){display:none}
+.kb-more{font-size:12px;margin:-.6rem 0 1rem 0;padding:.1rem .4rem;cursor:pointer}
 </style>"""
 
 # Sorting and filtering, in the shared HTML and in JupyterLab (a trusted output runs it): a click on a header
@@ -687,7 +689,12 @@ else if(!/\\.html?$/i.test(location.pathname)){e.preventDefault();e.stopPropagat
 if(tb.rows.length>12){var f=document.createElement('input');f.type='search';f.className='kb-filter';
 f.placeholder=s.getAttribute('data-filter');f.addEventListener('input',function(){var q=f.value.toLowerCase();
 ea.call(tb.rows,function(r){r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':'';});});
-b.parentNode.insertBefore(f,b);}})(document.currentScript);</script>"""
+b.parentNode.insertBefore(f,b);
+var m=document.createElement('button'),n=tb.rows.length,open=false;m.type='button';m.className='kb-more';
+function page(){t.classList.toggle('kb-paged',!open&&!f.value);m.textContent=(open?s.getAttribute('data-less'):
+s.getAttribute('data-more')).replace('{n}',n);m.style.display=f.value?'none':'';}
+m.addEventListener('click',function(){open=!open;page();});f.addEventListener('input',page);
+b.parentNode.insertBefore(m,b.nextSibling);page();}})(document.currentScript);</script>"""
 
 
 # --- kernel ids that link to their card -------------------------------------------------------------
@@ -871,7 +878,10 @@ def table(df: pd.DataFrame | pd.Series, caption: str | None = None, *, empty: st
             for c, why in notes.items()
             if c in df.columns and df[c].map(missing).any()]
         foot = "".join(f'<p class="kb-note">{esc_html(n)}</p>' for n in items)
-    sort = SORT_JS.replace("<script>", f'<script data-filter="{esc_html(tr("filter rows"))}">', 1)
+    # a long table shows its first 10 rows (as sorted) and a button for the rest; without scripts every row shows
+    sort = SORT_JS.replace("<script>", f'<script data-filter="{esc_html(tr("filter rows"))}" '
+                           f'data-more="{esc_html(tr("show all {n} rows", n="{n}"))}" '
+                           f'data-less="{esc_html(tr("show the first 10 rows"))}">', 1)
     return Shown(STYLE + cap + body + sort + foot, frame, caption or "")
 
 

@@ -226,16 +226,36 @@ def full(df, caption: str | None = None):
     return table(df, caption)
 
 
-def md(text: str):
-    """Markdown the package wrote: every run string in it went through `escape.md` / `escape.md_code`."""
-    from IPython.display import Markdown
+def folded(parts):
+    """Tables each under its own fold (a <details> whose summary is the table's caption), in one output: `parts` is
+    (caption, table, open) per fold, the table as `table()` returns it, made without a caption. A closed fold keeps
+    a long list out of the chapter's visible length until the reader opens it."""
+    from .display import Shown
 
-    return Markdown(text)
+    parts = list(parts)
+    body = "".join(f'<details class="kb-fold"{" open" if is_open else ""}><summary class="kb-caption">'
+                   f"{esc.html(caption)}</summary>{shown._repr_html_()}</details>" for caption, shown, is_open in parts)
+    return Shown(body, None, "\n".join(caption for caption, _, _ in parts))
 
 
-def source(text: str):
-    """`text` (Markdown source, e.g. report.md) shown as written, in a fenced block no line of it can close."""
-    return md(esc.md_fence(esc.md_block(text)))
+def md(text: str, fold: str | None = None):
+    """Markdown the package wrote: every run string in it went through `escape.md` / `escape.md_code`. With `fold`
+    (its title, in the reader's language) it is a folded section: the reader opens it for the detail, and the
+    chapter's visible prose stays within its word budget (tests/test_words.py)."""
+    from IPython.display import HTML, Markdown
+
+    if fold is None or not text.strip():
+        return Markdown(text)
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    return HTML(f'<details class="kb-fold"><summary>{esc.html(fold)}</summary>\n{markdown2html_mistune(text)}'
+                "</details>")
+
+
+def source(text: str, fold: str | None = None):
+    """`text` (Markdown source, e.g. report.md) shown as written, in a fenced block no line of it can close; folded
+    under `fold` where given (`md`)."""
+    return md(esc.md_fence(esc.md_block(text)), fold=fold)
 
 
 class ChapterStop(Exception):

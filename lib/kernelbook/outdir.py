@@ -35,7 +35,7 @@ from .params import REPO
 
 MARKER = ".kernelbook-report.json"
 # the file names a report holds (before the marker existed, a report was recognised by these alone)
-REPORT_FILE = re.compile(r"(index\.html|timings\.json|report\.md|plotly\.min\.js|\d\d_[A-Za-z0-9_]+\.(html|ipynb))")
+REPORT_FILE = re.compile(r"(index\.html|glossary\.html|timings\.json|report\.md|plotly\.min\.js|\d\d_[A-Za-z0-9_]+\.(html|ipynb))")
 STAGING = ".{name}.staging-"
 JUPYTER_OWN = (".ipynb_checkpoints",)  # what JupyterLab leaves in a report a reader opened: carried over, never ours
 IPC_PREFIX = "kernelbook-ipc-"

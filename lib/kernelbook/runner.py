@@ -20,7 +20,9 @@ A failed one stops the book as before: the index and the error name the first fa
 
 The narrative language (`language`: en | zh) reaches every chapter as a parameter (its kernel's `tr`);
 the runner translates the chapters' markdown cells through the same catalog before executing them,
-marks the HTML with its `lang`, and writes the index and report.md in it (`i18n`).
+marks the HTML with its `lang`, and writes the index and report.md in it (`i18n`). The book's one glossary
+(`glossary`) is written beside the index as glossary.html, in the same language; the index and the top of every
+chapter link to it (the link is the runner's, not a markdown cell's: a cell's text is a catalog key).
 
 Parameters are checked against the run before any chapter runs (`checks.parameter_problems`: exit 2,
 nothing written). A chapter the run cannot serve (no ncu counters in a partial run) stops with a
@@ -161,11 +163,23 @@ def _html(executed: Path, out_html: Path, language: str = "en") -> None:
     loader = (f'<script>window.__kbdef=window.define;window.define=undefined;</script>'
               f'<script src="{PLOTLY_JS}"></script><script>window.define=window.__kbdef;</script>')
     body = body.replace("<head>", "<head>\n" + loader, 1)
+    body = _with_glossary_link(body, language)
     body = re.sub(r"<html(?![^>]*\blang=)", f'<html lang="{HTML_LANG[language]}"', body, count=1)
     body = re.sub(r'<html([^>]*)\blang="[^"]*"', rf'<html\1lang="{HTML_LANG[language]}"', body, count=1)
     out_html.write_text(body, encoding="utf-8")
     if quantity.OPEN in raw:  # the notebook the report keeps shows the figures as printed, without their marks
         nbformat.write(quantity.plain_tree(nbformat.reads(raw, as_version=4)), executed)
+
+
+def _with_glossary_link(body: str, language: str) -> str:
+    """The chapter page with the glossary's link at its top (inside `<main>`, else right after `<body>`), in the
+    chapter's language: the notebook's own cells are catalog keys, so the link is the runner's."""
+    from . import glossary
+
+    nav = glossary.link(language)
+    if "<main>" in body:
+        return body.replace("<main>", "<main>\n" + nav, 1)
+    return re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + "\n" + nav, body, count=1)
 
 
 _EXPORTERS = threading.local()
@@ -556,12 +570,9 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
     if only and not failed and earlier is not None:
         results = _keep_other_chapters(out, stage, results)
     if not failed and any(r.stem == "05_classification" and not r.kept for r in results):
-        from dataclasses import fields
+        from .analyze.classify import report_for_run
 
-        from .analyze.classify import Rules, report_for_run
-
-        # chapter 05's parameters are the Rules fields by name: report.md uses the same thresholds
-        rules = Rules(**{f.name: getattr(cfg, f.name) for f in fields(Rules) if hasattr(cfg, f.name)})
+        rules = _rules(cfg)
         with in_language(language):
             text = report_for_run(run_dir, rules)
         if text:
@@ -574,6 +585,7 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
         # the index shows each summary's quantities as the chapter does (marked: the one-value test reads them)
         _index(stage, run_id, cfg, [{**e, "summary": r.summary} for r, e in zip(results, entries)],
                time.perf_counter() - t_all, run_as_given or cfg.run_dir, found[0] if found else "")
+        _glossary(stage, run_id, cfg, results)
     (stage / "timings.json").write_text(json.dumps(entries, indent=1))
     if failed:
         dest = outdir.failed_dest(out)
@@ -588,6 +600,24 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
                         f"in {dest}; the previous report in {out} is unchanged")
     outdir.swap(stage, out, earlier, run_id, language)
     return out
+
+
+def _rules(cfg: BookConfig):
+    """Chapter 05's thresholds as the book was given them: its parameters are the Rules fields by name, and report.md
+    and the glossary use the same."""
+    from dataclasses import fields
+
+    from .analyze.classify import Rules
+
+    return Rules(**{f.name: getattr(cfg, f.name) for f in fields(Rules) if hasattr(cfg, f.name)})
+
+
+def _glossary(stage: Path, run_id: str, cfg: BookConfig, results: list[ChapterResult]) -> None:
+    """glossary.html beside the index, in the current language: each entry's chapter linked where the book holds it."""
+    from . import glossary
+
+    titles = {r.stem: r.title for r in results if (stage / f"{r.stem}.html").exists()}
+    (stage / glossary.FILE).write_text(glossary.page(titles, run_id, glossary.values(_rules(cfg))), encoding="utf-8")
 
 
 class _ChapterLines:
@@ -749,6 +779,8 @@ def _index(stage: Path, run_id: str, cfg: BookConfig, entries: list[dict], total
            findings: str = "") -> None:
     """index.html: the run's first page (chapter 07's findings, each phase's bound, the top levers; `findings`, HTML
     the package wrote), then one row per chapter with its summary, in the current language (`i18n`)."""
+    from . import glossary
+
     info = read_manifest(P.resolve_path(cfg.run_dir))
     esc = escape.html
     rows = "\n".join(
@@ -774,6 +806,7 @@ table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;
 td.num{{text-align:right;white-space:nowrap}}.warn{{background:#fff3cd;padding:.5rem}}
 ol.findings li{{margin:.4rem 0}}.basis{{color:#666;font-size:.9em}}</style></head><body>
 <h1>kernelbook: {esc(run_id)}</h1>
+{glossary.link()}
 <p>{esc(captured)}</p><p>{esc(tr("Run:"))} <code>{esc(run_shown)}</code></p>{warn}
 {findings}
 {contract}

@@ -59,6 +59,8 @@ class DecodeLimit:
     busy_ms: float           # measured GPU-busy per step
     plain_ms: float | None = None  # measured wall per step of the plain (unprofiled) run, where timed
     run_id: str = ""               # the run measured: the quantities' keys name it (contract.quantity)
+    # a MoE whose batch selected more experts than it has: (tokens, experts, weight bytes one copy per selection)
+    experts_once: tuple | None = None
 
     def q(self, name: str) -> Q:
         """One of the step's figures as a named quantity: limit_ms, busy_ms, wall_ms, plain_ms, weight_mb, kv_mb,
@@ -119,10 +121,13 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
     else:
         bw, src = roofs.bandwidth["dram"], N_("spec sheet")
     m = tr_.measured.set_index("phase").loc["decode"]
-    weights = W.active_weight_bytes(tr_)
+    weights = W.active_weight_bytes(tr_, each_once=True)  # each expert at most once, however many tokens chose it
+    per_choice = W.active_weight_bytes(tr_)
+    router = W.moe_router(tr_)
     batch = run.info.workload.batch_size
     return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),
-                       float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"), run.run_id)
+                       float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"), run.run_id,
+                       (*router, per_choice) if router and per_choice > weights else None)
 
 
 def decode_limit_prose(d: DecodeLimit) -> str:
@@ -590,7 +595,15 @@ def limit_table(limit: DecodeLimit | None) -> pd.DataFrame:
 
 
 def limit_prose(limit: DecodeLimit | None) -> str:
-    return decode_limit_prose(limit) if limit is not None else tr("The run has no decode phase.")
+    if limit is None:
+        return tr("The run has no decode phase.")
+    if limit.experts_once is None:
+        return decode_limit_prose(limit)
+    tokens, experts, per_choice = limit.experts_once
+    return decode_limit_prose(limit) + " " + tr(
+        "The weights count each of the MoE's {experts} experts at most once: the batch's {tokens} tokens choose more "
+        "experts than there are, and a copy per choice would be {copies:,.0f} MB, more than the step must move.",
+        experts=experts, tokens=tokens, copies=per_choice / 1e6)
 
 
 def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:

@@ -167,17 +167,67 @@ def reference_comparison(shares: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def name_mapping(timeline: pd.DataFrame, phase: str = "decode", n: int = 15) -> pd.DataFrame:
-    """Appendix: friendly name → full kernel name for the top-n of a phase, the name exactly as the
-    run recorded it (what ncu --kernel-name and source searches match), up to `load.run.NAME_LIMIT`
-    characters (a longer one is cut at load: its head, '…' and a hash). Where that name is mangled
-    (`_Z...`), a `demangled` column gives the readable one beside it."""
+# The phases the appendix lists, in the order chapter 01's top-kernel tables show them (ncu selects in these alone).
+APPENDIX_PHASES = ["decode", "prefill", "vision_encode"]
+
+
+def shown_kernels(timeline: pd.DataFrame, kernels: pd.DataFrame | None = None, n: int = 15) -> pd.DataFrame:
+    """Appendix: every kernel the book shows by its friendly name, phase by phase, with its full name: the phase's
+    top-n by total time (chapter 01's tables) and every kernel ncu selected in it (chapters 02 to 05, by kernel id;
+    `kernels`: the run's `ncu_kernels()`, None for a run without counters). One row per phase and full name, the
+    phase's largest time first: phase, kernel_id (None where not selected for ncu), friendly_name, rank (by total
+    time among all the phase's kernels), time_pct (of the phase's kernel time), top (in the phase's top-n),
+    library, name (exactly as the run recorded it, what ncu --kernel-name and source searches match, up to
+    `load.run.NAME_LIMIT` characters: a longer one is cut at load to its head, '…' and a hash) and, where a name
+    is mangled (`_Z...`) and c++filt reads it, demangled (the readable one beside it)."""
     from ..display import demangle
 
-    t = top_kernels(timeline, phase, n)[["rank", "time_pct", "friendly_name", "library", "name"]]
+    cols = ["phase", "kernel_id", "friendly_name", "rank", "time_pct", "top", "library", "name"]
+    ids = {}
+    if kernels is not None and len(kernels) and {"phase", "name", "kernel_id"} <= set(kernels.columns):
+        ids = {(p, nm): k for p, nm, k in zip(kernels.phase, kernels.name, kernels.kernel_id)}
+    parts = []
+    for ph in APPENDIX_PHASES:
+        every = top_kernels(timeline, ph, len(timeline))
+        if every.empty:
+            continue
+        kid = [ids.get((ph, nm)) for nm in every.name]
+        keep = (every["rank"] <= n) | pd.Series([k is not None for k in kid], index=every.index)
+        parts.append(every.assign(phase=ph, kernel_id=kid, top=every["rank"] <= n)[keep])
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    t = pd.concat(parts, ignore_index=True)[cols]
+    t["kernel_id"] = t.kernel_id.astype(object).where(t.kernel_id.notna(), None)
     if t.name.str.startswith("_Z").any():
-        t["demangled"] = [demangle(x) if x.startswith("_Z") else None for x in t.name]
+        readable = [demangle(x) if x.startswith("_Z") else x for x in t.name]
+        t["demangled"] = [d if d != x else None for d, x in zip(readable, t.name)]  # c++filt missing: none
     return t
+
+
+def appendix_tables(names: pd.DataFrame, timeline: pd.DataFrame, n: int = 15) -> list[tuple[str, str, pd.DataFrame]]:
+    """`shown_kernels` as the appendix shows it: per phase (its order), the phase, a caption and the table, whose
+    kernel column reads as every other chapter's ('d004 nvjet GEMM (...)' where ncu selected it)."""
+    out = []
+    for ph, g in names.groupby("phase", sort=False):
+        kernel = [f"{k} {f}" if k is not None else f for k, f in zip(g.kernel_id, g.friendly_name)]
+        cols = ["rank", "time_pct", "library", "name"] + (["demangled"] if "demangled" in g and
+                                                          g.demangled.notna().any() else [])
+        frame = g[cols].reset_index(drop=True)
+        frame.insert(0, "kernel", kernel)
+        out.append((ph, appendix_caption(g, timeline, ph, n), frame))
+    return out
+
+
+def appendix_caption(rows: pd.DataFrame, timeline: pd.DataFrame, phase: str, n: int) -> str:
+    """Caption of one phase's appendix table: how many kernels, which (the top-n, and those selected for ncu), and how
+    much of the phase's kernel time they hold; the top-kernel table's caption where ncu selected none beyond them."""
+    extra = int((~rows.top.astype(bool)).sum())
+    if not extra:
+        return top_caption(timeline, phase, n)
+    name = phase_label(phase)
+    return tr("{label}: {count} kernels, the top {top} by total time and {extra} more selected for ncu, "
+              "{pct:.1f} % of {phase} kernel time", label=name[:1].upper() + name[1:], count=len(rows),
+              top=int(rows.top.astype(bool).sum()), extra=extra, pct=rows.time_pct.sum(), phase=name)
 
 
 # Why a phase-summary cell is empty, for the note under the table.

@@ -37,8 +37,8 @@ from ..display import phase_label, phase_list
 from ..i18n import N_
 import yaml
 
-from ..contract.shapes import (attention_work, elementwise_work, iterated_elements, expected_gemm_flops, gemm_dims, grid_blocks,
-                               implied_bytes)
+from ..contract.shapes import (arg_shapes, attention_work, elementwise_work, iterated_elements, expected_gemm_flops,
+                               gemm_dims, grid_blocks, implied_bytes)
 from . import roofline as R
 from .histograms import weighted_mean
 from ..contract.manifest import Manifest, read_manifest
@@ -201,6 +201,7 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
         wb.append(2.0 * dims[4] if dims is not None else 0.0)
     g["flops_tensor"], g["flops_cuda"], g["dram_bytes"], g["onchip_bytes"], g["source"] = ft, fc, dram, chp, src
     g["weight_bytes"] = wb
+    g["per_selection"] = _per_selection(g)
     block = generic_block(g)
     g["elements"] = generic_elements(g, block)
     _split_launches(g, block)
@@ -336,8 +337,12 @@ def ideal_s(work: pd.DataFrame, d: Design, batch: int = 1, active_bytes: float |
     wgt = work.weight_bytes.to_numpy()
     ft = work.flops_tensor.to_numpy() * batch
     fc = np.nan_to_num(work.flops_cuda.to_numpy()) * batch
-    dram = wgt + (np.nan_to_num(work.dram_bytes.to_numpy()) - wgt) * batch
-    chip = wgt + (np.nan_to_num(work.onchip_bytes.to_numpy()) - wgt) * batch
+    # a MoE's expert product reads one gathered copy of its experts per token (`per_selection`): its weights grow
+    # with the batch as the run executes it (the study measures the gather's bytes growing so), others are read once
+    sel = work["per_selection"].to_numpy(dtype=bool) if "per_selection" in work else np.zeros(len(work), bool)
+    wread = np.where(sel, wgt * batch, wgt)
+    dram = wread + (np.nan_to_num(work.dram_bytes.to_numpy()) - wgt) * batch
+    chip = wread + (np.nan_to_num(work.onchip_bytes.to_numpy()) - wgt) * batch
     if d.sram_keeps_weights:
         dram = dram - wgt * resident_fraction(work, d.sram_mb)
     if dram_scaling is None or ref_gbps is None:
@@ -926,11 +931,47 @@ def host_time_per_launch_us(tr: Trace, phase: str = "decode") -> float:
     return 1e3 * (timed if timed == timed else m.plain_wall_ms_per_step) / launches
 
 
-def active_weight_bytes(tr: Trace, precision: str | None = None) -> float:
+def active_weight_bytes(tr: Trace, precision: str | None = None, each_once: bool = False) -> float:
     """Weight bytes one decode step reads (all GEMM/GEMV launches of decode ÷ steps), at `precision` ('fp8' halves
-    them, 'int4' quarters them; None: as run, bf16)."""
+    them, 'int4' quarters them; None: as run, bf16). `each_once`: the bytes the step must move, each weight once: a
+    MoE's expert product over the batch's expert selections (`bmm` of tokens × k gathered experts) counts at most the
+    router's E experts (`moe_router`), not one copy per selection (the physical limit)."""
     w = at_precision(tr.work[tr.work.phase == "decode"], precision)
-    return float((w.weight_bytes * w.launches).sum() / max(1, tr.steps.get("decode", 1)))
+    wb = w.weight_bytes * w.launches
+    router = moe_router(tr) if each_once else None
+    if router is not None:
+        _, experts = router
+        sel = w.op_shapes.map(lambda s: (gemm_dims(s) or (0,))[0]).where(w.op == "aten::bmm", 0)
+        wb = wb * np.where(sel > experts, experts / sel.clip(lower=1), 1.0)
+    return float(wb.sum() / max(1, tr.steps.get("decode", 1)))
+
+
+def _per_selection(g: pd.DataFrame) -> np.ndarray:
+    """Decode rows whose matrix product reads its weights once per token's expert choice: a `bmm` over tokens × k
+    gathered experts (k ≥ 2), the tokens read from the router's top-k input [tokens, experts] of the same phase."""
+    out = np.zeros(len(g), dtype=bool)
+    dec = (g.phase == "decode").to_numpy()
+    topk = g[(g.phase == "decode") & (g.op == "aten::topk")].op_shapes
+    tokens = next((int(a[0][0][0]) for a in (arg_shapes(x) for x in topk if isinstance(x, str))
+                   if a and a[0] and len(a[0][0]) == 2), None)
+    if not tokens:
+        return out
+    for i, (op, shapes) in enumerate(zip(g.op, g.op_shapes)):
+        dims = gemm_dims(shapes) if dec[i] and op == "aten::bmm" else None
+        if dims is not None and dims[0] % tokens == 0 and dims[0] // tokens >= 2:
+            out[i] = True
+    return out
+
+
+def moe_router(tr: Trace) -> tuple[int, int] | None:
+    """(tokens per decode step, experts) of a MoE's router, from its top-k's input [tokens, experts] in decode; None
+    where decode runs no top-k over a 2-d input."""
+    w = tr.work[(tr.work.phase == "decode") & (tr.work.op == "aten::topk")]
+    for shapes in w.op_shapes:
+        first = arg_shapes(shapes)[0] if isinstance(shapes, str) else []
+        if first and len(first[0]) == 2 and first[0][1] > 1:
+            return int(first[0][0]), int(first[0][1])
+    return None
 
 
 # sweep label (a catalog key: the figure shows it in the book's language) → lever and values. The levers that

@@ -56,6 +56,13 @@ def test_a_graph_copy_node_is_left_out_with_its_reason(moe_graphs_run, record_pr
     run = moe_graphs_run
     dec = decode_kernels(run)
     copies = dec[dec.name.str.match(GRAPH_COPY_NODE)]
+    if run.info.timeline_backend.backend == "nsys":
+        # nsys shows a graph's memcpy node as a copy, not as the driver's kernel (tests/test_nsys.py): there is no
+        # kernel for the rule to leave out, and ncu's results hold none
+        t = run.timeline
+        assert not len(copies) and (t[t.phase == "decode"].kind == "memcpy").any()
+        assert not run.ncu_results().name.str.match(GRAPH_COPY_NODE).any()
+        pytest.skip("timeline taken by nsys: a graph's copy node is a copy, not a kernel the selection could take")
     assert len(copies), "the graph step has no copy node: the rule is not exercised by this workload"
     k = run.ncu_kernels()
     sel = k[k.phase == "decode"]

@@ -26,6 +26,7 @@ params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) use
 from kernelbook import notebook as kb
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import setup as S
+from kernelbook.narrate import setup as SN
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, device=device, lock_clocks=lock_clocks, measure_here=measure_here,
@@ -35,7 +36,7 @@ r = kb.open_run(run_dir, rank=rank, require_timeline=False)
 dev = S.device_for(r, device or None)
 
 # %%
-kb.summary(S.headline(r, dev))
+kb.summary(SN.headline(r, dev))
 
 # %% [markdown]
 # ## Environment
@@ -50,7 +51,7 @@ kb.table(S.environment_table(r.manifest), kb.tr("Environment"), notes={"value": 
 # bytes/s: kernels with a lower arithmetic intensity cannot reach the compute roof.
 
 # %%
-kb.table(S.peaks_table(dev), kb.tr("Spec peaks: {device}", device=dev.display_name) if dev else kb.tr("Spec peaks"),
+kb.table(SN.peaks_table(dev), kb.tr("Spec peaks: {device}", device=dev.display_name) if dev else kb.tr("Spec peaks"),
          notes={"ridge_flop_per_byte": kb.tr("a ridge point belongs to a compute peak only")})
 
 # %% [markdown]
@@ -64,7 +65,7 @@ measured = S.measured_peaks(r.manifest, measure_here=measure_here, lock_clocks=l
 kb.table(S.measured_table(measured, dev), kb.tr("Measured peaks against spec"))
 
 # %%
-kb.md(S.measured_prose(measured, dev))
+kb.md(SN.measured_prose(measured, dev))
 
 # %% [markdown]
 # ## Clocks and capture settings
@@ -82,7 +83,7 @@ kb.table(S.clock_table(r.manifest), kb.tr("Clocks and ncu settings"),
 kb.table(S.params_table(r.manifest), kb.tr("Capture parameters (from the run's manifest)"))
 
 # %%
-kb.table(S.book_params_table({"run_dir": run_dir, "language": language, "device": device, "lock_clocks": lock_clocks}),
+kb.table(SN.book_params_table({"run_dir": run_dir, "language": language, "device": device, "lock_clocks": lock_clocks}),
          kb.tr("Book parameters (this render; a value marked default is what the chapters that read it start from)"))
 
 # %% [markdown]

@@ -29,6 +29,9 @@ from kernelbook.analyze import modules as M
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import steps as S
 from kernelbook.analyze import timeline as T
+from kernelbook.narrate import comm as CN
+from kernelbook.narrate import steps as SN
+from kernelbook.narrate import timeline as TN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -39,7 +42,7 @@ r = kb.open_run(run_dir, rank=rank)
 summary = T.phase_summary(r.timeline, r.phases)
 shares = T.category_shares(r.timeline)
 cmp = T.reference_comparison(shares)
-kb.summary(T.headline(summary, shares, r.manifest))
+kb.summary(TN.headline(summary, shares, r.manifest))
 
 # %% [markdown]
 # ## Phases: wall time, GPU-busy time, idle share
@@ -47,13 +50,13 @@ kb.summary(T.headline(summary, shares, r.manifest))
 # intervals. A large idle share means the GPU waits for the CPU to launch work: the launch-bound signal.
 
 # %%
-kb.table(summary, kb.tr("Phases of one generate under the profiler (profiled pass)"), notes=T.PHASE_SUMMARY_MISSING)
+kb.table(summary, kb.tr("Phases of one generate under the profiler (profiled pass)"), notes=TN.PHASE_SUMMARY_MISSING)
 
 # %%
 F.phase_bars(summary)
 
 # %%
-kb.md(T.phase_prose(summary, r.manifest))
+kb.md(TN.phase_prose(summary, r.manifest))
 
 # %% [markdown]
 # ## Decode step by step: time against position
@@ -63,22 +66,22 @@ kb.md(T.phase_prose(summary, r.manifest))
 # with the KV cache (attention, cache copies).
 
 # %%
-F.step_curve(S.step_curve(r))
+F.step_curve(SN.step_curve(S.step_curve(r)))
 
 # %%
-kb.md(S.prose(r))
+kb.md(SN.prose(r))
 
 # %%
 kb.table(S.step_check(r), kb.tr("Do the profiled steps stand for the whole decode?"),
          empty=kb.tr("This run has no plain step times (captured before steps.parquet)."))
 
 # %%
-kb.md(S.check_prose(r))
+kb.md(SN.check_prose(r))
 
 # %%
 kb.table(S.growing_kernels(r.timeline), kb.tr("Decode kernels whose time per step grows with position (µs per step, "
                                               "first and last profiled steps)"),
-         empty=S.growth_note(r.timeline),
+         empty=SN.growth_note(r.timeline),
          columns={"first_us": kb.tr("First"), "last_us": kb.tr("Last"), "change_us": kb.tr("Change"),
                   "change_pct": kb.tr("Change %")})
 
@@ -92,7 +95,7 @@ gaps = T.kernel_gaps_us(r.timeline, "decode")
 F.gap_histogram(gaps)
 
 # %%
-kb.md(T.gap_prose(gaps))
+kb.md(TN.gap_prose(gaps))
 
 # %% [markdown]
 # ## Top kernels per phase
@@ -106,15 +109,15 @@ kb.md(T.gap_prose(gaps))
 F.top_kernel_bars(T.top_kernels_by_phase(r.timeline, top_n), r.timeline)
 
 # %%
-kb.table(T.top_table_display(r.timeline, "decode", top_n), T.top_caption(r.timeline, "decode", top_n),
+kb.table(T.top_table_display(r.timeline, "decode", top_n), TN.top_caption(r.timeline, "decode", top_n),
          empty=kb.tr("This run has no decode kernels."))
 
 # %%
-kb.table(T.top_table_display(r.timeline, "prefill", top_n), T.top_caption(r.timeline, "prefill", top_n),
+kb.table(T.top_table_display(r.timeline, "prefill", top_n), TN.top_caption(r.timeline, "prefill", top_n),
          empty=kb.tr("This run has no prefill kernels."))
 
 # %%
-kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), T.top_caption(r.timeline, "vision_encode", top_n),
+kb.table(T.top_table_display(r.timeline, "vision_encode", top_n), TN.top_caption(r.timeline, "vision_encode", top_n),
          empty=kb.tr("This run has no vision-encode kernels."))
 
 # %% [markdown]
@@ -163,7 +166,7 @@ kb.table(cmp, kb.tr("Decode kernel time by category: this run against the refere
 F.reference_bars(cmp)
 
 # %%
-kb.md(T.reference_prose(cmp, r), fold=kb.tr("Against the reference report, category by category"))
+kb.md(TN.reference_prose(cmp, r), fold=kb.tr("Against the reference report, category by category"))
 
 # %% [markdown]
 # ## Tensor parallelism: communication and waiting per rank
@@ -174,7 +177,7 @@ kb.md(T.reference_prose(cmp, r), fold=kb.tr("Against the reference report, categ
 
 # %%
 tp = C.section(r, kb.open_run(one_gpu_run) if one_gpu_run else None)
-kb.md(C.prose(tp, one_gpu_run))
+kb.md(CN.prose(tp, one_gpu_run))
 
 # %%
 kb.table(tp.ranks, kb.tr("NCCL time per rank and phase, split into transfer and wait (per step)")) if tp else None
@@ -215,7 +218,7 @@ kb.table(V.timeline_account(r.manifest), kb.tr("Timeline capture"),
 # %%
 twin = kb.backend_twin(r)
 backend, bk = (T.backend_agreement(r, twin), T.backend_kernels(r, twin)) if twin is not None else (None, None)
-kb.md(T.backend_prose(r, twin, backend, bk))
+kb.md(TN.backend_prose(r, twin, backend, bk))
 
 # %%
 kb.table(backend, kb.tr("GPU time per phase, this run and the other backend's")) if twin is not None else None
@@ -232,4 +235,4 @@ kb.table(bk, kb.tr("Decode kernels holding ≥ 1 % of decode kernel time, by ker
 # %%
 names = T.shown_kernels(r.timeline, r.ncu_kernels(), top_n)
 kb.folded((caption, kb.table(frame), phase == "decode")
-          for phase, caption, frame in T.appendix_tables(names, r.timeline, top_n))
+          for phase, caption, frame in TN.appendix_tables(names, r.timeline, top_n))

@@ -25,6 +25,7 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import histograms as H
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze.roofline import profiled_kernels
+from kernelbook.narrate import histograms as HN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -34,11 +35,11 @@ k = profiled_kernels(r)
 k = k[k.phase == phase]
 fid = N.fidelity(r.ncu_kernels(), r.timeline, r.manifest)  # chapter 02's ncu in context, in-loop reads included
 in_loop = N.in_loop_l2(fid)  # producer → consumer kernels
-cap = H.captions(k)
-kb.summary(H.headline(cap, phase))
+cap = HN.captions(H.captions(k))
+kb.summary(HN.headline(cap, phase))
 
 # %%
-F.histogram_grid(H.histogram_table(k), cap)
+F.histogram_grid(HN.shown(H.histogram_table(k)), cap)
 
 # %% [markdown]
 # ## Captions
@@ -52,7 +53,7 @@ kb.table(cap[["metric", "unit", "kernels", "median", "time_weighted_median", "th
                 "time_pct_at_or_above": kb.tr("no healthy level")})
 
 # %%
-kb.md(H.prose(cap, phase))
+kb.md(HN.prose(cap, phase))
 
 # %%
 kb.md(N.cache_control_note(r.manifest, "03", in_loop, fid))

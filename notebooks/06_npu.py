@@ -25,10 +25,10 @@ cross_run: str = "data/runs/h200-deepseek-ocr-2"  # the same workload on another
 
 # %%
 from kernelbook import notebook as kb
-from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.twins import twins
+from kernelbook.narrate import summary as NS
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -50,7 +50,7 @@ cross_note = W.cross_run_note(r, cross)
 tr_x = W.for_run(cross)[0] if cross is not None and not cross_note else None
 xd = W.cross_device(tr, tr_x) if tr_x is not None else None
 xerr, env = (W.cross_device_error(xd), W.envelope(tr, tr_x)) if xd is not None else (None, None)
-kb.summary((S.as_deployed_headline(W.headline(dep_val, tr_dep), dep, r, W.headline(val, tr))
+kb.summary((NS.as_deployed_headline(W.headline(dep_val, tr_dep), dep, r, W.headline(val, tr))
             if dep is not None else W.headline(val, tr))
            + (W.cross_device_headline(xd) if xd is not None else ""))
 
@@ -101,7 +101,7 @@ kb.md(W.validation_prose(val, tr), fold=kb.tr("Each phase held out, in detail"))
 # %%
 kb.table(dep_val, kb.tr("As deployed: predicted against measured, each phase held out of the fit"),
          empty=kb.tr("no deployment-shaped run of this workload (deployed_run)")) if dep_val is not None else \
-    kb.md(S.deployed_missing(r, deployed_run))
+    kb.md(NS.deployed_missing(r, deployed_run))
 
 # %% [markdown]
 # ### The model on a GPU it never saw
@@ -189,7 +189,7 @@ kb.md(W.sensitivity_note(xerr, env) + "\n\n" + W.sensitivity_errors(tr, val, tr_
 # claim beside.
 
 # %%
-kb.md(S.twins_note(tw, r))
+kb.md(NS.twins_note(tw, r))
 
 # %%
 kb.table(W.recommendations(tr_dep, gpu, k_dep, T.category_shares(dep.timeline), xerr=xerr, env=env)

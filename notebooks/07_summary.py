@@ -33,6 +33,9 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.twins import twins
 from kernelbook.narrate import findings as FN
+from kernelbook.narrate import levers as NL
+from kernelbook.narrate import said, say
+from kernelbook.narrate import summary as NS
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -58,12 +61,12 @@ controls = {v.run_id: S.host_control(r, v) for v, _ in variants}
 stages, sections = S.contract(r, k, roofs)
 tr_dep = S.trace_of(tw.deployed, variants)
 lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
-kb.summary(S.headline(phases, limit, rows, deploy, {rid for rid, c in controls.items() if len(c)}))
+kb.summary(NS.headline(phases, limit, rows, deploy, {rid for rid, c in controls.items() if len(c)}))
 found = FD.first(FD.findings(r, tw.deployed, limit, deploy, lev))
 # each phase's bound on the first page is the deployed run's, where there is one: what serving would meet
 dep_stages = S.contract(tw.deployed, *W.for_run(tw.deployed)[:-3:-1])[0] if tw.deployed is not None else stages
 kb.findings(FN.html(found, dep_stages, FD.top_levers(lev)), FN.markdown(found))
-kb.md(S.twins_note(tw, r), fold=kb.tr("Which runs this chapter reads"))
+kb.md(NS.twins_note(tw, r), fold=kb.tr("Which runs this chapter reads"))
 
 # %% [markdown]
 # ## Where the time goes
@@ -81,11 +84,11 @@ F.phase_bars(T.phase_summary(r.timeline, r.phases))
 # it faster than those bytes at the measured bandwidth.
 
 # %%
-kb.table(S.limit_table(limit), kb.tr("One decode step: bytes, limit and measured time"),
+kb.table(NS.limit_table(limit), kb.tr("One decode step: bytes, limit and measured time"),
          empty=kb.tr("the run has no decode phase"))
 
 # %%
-kb.md(S.limit_prose(limit))
+kb.md(NS.limit_prose(limit))
 
 # %% [markdown]
 # ### Where the distance from the limit goes
@@ -105,7 +108,7 @@ kb.table(deploy, kb.tr("Decode per step: eager and as deployed, against the phys
          empty=kb.tr("the run has no decode phase"))
 
 # %%
-kb.md(S.deployed_prose(deploy, limit))
+kb.md(NS.deployed_prose(deploy, limit))
 
 # %% [markdown]
 # ## Bounds and the top opportunities
@@ -118,7 +121,7 @@ kb.table(stages, kb.tr("Stages: duration, tensor-core, DRAM and occupancy % (tim
          empty=kb.tr("no profiled kernels"))
 
 # %%
-kb.md(sections, fold=kb.tr("Each phase's classes and opportunities, as report.md lists them"))
+kb.md(say(sections), fold=kb.tr("Each phase's classes and opportunities, as report.md lists them"))
 
 # %% [markdown]
 # ## The NPU what-if in one line
@@ -135,11 +138,11 @@ kb.md(W.headline(W.validation(tr), tr) + (W.cross_device_headline(xd) if xd is n
 # the deployed run already has is listed as such, not proposed.
 
 # %%
-kb.table(lev if lev is not None else L.empty(), kb.tr("Levers on one scale"),
+kb.table(NL.table(lev if lev is not None else L.empty()), kb.tr("Levers on one scale"),
          empty=kb.tr("no run of this workload as deployed (decode as CUDA graphs)"))
 
 # %%
-kb.md(L.levers_prose(lev, tw.deployed) if lev is not None else "")
+kb.md(NL.levers_prose(lev, tw.deployed) if lev is not None else "")
 
 # %% [markdown]
 # ## Variants: predicted against measured
@@ -150,8 +153,8 @@ kb.md(L.levers_prose(lev, tw.deployed) if lev is not None else "")
 # baseline ÷ variant.
 
 # %%
-kb.table(rows[["variant", "phase", "basis", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain",
-              "measured_gain", "gain_error_pct"]],
+kb.table(said(rows[["variant", "phase", "basis", "baseline_ms", "predicted_ms", "measured_ms", "predicted_gain",
+              "measured_gain", "gain_error_pct"]], ["basis"]),
          kb.tr("Predicted vs measured gain per variant (decode per token, prefill per call)"),
          empty=kb.tr("no variant runs given (variant_runs)"))
 
@@ -162,7 +165,7 @@ F.variant_gains(rows)
 kb.table(S.plain_generate(r, variants), kb.tr("Plain generate calls (no profiler), median of the timing trials"))
 
 # %%
-kb.md(S.variants_prose(rows, controls, left_out), fold=kb.tr("Each variant in words: what it changed and what it measured"))
+kb.md(NS.variants_prose(rows, controls, left_out), fold=kb.tr("Each variant in words: what it changed and what it measured"))
 
 # %% [markdown]
 # ## Comparison of two runs
@@ -173,7 +176,7 @@ kb.md(S.variants_prose(rows, controls, left_out), fold=kb.tr("Each variant in wo
 # %%
 pair = S.comparison_pair(kb.open_run(baseline_run) if baseline_run else None, r, variants)
 cmp = S.comparison(pair)
-kb.md(S.comparison_note(pair))
+kb.md(NS.comparison_note(pair))
 
 # %%
 kb.table(cmp["phases"], kb.tr("Per phase, per step: A and B"), empty=kb.tr("nothing to compare"))

@@ -14,6 +14,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.contract.shapes import elementwise_work
 from kernelbook.devices import lookup
+from kernelbook.narrate import histograms as HN
 
 
 @pytest.fixture(scope="module")
@@ -395,8 +396,8 @@ def test_histograms_label_their_bins_and_the_headline_spells_small_percentages_a
     from kernelbook.plots import figures as F
 
     d = k[k.phase == "decode"]
-    cap = H.captions(d)
-    fig = F.histogram_grid(H.histogram_table(d), cap)
+    cap = HN.captions(H.captions(d))
+    fig = F.histogram_grid(HN.shown(H.histogram_table(d)), cap)
     used = sorted({t.xaxis for t in fig.data})  # 'x', 'x2', … 'x13': 13 panels on a 5 × 3 grid
     assert len(used) == 13 and all(fig.layout["xaxis" + a[1:]].showticklabels for a in used)
     assert fig.layout.xaxis.type in (None, "category", "-") and "0–10" in fig.data[0].x
@@ -407,7 +408,7 @@ def test_histograms_label_their_bins_and_the_headline_spells_small_percentages_a
     assert 0 < sm < 0.1  # 0.052 % on the re-captured run (0.049 % before: "< 0.1 %", never "0.0 %")
     from kernelbook.display import pct
 
-    assert f"a median of {pct(sm)} %" in H.headline(cap, "decode") and "0.0 %" not in H.headline(cap, "decode")
+    assert f"a median of {pct(sm)} %" in HN.headline(cap, "decode") and "0.0 %" not in HN.headline(cap, "decode")
     assert pct(0.049) == "< 0.1"
 
 
@@ -494,9 +495,9 @@ def test_comparison_note_says_no_ncu_data_once(run):
     """Chapter 07 wrote '(ncu no ncu data)' for a run without an ncu stage."""
     from types import SimpleNamespace
 
-    from kernelbook.analyze import summary as S
+    from kernelbook.narrate import summary as NS
 
     bare = SimpleNamespace(run_id="bare", ncu_kernels=lambda: None)
-    note = S.comparison_note((run, bare))
+    note = NS.comparison_note((run, bare))
     assert "(no ncu data)" in note and "ncu no ncu" not in note
     assert "(ncu decode 20/20, prefill 20/20, vision\\_encode 20/20)" in note

@@ -339,13 +339,13 @@ def test_a_failure_inside_a_chapter_is_a_note_and_one_line(tmp_path):
     first = proc.stderr.strip().splitlines()[0]
     # the typed manifest keeps the text, chapter 00 formats it as a number: the error is Python's own words
     assert first.startswith("kernelbook: chapter 00_setup failed: ") and "format" in first, first
-    assert "analyze/setup.py" in first and "the run may be damaged, or this is a kernelbook bug" in first
+    assert "narrate/setup.py" in first and "the run may be damaged, or this is a kernelbook bug" in first
     failed = tmp_path / "report.failed"
     html = (failed / "00_setup.html").read_text()
     ipynb = (failed / "00_setup.ipynb").read_text()
     for text in (html, ipynb):
         assert "This chapter stopped on an error:" in text and "%tb" in text and "Traceback" not in text
-    assert "<code>kb.summary(S.headline(r, dev))</code>" in html  # the cell line that failed, though inputs are hidden
+    assert "<code>kb.summary(SN.headline(r, dev))</code>" in html  # the cell line that failed, though inputs are hidden
     nb = json.loads(ipynb)
     errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert len(errors) == 1 and errors[0]["ename"] in ("ValueError", "TypeError") and len(errors[0]["traceback"]) == 1

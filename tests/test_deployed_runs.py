@@ -11,6 +11,7 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import steps as ST
 from kernelbook.capture.ncu import graph_launches, graph_phase, select_kernels
 from kernelbook.load.run import load_run
+from kernelbook.narrate import steps as SN
 from kernelbook.runner import render_book
 
 GRAPHS = REPO / "data" / "runs" / "h100-variant-static-graphs"
@@ -104,7 +105,7 @@ def test_the_long_run_profiled_windows_and_timed_every_step():
     assert check["difference"] == pytest.approx(a["error_pct"])
     assert a["sampled_estimate_ms"] == pytest.approx(plain[plain.step.isin(want)].wall_ms.mean() * 2047)
     assert abs(a["error_pct"]) <= ST.CHECK_PCT  # measured: +2.0 %
-    assert "stand for the whole decode: their estimate is +2.0 %" in ST.check_prose(r)
+    assert "stand for the whole decode: their estimate is +2.0 %" in SN.check_prose(r)
     ncu = r.manifest["ncu"]
     assert ncu["phases"]["decode"]["step"] == 257 and ncu["results_per_selected"] <= 1.3
     assert ncu["phases"]["decode"]["profiled"] == ncu["phases"]["prefill"]["profiled"] == 20
@@ -119,7 +120,7 @@ def test_a_short_sampled_run_says_when_its_windows_do_not_stand_for_the_decode()
     plain = ST.plain_steps(r)
     a = ST.agreement(dict(zip(plain.step, plain.wall_ms)), ST.profiled_steps(r).step.tolist())
     assert a["error_pct"] > ST.CHECK_PCT
-    assert ST.check_prose(r).startswith("The profiled steps do not stand for the whole decode")
+    assert SN.check_prose(r).startswith("The profiled steps do not stand for the whole decode")
 
 
 def test_the_long_graph_run_profiles_its_graph_step_node_by_node():

@@ -14,8 +14,9 @@ import pytest
 from conftest import CHAPTERS, REPO
 from kernelbook import i18n
 
-# calls whose first argument is a catalog key: tr(template, ...), N_(label), Col(label, kind)
-KEY_CALLS = {"tr", "N_", "Col"}
+# calls whose first argument is a catalog key: tr(template, ...), N_(label), Col(label, kind), and the analysis'
+# phrase(template, ...) (contract.phrase: English the narration layer shows in the reader's language)
+KEY_CALLS = {"tr", "N_", "Col", "phrase"}
 SOURCES = sorted((REPO / "lib" / "kernelbook").rglob("*.py")) + sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))
 
 

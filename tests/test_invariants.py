@@ -64,13 +64,14 @@ def test_a_measured_gain_across_hosts_says_so_in_the_headline(rendered_book, run
     of another host (host control names a phase) carries that in the headline."""
     from kernelbook.analyze import summary as S
     from kernelbook.analyze import whatif as W
+    from kernelbook.narrate import summary as NS
 
     html = unspanned((rendered_book("en") / "07_summary.html").read_text())
     assert "faster decode (predicted" in html and "on another host than its baseline" not in html
     tr_, gpu, roofs, _ = W.for_run(run)
     var = load_run(REPO / "data" / "runs" / "h100-variant-static-graphs")
     rows = S.variant_rows(tr_, gpu, run, [(var, W.for_run(var)[0])])
-    line = S.headline(S.phase_table(run), S.decode_limit(tr_, run, roofs), rows, None, {var.run_id})
+    line = NS.headline(S.phase_table(run), S.decode_limit(tr_, run, roofs), rows, None, {var.run_id})
     assert "faster decode (predicted" in line and "on another host than its baseline" in line
 
 
@@ -88,10 +89,12 @@ def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
     """Chapter 01 said '21.1 ms per token on the wall clock' (the profiled pass) beside a plain step of 12.4 ms: each
     clause of a headline or a prose paragraph that prints a step or phase time names its basis (plain generate,
     under the profiler, GPU-busy), in chapters 00, 01, 06 and 07 on the bundled run."""
-    from kernelbook.analyze import setup as SU
-    from kernelbook.analyze import steps as St
+    from kernelbook.narrate import setup as SU
+    from kernelbook.narrate import steps as St
+    from kernelbook.narrate import timeline as TN
     from kernelbook.analyze import summary as S
     from kernelbook.analyze import whatif as W
+    from kernelbook.narrate import summary as NS
     from kernelbook.devices import lookup
 
     summary = T.phase_summary(run.timeline, run.phases)
@@ -100,18 +103,18 @@ def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
     bw = M.dram_bandwidth(run)
     texts = {
         "00 headline": SU.headline(run, lookup(run.manifest["device"])),
-        "01 headline": T.headline(summary, T.category_shares(run.timeline), run.manifest),
-        "01 phases": T.phase_prose(summary, run.manifest),
-        "01 gaps": T.gap_prose(T.kernel_gaps_us(run.timeline, "decode")),
+        "01 headline": TN.headline(summary, T.category_shares(run.timeline), run.manifest),
+        "01 phases": TN.phase_prose(summary, run.manifest),
+        "01 gaps": TN.gap_prose(T.kernel_gaps_us(run.timeline, "decode")),
         "01 steps": St.prose(run) + "\n" + St.check_prose(run),
         "01 modules": M.modules_prose(M.by_module_type(run.timeline)),
         "01 ledger": M.ledger_prose(M.bytes_ledger(run.timeline, run.ncu_kernels(), bw[0]),
                                     T.plain_ms_per_step(run.manifest).get("decode"), bw),
         "06 headline": W.headline(W.validation(tr_), tr_),
         "06 validation": W.validation_prose(W.validation(tr_), tr_),
-        "07 headline": S.headline(S.phase_table(run), limit, S.variant_rows(tr_, gpu, run, [])),
-        "07 limit": S.limit_prose(limit),
-        "07 deployed": S.deployed_prose(S.deployed(run, limit, []), limit),
+        "07 headline": NS.headline(S.phase_table(run), limit, S.variant_rows(tr_, gpu, run, [])),
+        "07 limit": NS.limit_prose(limit),
+        "07 deployed": NS.deployed_prose(S.deployed(run, limit, []), limit),
     }
     clauses = {name: _clauses(t) for name, t in texts.items()}
     assert len(clauses["01 phases"]) >= 5 and clauses["00 headline"] and clauses["07 headline"]

@@ -13,6 +13,7 @@ from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.contract.shapes import elementwise_flops, tile_padding
 from kernelbook.load.run import load_run
+from kernelbook.narrate import timeline as TN
 
 BUNDLED, GRAPHS = "data/runs/h100-deepseek-ocr-2", "data/runs/h100-variant-static-graphs"
 
@@ -106,7 +107,7 @@ def test_cuda_core_router_is_not_explained_by_tensor_cores(graphs):
     assert "MMA tile" not in line and "CUDA cores" in line
     # the tensor-core explanation goes only to kernels with tensor-pipe work, and chapter 01 follows
     assert not f[f.flops_verdict.str.contains("MMA tile", na=False)].cuda_core.any()
-    assert "3.39" not in T.matvec_padding_prose(graphs)
+    assert "3.39" not in TN.matvec_padding_prose(graphs)
     # and the router's bytes, in fp32, agree: 1280·64·4 B of weights
     bf = N.byte_fidelity(graphs.ncu_kernels(), graphs.timeline, graphs.manifest).set_index("kernel_id")
     assert bf.loc["d008", "implied_read_bytes"] == 4 * (1280 + 1280 * 64) and bf.loc["d008", "verdict"] == "agrees"

@@ -19,6 +19,7 @@ from test_browser import browser  # noqa: F401  (the module's headless Chromium,
 from kernelbook.analyze import histograms as H
 from kernelbook.analyze import roofline as R
 from kernelbook.devices import lookup
+from kernelbook.narrate import histograms as HN
 from kernelbook.plots import figures as F
 
 # every table cell whose laid-out text reaches past its own box (into the next cell), with the table's caption
@@ -115,7 +116,7 @@ def k(run):
 def test_histogram_bins_read_as_plain_numbers(k):
     """Chapter 03's DRAM GB/s bins: '1,130–1,410', never '1.13e+03–1.41e+03'; percent bins stay '0–10'."""
     d = k[k.phase == "decode"]
-    fig = F.histogram_grid(H.histogram_table(d), H.captions(d))
+    fig = F.histogram_grid(HN.shown(H.histogram_table(d)), HN.captions(H.captions(d)))
     labels = [x for t in fig.data for x in t.x]
     assert not [x for x in labels if "e+" in x or "e-" in x]
     assert "0–10" in labels and any(re.fullmatch(r"\d,\d{3}–\d,\d{3}", x) for x in labels)

@@ -6,6 +6,7 @@ import pytest
 from conftest import REPO, RUN
 from kernelbook.analyze import compare as D
 from kernelbook.analyze import summary as S
+from kernelbook.narrate import summary as NS
 from kernelbook.analyze import whatif as W
 from kernelbook.capture.models import DEEPSEEK_OCR2_ARCH
 from kernelbook.load.run import load_run
@@ -143,7 +144,7 @@ def test_comparison_section_pairs_the_run_with_its_first_variant(runs):
     tables = S.comparison(pair)
     assert set(tables["phases"].phase) >= {"vision_encode", "prefill", "decode"}
     assert all(isinstance(t, pd.DataFrame) for t in tables.values())
-    assert S.comparison(None)["phases"].empty and "No `baseline_run`" in S.comparison_note(None)
+    assert S.comparison(None)["phases"].empty and "No `baseline_run`" in NS.comparison_note(None)
 
 
 def test_plain_phase_timings_become_the_basis_when_both_runs_have_them(runs, tmp_path):
@@ -207,7 +208,7 @@ def test_batch8_predicted_against_measured(runs):
     assert rows.loc["decode", "measured_gain"] == pytest.approx(8 * plain["decode"][0] / plain["decode"][1])
     assert rows.loc["prefill", "measured_gain"] == pytest.approx(plain["prefill"][0] / plain["prefill"][1])
     assert abs(rows.loc["prefill", "gain_error_pct"]) <= S.TARGET_PCT, rows.loc["prefill"].to_dict()
-    prose = S.variants_prose(rows.reset_index(), {})
+    prose = NS.variants_prose(rows.reset_index(), {})
     for x in rows.itertuples():
         side = "within" if abs(x.gain_error_pct) <= S.TARGET_PCT else "outside"
         assert f"({x.gain_error_pct:+.0f} %, {side} the 25 % target)" in prose, prose
@@ -240,13 +241,13 @@ def test_headline_decode_step_is_the_plain_step_whatever_is_passed(runs):
     assert lim.plain_ms == plain and lim.step_ms == plain and lim.wall_ms == pytest.approx(21.576, abs=1e-3)
     none = pd.DataFrame(columns=S.VARIANT_COLUMNS)
     for dep in (None, S.deployed(base, lim, [])):
-        line = S.headline(S.phase_table(base), lim, none, dep)
+        line = NS.headline(S.phase_table(base), lim, none, dep)
         assert f"a plain eager decode step takes {plain:.1f} ms, {plain / lim.limit_ms:.0f}×" in line, line
         assert f"{lim.wall_ms:.1f} ms" not in line
     # a run without plain step timings says its step is the profiled one
     old = S.DecodeLimit(**{**lim.__dict__, "plain_ms": None})
-    assert "under the profiler (the run has no plain step timing)" in S.headline(S.phase_table(base), old, none)
-    t = lim.table().set_index("quantity")
+    assert "under the profiler (the run has no plain step timing)" in NS.headline(S.phase_table(base), old, none)
+    t = NS.limit_table(lim).set_index("quantity")
     assert t.loc["wall per step (measured, plain run)", "value"] == plain
 
 
@@ -258,11 +259,11 @@ def test_a_sampled_generation_says_how_many_decode_steps_its_phase_share_rests_o
     long = load_run(REPO / "data" / "runs" / "h100-long-generation-2048")
     sampling = long.info.timeline_info.sampling
     ph = S.phase_table(long)
-    line = S.headline(ph, None, pd.DataFrame(columns=["phase"]))
+    line = NS.headline(ph, None, pd.DataFrame(columns=["phase"]))
     assert (f"(the profiler recorded {sampling['profiled_decode_steps']} of its "
             f"{sampling['decode_steps']:,} decode steps)") in line
     bundled = S.phase_table(load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2"))
-    assert "recorded" not in S.headline(bundled, None, pd.DataFrame(columns=["phase"]))
+    assert "recorded" not in NS.headline(bundled, None, pd.DataFrame(columns=["phase"]))
 
 
 def test_a_graph_run_alone_is_never_called_eager(tmp_path):
@@ -305,4 +306,4 @@ def test_the_limit_counts_each_expert_once_at_any_batch():
     assert lim32.experts_once[2] == pytest.approx(15227e6, rel=1e-3)
     assert got[8][0].experts_once is None and got[1][0].experts_once is None
     assert got[1][0].weight_bytes < got[8][0].weight_bytes < lim32.weight_bytes
-    assert "at most once" in S.limit_prose(lim32) and "at most once" not in S.limit_prose(got[8][0])
+    assert "at most once" in NS.limit_prose(lim32) and "at most once" not in NS.limit_prose(got[8][0])

@@ -8,6 +8,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.contract.kernels import Category, category_of, friendly_name, library_of, short_name
 from kernelbook.contract.shapes import is_matvec
 from kernelbook.load.trace import ingest_torch_trace
+from kernelbook.narrate import timeline as TN
 
 
 def test_busy_time_counts_overlap_once():
@@ -155,7 +156,7 @@ def test_reference_comparison_states_measured_padding_and_the_expert_gather(run)
     padded to 8 rows), and put the GEMV gap to the reference on HBM vs GDDR7, which nothing measures."""
     from kernelbook.analyze.ncu_report import fidelity
 
-    text = T.reference_prose(T.reference_comparison(T.category_shares(run.timeline)), run)
+    text = TN.reference_prose(T.reference_comparison(T.category_shares(run.timeline)), run)
     assert "16-128" not in text and "GDDR7" not in text
     f = fidelity(run.ncu_kernels(), run.timeline)
     f = f[f.matvec.astype(bool)].set_index("kernel_id").flops_ratio
@@ -188,7 +189,7 @@ def test_profiler_overhead_sentence_divides_what_it_names(run):
     profiled generate) by 1.023 s; 1.473 / 1.023 = 1.44."""
     tl = run.manifest["timeline_info"]
     summary = T.phase_summary(run.timeline, run.phases)
-    text = T.phase_prose(summary, run.manifest)
+    text = TN.phase_prose(summary, run.manifest)
     ratio = tl["profiled_generate_s"] / tl["plain_generate"]["median_s"]
     assert f"it took {tl['profiled_generate_s']:.3f} s ({ratio:.2f}× the plain run)" in text  # 1.614 s, 1.58×
     assert f"{summary.wall_ms.sum() / 1e3:.3f} s of it in the phases above" in text  # 1.473 s, a part of it

@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from .contract import quantity as qty  # `quantity` below is the display of a value in a unit
 from .escape import html as esc_html
+from .load.trace import demangle  # noqa: F401  (the display layer's name for it)
 from .i18n import N_, text, tr
 
 MISSING = "—"
@@ -567,20 +565,6 @@ def shapes(s) -> str:
     out = ["×".join(d for d in p if d) for p in parts]
     out = [o for o in out if o]
     return " · ".join(out) if out else MISSING
-
-
-@lru_cache(maxsize=4096)
-def demangle(name: str) -> str:
-    """The demangled C++ name of an Itanium-mangled symbol (`_Z...`) via c++filt when it is installed;
-    any other name unchanged (ncu and CUPTI mostly give demangled names already)."""
-    if not name.startswith("_Z") or not shutil.which("c++filt"):
-        return name
-    try:  # a name from the run may hold anything, a NUL byte included, which no argument can: it goes in on stdin
-        out = subprocess.run(["c++filt"], input=name.replace("\0", " ").replace("\n", " "), capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return name
-    return out or name
 
 
 def cell(v, kind: str) -> str:

@@ -9,38 +9,36 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..i18n import N_, text, tr
 
 # column, title, unit, threshold for the caption's "time share above" (None: no threshold). Titles and
-# units are catalog keys: the tables and figures show them in the narrative language (a translated
-# percentage unit still starts with '%', which is how the display layer and the bins recognise one).
+# units are in English and catalog keys (declared in `narrate.histograms`, which shows them in the narrative
+# language; a translated percentage unit still starts with '%', which is how the display layer recognises one).
 HISTOGRAMS = [
-    ("sm_pct", N_("SM throughput"), N_("% of peak"), 60),
-    ("dram_pct", N_("DRAM throughput"), N_("% of peak"), 70),
-    ("memory_pct", N_("Memory throughput"), N_("% of peak"), 60),
-    ("dram_gbps", N_("Memory throughput (DRAM)"), "GB/s", None),
-    ("l1_hit_pct", N_("L1 hit rate"), "%", 50),
-    ("l1_pct", N_("L1 throughput"), N_("% of peak"), 60),
-    ("l2_hit_pct", N_("L2 hit rate"), "%", 80),
-    ("l2_pct", N_("L2 throughput"), N_("% of peak"), 60),
-    ("achieved_occupancy_pct", N_("Achieved occupancy"), N_("% of max warps"), 25),
-    ("theoretical_occupancy_pct", N_("Theoretical occupancy"), N_("% of max warps"), 25),
-    ("duration_us", N_("Duration (one launch)"), "µs", None),
-    ("mem_busy_pct", N_("Memory busy"), N_("% of peak"), 60),
-    ("max_bandwidth_pct", N_("Max bandwidth utilization"), N_("% of peak"), 60),
+    ("sm_pct", "SM throughput", "% of peak", 60),
+    ("dram_pct", "DRAM throughput", "% of peak", 70),
+    ("memory_pct", "Memory throughput", "% of peak", 60),
+    ("dram_gbps", "Memory throughput (DRAM)", "GB/s", None),
+    ("l1_hit_pct", "L1 hit rate", "%", 50),
+    ("l1_pct", "L1 throughput", "% of peak", 60),
+    ("l2_hit_pct", "L2 hit rate", "%", 80),
+    ("l2_pct", "L2 throughput", "% of peak", 60),
+    ("achieved_occupancy_pct", "Achieved occupancy", "% of max warps", 25),
+    ("theoretical_occupancy_pct", "Theoretical occupancy", "% of max warps", 25),
+    ("duration_us", "Duration (one launch)", "µs", None),
+    ("mem_busy_pct", "Memory busy", "% of peak", 60),
+    ("max_bandwidth_pct", "Max bandwidth utilization", "% of peak", 60),
 ]
 
 
 def samples(kernels: pd.DataFrame):
     """(column, title, unit, threshold, values, time weights) per histogram metric that has values,
-    over the profiled kernels (rows of `roofline.profiled_kernels`); title and unit in the narrative
-    language."""
+    over the profiled kernels (rows of `roofline.profiled_kernels`); title and unit in English (`HISTOGRAMS`)."""
     k = kernels[kernels.status == "profiled"]
     for col, title, unit, thr in HISTOGRAMS:
         v = k[col].astype(float)
         ok = v.notna()
         if ok.any():
-            yield col, text(title), text(unit), thr, v[ok], k.loc[ok, "share"]
+            yield col, title, unit, thr, v[ok], k.loc[ok, "share"]
 
 
 def histogram_table(kernels: pd.DataFrame, bins: int = 10) -> pd.DataFrame:
@@ -87,16 +85,13 @@ def bin_labels(lo, hi) -> list[str]:
 
 def captions(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per metric: unweighted median, time-weighted median, and the time share at or above the
-    threshold (the project's rule-of-thumb "healthy" level where there is one: classify.THRESHOLD_SOURCES)."""
+    threshold (the project's rule-of-thumb "healthy" level where there is one: classify.THRESHOLD_SOURCES); metric
+    and unit in English (`narrate.histograms.captions` adds the caption and shows them in the reader's language)."""
     rows = []
     for col, title, unit, thr, v, w in samples(kernels):
         row = {"metric": title, "column": col, "unit": unit, "kernels": len(v), "median": float(v.median()),
                "time_weighted_median": weighted_median(v, w), "threshold": thr,
                "time_pct_at_or_above": 100 * float(w[v >= thr].sum() / w.sum()) if thr is not None else np.nan}
-        row["caption"] = (tr("median {median:.1f} {unit} by count, {weighted:.1f} by time", median=row["median"],
-                             unit=unit, weighted=row["time_weighted_median"])
-                          + (tr("; {pct:.0f} % of profiled time at or above {threshold}",
-                                pct=row["time_pct_at_or_above"], threshold=thr) if thr is not None else ""))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -113,49 +108,3 @@ def weighted_median(v: pd.Series, w: pd.Series) -> float:
     vs, ws = v.to_numpy()[order], w.to_numpy()[order]
     cum = np.cumsum(ws)
     return float(vs[np.searchsorted(cum, cum[-1] / 2)])
-
-
-def _above(p: float, thr: float) -> str:
-    """'none of the time runs at ≥ 60 %', 'only 4 % of the time ...', 'all of ...': the edges in words."""
-    from ..display import missing
-
-    if missing(p):
-        return tr("an unmeasured share of the time runs at ≥ {threshold:.0f} %", threshold=thr)
-    if p <= 0:
-        return tr("none of the time runs at ≥ {threshold:.0f} %", threshold=thr)
-    if p >= 100:
-        return tr("all of the time runs at ≥ {threshold:.0f} %", threshold=thr)
-    if p < 1:
-        return tr("only under 1 % of the time runs at ≥ {threshold:.0f} %", threshold=thr)
-    if p < 50:
-        return tr("only {pct:.0f} % of the time runs at ≥ {threshold:.0f} %", pct=p, threshold=thr)
-    if p > 99:
-        return tr("over 99 % of the time runs at ≥ {threshold:.0f} %", threshold=thr)
-    return tr("{pct:.0f} % of the time runs at ≥ {threshold:.0f} %", pct=p, threshold=thr)
-
-
-def headline(cap: pd.DataFrame, phase: str = "decode") -> str:
-    """The chapter's headline; percentages spelled as the tables spell them (`display.pct`: '< 0.1', not
-    a rounded 0.0 for a value that is not zero)."""
-    from ..display import pct, phase_label
-
-    sm = cap.set_index("column").loc["sm_pct"]
-    n = int(sm.kernels)
-    kernels = (tr("the one profiled {phase} kernel", phase=phase_label(phase)) if n == 1 else
-               tr("the {n} profiled {phase} kernels", n=n, phase=phase_label(phase)))
-    return tr("Across {kernels}, SM throughput has a median of {median} % ({weighted} % by time) and "
-              "{above}.", kernels=kernels, median=pct(sm["median"]), weighted=pct(sm.time_weighted_median),
-              above=_above(sm.time_pct_at_or_above, sm.threshold))
-
-
-def prose(cap: pd.DataFrame, phase: str = "decode") -> str:
-    from ..display import pct
-
-    c = cap.set_index("column")
-    dram, occ, l2 = (c.loc[m] for m in ("dram_pct", "achieved_occupancy_pct", "l2_hit_pct"))
-    return headline(cap, phase) + tr(
-        " DRAM throughput: median {dram} %, {dram_weighted} % by time; {dram_above}. Achieved occupancy has a "
-        "median of {occupancy} % and L2 hit rate {l2} % ({l2_above}). Counts and time disagree wherever a "
-        "few long kernels dominate: read the time-weighted bars for where the time goes.", dram=pct(dram["median"]),
-        dram_weighted=pct(dram.time_weighted_median), dram_above=_above(dram.time_pct_at_or_above, dram.threshold),
-        occupancy=pct(occ["median"]), l2=pct(l2["median"]), l2_above=_above(l2.time_pct_at_or_above, l2.threshold))

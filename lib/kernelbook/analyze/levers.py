@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from ..contract import quantity
-from ..i18n import N_, tr
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import joined, phrase
 from ..escape import md
 from . import modules as M
 from .timeline import phase_kernels
@@ -45,11 +46,13 @@ GATHER = M.GATHER_KERNEL
 NORM = re.compile(r"rsqrt")  # RMSNorm's signature op; Inductor's kernel names list it
 KV_CAT = re.compile(r"^\[(\d+), (\d+), (\d+), (\d+)\]x\[\1, \2, 1, \4\];?$")  # past [b,h,L,d] ++ new [b,h,1,d]
 
-ALREADY = N_("already in the deployed run")
-GAIN = N_("gain")
-BASELINE = N_("baseline")
-MEASURED = N_("measured kernel time removed")
-MODEL = N_("model prediction (chapter 06)")
+# the table's words: phrases (English, shown in the reader's language by `narrate.levers`)
+ALREADY = phrase("already in the deployed run")
+GAIN = phrase("gain")
+BASELINE = phrase("baseline")
+MEASURED = phrase("measured kernel time removed")
+MODEL = phrase("model prediction (chapter 06)")
+SOFTWARE, HARDWARE = phrase("software"), phrase("hardware")
 
 
 def _steps(k: pd.DataFrame) -> int:
@@ -172,20 +175,22 @@ def moe_in_place(run, twin=None) -> SoftwareLever | None:
     extra = ((g.gather_read_bytes - now).clip(lower=0) * g.launches_per_step).sum()
     added = float(extra / bw * 1e6)
     shapes = "; ".join(f"{md(r.consumer_shapes)}" for r in g.itertuples() if isinstance(r.consumer_shapes, str))
-    src = ", ".join(tr("{k} of {src}", k=r.consumer_shapes.split("x")[0], src=r.eager_index_shapes)
-                    for r in g.itertuples() if r.eager_index_shapes)
+    src = joined(*(phrase("{k} of {src}", k=md(r.consumer_shapes.split("x")[0]), src=md(r.eager_index_shapes))
+                   for r in g.itertuples() if r.eager_index_shapes), sep=", ")
     k = phase_kernels(run.timeline, "decode")
     busy = float(k.duration_ns.sum()) / 1e3 / _steps(k)
-    note = tr("gather kernels {n:.0f} per step, {us:.0f} µs per step (timeline, {pct:.0f} % of GPU-busy), in {module}",
-              n=g.launches_per_step.sum(), us=removed, pct=100 * removed / busy,
-              module=md(re.sub(r"\.\d+\.", ".N.", g.module.dropna().iloc[0])) if g.module.notna().any() else "-") + (
-        tr(" (the eager twin's aten::index there gathers the routed experts: {src})", src=md(src)) if src else "") + (
-        tr("; in place the expert "
-              "GEMMs ({shapes}) read {extra:.0f} MB more per step from DRAM: +{added:.0f} µs at {bw:,.0f} GB/s (an "
-              "upper bound); range: the gather time alone ({removed:.0f} µs) to that less the added reads",
-              shapes=shapes, extra=extra / 1e6, added=added, bw=bw / 1e9, removed=removed))
-    return SoftwareLever(N_("MoE experts read in place (no gather copy)"), tr("{n:.0f} gather kernels per step removed",
-                         n=g.launches_per_step.sum()), removed - added, removed - added, removed, False, MEASURED, note)
+    note = joined(
+        phrase("gather kernels {n:.0f} per step, {us:.0f} µs per step (timeline, {pct:.0f} % of GPU-busy), in {module}",
+               n=g.launches_per_step.sum(), us=removed, pct=100 * removed / busy,
+               module=md(re.sub(r"\.\d+\.", ".N.", g.module.dropna().iloc[0])) if g.module.notna().any() else "-"),
+        phrase(" (the eager twin's aten::index there gathers the routed experts: {src})", src=src) if src else "",
+        phrase("; in place the expert "
+               "GEMMs ({shapes}) read {extra:.0f} MB more per step from DRAM: +{added:.0f} µs at {bw:,.0f} GB/s (an "
+               "upper bound); range: the gather time alone ({removed:.0f} µs) to that less the added reads",
+               shapes=shapes, extra=extra / 1e6, added=added, bw=bw / 1e9, removed=removed))
+    return SoftwareLever(phrase("MoE experts read in place (no gather copy)"),
+                         phrase("{n:.0f} gather kernels per step removed", n=g.launches_per_step.sum()),
+                         removed - added, removed - added, removed, False, MEASURED, note)
 
 
 def is_kv_cat(op: str, shapes) -> bool:
@@ -207,10 +212,10 @@ def kv_cat(deployed, eager) -> SoftwareLever:
     dep = kv_cat_us(deployed)
     eg = kv_cat_us(eager) if eager is not None else np.nan
     present = dep == 0.0 and deployed.info.workload.static_cache
-    note = tr("eager (dynamic cache): {eager:.0f} µs per step of cat kernels; as deployed (static cache): {dep:.0f} µs",
-              eager=eg, dep=dep)
-    return SoftwareLever(N_("KV cache without torch.cat (static cache)"), tr("K and V written in place"), dep, dep, dep,
-                         present, MEASURED, note)
+    note = phrase("eager (dynamic cache): {eager:.0f} µs per step of cat kernels; as deployed (static cache): "
+                  "{dep:.0f} µs", eager=eg, dep=dep)
+    return SoftwareLever(phrase("KV cache without torch.cat (static cache)"), phrase("K and V written in place"),
+                         dep, dep, dep, present, MEASURED, note)
 
 
 def norm_excess_us(run) -> tuple[float, int, int]:
@@ -234,17 +239,21 @@ def norm_excess_us(run) -> tuple[float, int, int]:
 def fused_norms(deployed, eager) -> SoftwareLever:
     dep, launches, norms = norm_excess_us(deployed)
     e = norm_excess_us(eager) if eager is not None else (np.nan, 0, 0)
-    note = tr("eager: {el} norm kernels per step for {en} norms, {eus:.0f} µs beyond one per norm; as deployed: "
-              "{dl} norm kernels for {dn} norms (one reduction each, fused with the residual add), {dus:.1f} µs of "
-              "pointwise recomputes beyond them, taken as removable whole (an upper bound)", el=e[1], en=e[2],
-              eus=e[0], dl=launches, dn=norms, dus=dep)
-    return SoftwareLever(N_("fused norms (one kernel per RMSNorm)"), tr("norm recomputes folded into the norm's kernel"),
-                         dep, dep, dep, False, MEASURED, note)
+    note = phrase("eager: {el} norm kernels per step for {en} norms, {eus:.0f} µs beyond one per norm; as deployed: "
+                  "{dl} norm kernels for {dn} norms (one reduction each, fused with the residual add), {dus:.1f} µs of "
+                  "pointwise recomputes beyond them, taken as removable whole (an upper bound)", el=e[1], en=e[2],
+                  eus=e[0], dl=launches, dn=norms, dus=dep)
+    return SoftwareLever(phrase("fused norms (one kernel per RMSNorm)"),
+                         phrase("norm recomputes folded into the norm's kernel"), dep, dep, dep, False, MEASURED, note)
 
 
 # columns named by catalog keys (shown in the book's language)
-COLUMNS = [N_("lever"), N_("kind"), N_("setting"), N_("status"), N_("decode ms/token"), N_("change %"),
-           N_("predicted ms/token"), N_("how priced"), N_("model error"), N_("detail")]
+COLUMNS = [phrase("lever"), phrase("kind"), phrase("setting"), phrase("status"), phrase("decode ms/token"),
+           phrase("change %"), phrase("predicted ms/token"), phrase("how priced"), phrase("model error"),
+           phrase("detail")]
+
+
+TEXT = ("lever", "kind", "setting", "status", "how priced", "model error", "detail")  # cells that are phrases
 
 
 def empty() -> pd.DataFrame:
@@ -271,66 +280,48 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
         if lv is None:
             continue
         ms = plain if lv.present else plain - lv.saving_us / 1e3
-        err = "" if lv.low_us == lv.high_us or lv.present else tr(
+        err = "" if lv.low_us == lv.high_us or lv.present else phrase(
             "range {lo:+.1f} to {hi:+.1f} %", lo=-100 * lv.high_us / 1e3 / plain, hi=-100 * lv.low_us / 1e3 / plain)
-        rows.append({"lever": tr(lv.lever), "kind": tr("software"), "setting": lv.setting,
-                     "status": tr(ALREADY if lv.present else GAIN), "decode ms/token": ms,
+        rows.append({"lever": lv.lever, "kind": SOFTWARE, "setting": lv.setting,
+                     "status": ALREADY if lv.present else GAIN, "decode ms/token": ms,
                      "change %": 0.0 if lv.present else 100 * (ms - plain) / plain, "predicted ms/token": np.nan,
-                     "how priced": tr(lv.basis), "model error": err, "detail": lv.note})
+                     "how priced": lv.basis, "model error": err, "detail": lv.note})
     hw = W.lever_table(tr_dep, tr_dep.gpu, val=val_dep)
     for _, r in hw[hw.lever != "as fitted"].iterrows():
         ch = float(r["change %"])
-        rows.append({"lever": tr(r.lever), "kind": tr("hardware"), "setting": r.setting, "status": tr(GAIN),
+        rows.append({"lever": r.lever, "kind": HARDWARE, "setting": r.setting, "status": GAIN,
                      "decode ms/token": plain * (1 + ch / 100), "change %": ch,
-                     "predicted ms/token": r["decode ms/token"], "how priced": tr(MODEL), "model error": r["model error"],
+                     "predicted ms/token": r["decode ms/token"], "how priced": MODEL, "model error": r["model error"],
                      "detail": ""})
-    rows.append({"lever": tr("CUDA graphs (compiled decode step)"), "kind": tr("software"),
-                 "setting": tr("decode replayed as CUDA graphs"), "status": tr(ALREADY),
-                 "decode ms/token": plain, "change %": 0.0, "predicted ms/token": np.nan, "how priced": tr(MEASURED),
+    rows.append({"lever": phrase("CUDA graphs (compiled decode step)"), "kind": SOFTWARE,
+                 "setting": phrase("decode replayed as CUDA graphs"), "status": ALREADY,
+                 "decode ms/token": plain, "change %": 0.0, "predicted ms/token": np.nan, "how priced": MEASURED,
                  "model error": "",
-                 "detail": tr("eager plain step {e:.2f} ms", e=quantity.q(
+                 "detail": phrase("eager plain step {e:.2f} ms", e=quantity.q(
                      eager.run_id, "decode.plain_step_ms", eager.info.plain_ms_per_step().get("decode")))
                  if eager is not None else ""})
     out = pd.DataFrame(rows, columns=COLUMNS)
+    for c in TEXT:  # the cells' phrases kept (`narrate.levers` shows them in the reader's language)
+        out[c] = phrase_column((r[c] for r in rows), out.index)
     out["decode ms/token"] = quantity.column(r["decode ms/token"] for r in rows)  # keeps the quantities' names
-    gain = out.status == tr(GAIN)
+    gain = out.status == GAIN
     fitted = hw[hw.lever == "as fitted"].iloc[0]
-    base = pd.DataFrame([{"lever": tr("the run as deployed"), "kind": "", "setting": tr("plain step, measured"),
-                          "status": tr(BASELINE), "decode ms/token": plain, "change %": 0.0,
-                          "predicted ms/token": fitted["decode ms/token"], "how priced": tr("measured"),
+    base = pd.DataFrame([{"lever": phrase("the run as deployed"), "kind": "", "setting": phrase("plain step, measured"),
+                          "status": BASELINE, "decode ms/token": plain, "change %": 0.0,
+                          "predicted ms/token": fitted["decode ms/token"], "how priced": phrase("measured"),
                           "model error": fitted["model error"], "detail": ""}], columns=COLUMNS)
     base["decode ms/token"] = quantity.column([plain])
+    for c in TEXT:
+        base[c] = phrase_column(base[c].tolist(), base.index)
     return pd.concat([out[gain].sort_values("change %", kind="stable"), out[~gain], base], ignore_index=True)
 
 
 def gains(table: pd.DataFrame, kind: str | None = None, batch: bool = True) -> pd.DataFrame:
-    """The rows of `levers`' table that change the deployed step (its cells are in the reader's language), of one
-    `kind` (software | hardware) where given, without the batch lever where `batch` is False."""
-    g = table[table.status == tr(GAIN)]
+    """The rows of `levers`' table that change the deployed step (its cells are English phrases, `narrate.levers`
+    shows them in the reader's language), of one `kind` (software | hardware) where given, without the batch lever
+    where `batch` is False."""
+    g = table[table.status == GAIN]
     if kind is not None:
-        g = g[g.kind == tr(kind)]
-    return g if batch else g[g.lever != tr("batch")]
+        g = g[g.kind == kind]
+    return g if batch else g[g.lever != "batch"]
 
-
-def levers_prose(table: pd.DataFrame, deployed) -> str:
-    """What the levers table says: the best software and hardware levers on the deployed step."""
-    if table is None or table.empty:
-        return ""
-    g = table[table.status == tr(GAIN)]
-    sw, hw = g[g.kind == tr("software")], g[g.kind == tr("hardware")]
-    base = table[table.status == tr(BASELINE)].iloc[0]
-    out = [tr("On the deployed decode step ({run}, plain {ms:.2f} ms per token):", run=md(deployed.run_id),
-              ms=base["decode ms/token"])]
-    if len(sw):
-        s = sw.iloc[0]
-        out.append(tr("the best software lever, {lever}, takes it to {ms:.2f} ms ({pct:+.1f} %) from measured kernel "
-                      "time alone, before any hardware change;", lever=s.lever, ms=s["decode ms/token"],
-                      pct=s["change %"]))
-    if len(hw):
-        h = hw[~hw.lever.isin([tr("batch")])].iloc[0] if (~hw.lever.isin([tr("batch")])).any() else hw.iloc[0]
-        out.append(tr("the best hardware lever at batch 1, {lever} ({setting}), {pct:+.1f} % by the model ({err}).",
-                      lever=h.lever, setting=h.setting, pct=h["change %"], err=h["model error"]))
-    pulled = table[table.status == tr(ALREADY)]
-    if len(pulled):
-        out.append(tr("Already in the deployed run, so not proposed: {levers}.", levers=tr(", ").join(pulled.lever)))
-    return " ".join(out)

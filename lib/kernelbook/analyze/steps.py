@@ -13,7 +13,6 @@ import pandas as pd
 
 from dataclasses import dataclass
 
-from ..i18n import tr
 from .timeline import busy_ns, step_wall_ns
 
 
@@ -47,16 +46,21 @@ def context_tokens(run) -> int:
     return run.info.timeline_info.prompt_tokens
 
 
+# the figure's series, in English: `narrate.steps.step_curve` shows them in the reader's language
+CURVE_SERIES = ("plain wall", "profiled wall", "GPU-busy (profiled)")
+
+
 def step_curve(run) -> pd.DataFrame:
-    """Long format for the figure: step, kv_tokens, series (plain wall / profiled wall / GPU-busy), ms."""
+    """Long format for the figure: step, kv_tokens, series (`CURVE_SERIES`: plain wall / profiled wall / GPU-busy),
+    ms."""
     ctx = context_tokens(run)
     parts = []
     plain = plain_steps(run)
     if plain is not None:
-        parts.append(plain.assign(series=tr("plain wall"), ms=plain.wall_ms))
+        parts.append(plain.assign(series=CURVE_SERIES[0], ms=plain.wall_ms))
     prof = profiled_steps(run)
-    parts.append(prof.assign(series=tr("profiled wall"), ms=prof.wall_ms))
-    parts.append(prof.assign(series=tr("GPU-busy (profiled)"), ms=prof.busy_ms))
+    parts.append(prof.assign(series=CURVE_SERIES[1], ms=prof.wall_ms))
+    parts.append(prof.assign(series=CURVE_SERIES[2], ms=prof.busy_ms))
     out = pd.concat([p[["step", "series", "ms"]] for p in parts], ignore_index=True)
     return out.assign(kv_tokens=ctx + out.step)[["step", "kv_tokens", "series", "ms"]]
 
@@ -75,35 +79,38 @@ def agreement(plain_ms: dict, sampled_steps: list) -> dict:
 CHECK_PCT = 10.0  # the profiled steps stand for the decode when their estimate is within this of the plain total
 
 
+# the check's rows, in English: the display layer shows a text cell that is a catalog key in the reader's language
+# (the keys are declared in `narrate.steps`)
+CHECK_ROWS = ("decode steps (plain generate)", "decode steps profiled", "plain decode total",
+              "estimate from the profiled steps", "difference")
+
+
 def step_check(run) -> pd.DataFrame:
-    """The agreement check as a table (quantity, value, unit); empty for a run without plain step times."""
+    """The agreement check as a table (quantity: `CHECK_ROWS`, value, unit); empty for a run without plain step
+    times."""
     plain = plain_steps(run)
     if plain is None:
         return pd.DataFrame(columns=["quantity", "value", "unit"])
     prof = profiled_steps(run)
     a = agreement(dict(zip(plain.step, plain.wall_ms)), prof.step.tolist())
     rows = [
-        (tr("decode steps (plain generate)"), len(plain), "count"),
-        (tr("decode steps profiled"), a["sampled_steps"], "count"),
-        (tr("plain decode total"), a["plain_total_ms"], "ms"),
-        (tr("estimate from the profiled steps"), a["sampled_estimate_ms"], "ms"),
-        (tr("difference"), a["error_pct"], "%"),
+        (CHECK_ROWS[0], len(plain), "count"),
+        (CHECK_ROWS[1], a["sampled_steps"], "count"),
+        (CHECK_ROWS[2], a["plain_total_ms"], "ms"),
+        (CHECK_ROWS[3], a["sampled_estimate_ms"], "ms"),
+        (CHECK_ROWS[4], a["error_pct"], "%"),
     ]
     return pd.DataFrame(rows, columns=["quantity", "value", "unit"])
 
 
-def check_prose(run) -> str:
-    """The verdict of `step_check` in a sentence (empty without plain step times)."""
+def check(run) -> dict | None:
+    """`agreement` of the run's plain and profiled steps, with `ok`: within `CHECK_PCT`; None without plain step
+    times."""
     plain = plain_steps(run)
     if plain is None:
-        return ""
+        return None
     a = agreement(dict(zip(plain.step, plain.wall_ms)), profiled_steps(run).step.tolist())
-    ok = abs(a["error_pct"]) <= CHECK_PCT
-    return (tr("The profiled steps stand for the whole decode: their estimate is {e:+.1f} % from the plain total "
-               "(within {p:.0f} %).", e=a["error_pct"], p=CHECK_PCT) if ok else
-            tr("The profiled steps do not stand for the whole decode: their estimate is {e:+.1f} % from the plain "
-               "total (more than {p:.0f} %); sample more windows (sample_every) before reading decode figures as the "
-               "generation's.", e=a["error_pct"], p=CHECK_PCT))
+    return {**a, "ok": abs(a["error_pct"]) <= CHECK_PCT}
 
 
 GROWTH_MIN_PCT = 5.0  # a kernel "grows with position" when its time per step grew by this much or more
@@ -122,7 +129,7 @@ def growing_kernels(timeline: pd.DataFrame, top: int = 8) -> pd.DataFrame:
     step in the first and the last profiled step-window (a tenth of the profiled steps, at least one step each
     end) and the change; the `top` largest growths in absolute µs among those that grew by `GROWTH_MIN_PCT` or
     more (smaller changes are run-to-run noise: the bundled 64-token run's largest was 3.8 %). Empty when none
-    grew so, or the profiled steps span less than 8 positions (`growth_note` says which)."""
+    grew so, or the profiled steps span less than 8 positions (`narrate.steps.growth_note` says which)."""
     cols = ["kernel", "category", "first_us", "last_us", "change_us", "change_pct"]
     k, steps = _growth_steps(timeline)
     if steps is None:
@@ -140,36 +147,28 @@ def growing_kernels(timeline: pd.DataFrame, top: int = 8) -> pd.DataFrame:
     return d[cols].reset_index(drop=True)
 
 
-def growth_note(timeline: pd.DataFrame) -> str:
-    """Why `growing_kernels` is empty for this timeline."""
+def growth_span(timeline: pd.DataFrame) -> tuple[int, int] | None:
+    """The first and last profiled decode step `growing_kernels` compares; None when they span too few positions."""
     _, steps = _growth_steps(timeline)
-    if steps is None:
-        return tr("The profiled decode steps span too few positions to see growth.")
-    return tr("No decode kernel's time per step grew by {pct:.0f} % or more between the first and the last profiled "
-              "steps (positions {a} to {b}): over this span the KV cache's growth is within run-to-run noise.",
-              pct=GROWTH_MIN_PCT, a=int(steps[0]), b=int(steps[-1]))
+    return None if steps is None else (int(steps[0]), int(steps[-1]))
 
 
-def prose(run) -> str:
-    """What the curve says: the plain decode step at the start, middle and end, and the profiled steps'
-    GPU-busy time against their wall time."""
+def curve_figures(run) -> dict | None:
+    """What the curve says (None for a run without plain step times): decode steps, the KV cache at the first and
+    the last, the plain step's median over the first and the last tenth of the steps (ms) and their change (%), the
+    profiled steps (and the windows they sit in, None when every step was profiled), their median GPU-busy ms per
+    step and its share of their wall time under the profiler (%)."""
     plain, prof = plain_steps(run), profiled_steps(run)
     if plain is None:
-        return tr("This run did not time its plain decode steps one by one (captured before steps.parquet); the "
-                  "figure shows the profiled steps only.")
+        return None
     q = max(1, len(plain) // 10)
     head, tail = plain.wall_ms.iloc[:q].median(), plain.wall_ms.iloc[-q:].median()
     ctx = context_tokens(run)
     sampling = run.info.timeline_info.sampling
-    what = (tr("the profiler recorded {n} of {total} decode steps in {w} windows", n=len(prof),
-               total=len(plain), w=len(sampling["windows"])) if sampling else
-            tr("the profiler recorded every decode step"))
-    return tr("Over {n} decode steps (KV cache {a:,} → {b:,} tokens) a plain step took {head:.2f} ms at the start "
-              "and {tail:.2f} ms at the end ({chg:+.0f} %); {what}, whose GPU-busy time is {busy:.2f} ms per step "
-              "({share:.0f} % of their wall time under the profiler).",
-              n=len(plain), a=ctx + 1, b=ctx + len(plain), head=head, tail=tail, chg=100 * (tail - head) / head,
-              what=what, busy=prof.busy_ms.median(),
-              share=100 * prof.busy_ms.sum() / max(1e-9, prof.wall_ms.sum()))
+    return {"n": len(plain), "a": ctx + 1, "b": ctx + len(plain), "head": head, "tail": tail,
+            "chg": 100 * (tail - head) / head, "profiled": len(prof),
+            "windows": len(sampling["windows"]) if sampling else None, "busy": prof.busy_ms.median(),
+            "share": 100 * prof.busy_ms.sum() / max(1e-9, prof.wall_ms.sum())}
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,11 @@ import pandas as pd
 
 from ..contract import quantity
 from ..contract.quantity import Q
-from ..i18n import N_, text, tr
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import joined, phrase
 from . import whatif as W
 from .timeline import PHASE_ORDER, phase_summary
-from ..escape import md, md_code
+from ..escape import md
 
 GRAPH_HOST_US = 2.0  # host time per launch under CUDA graphs, as chapter 06 assumes
 SAME_BUSY = 0.03     # GPU-busy times within 3 %: the phase's device work did not change
@@ -92,19 +93,6 @@ class DecodeLimit:
     def busy_multiple(self) -> float:
         return self.busy_ms / self.limit_ms
 
-    def table(self) -> pd.DataFrame:
-        """The step's figures as a long table; each value the named quantity the prose prints (`q`)."""
-        rows = [(tr("weights read per step"), "weight_mb", "MB"), (tr("KV cache read per step"), "kv_mb", "MB"),
-                (tr("DRAM bandwidth ({source})", source=tr(self.dram_source)), "dram_gbps", "GB/s"),
-                (tr("physical limit per step (bytes ÷ bandwidth)"), "limit_ms", "ms"),
-                (tr("GPU busy per step (measured)"), "busy_ms", "ms"),
-                (tr("wall per step (measured, profiled pass)"), "wall_ms", "ms"),
-                (tr("wall per step (measured, plain run)"), "plain_ms", "ms"),
-                (tr("GPU busy ÷ limit"), "busy_x", "×"), (tr("wall ÷ limit (profiled pass)"), "wall_x", "×"),
-                (tr("wall ÷ limit (plain run)"), "plain_x", "×")]
-        out = pd.DataFrame([(label, np.nan, unit) for label, _, unit in rows], columns=["quantity", "value", "unit"])
-        out["value"] = quantity.column(self.q(name) for _, name, _ in rows)
-        return out
 
 
 def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
@@ -117,9 +105,9 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
     measured = {k: v for k, v in roofs.measured.items() if k.startswith("DRAM")}
     if measured:
         (src, bw), = measured.items()
-        src = N_("measured device-to-device copy")
+        src = phrase("measured device-to-device copy")
     else:
-        bw, src = roofs.bandwidth["dram"], N_("spec sheet")
+        bw, src = roofs.bandwidth["dram"], phrase("spec sheet")
     m = tr_.measured.set_index("phase").loc["decode"]
     weights = W.active_weight_bytes(tr_, each_once=True)  # each expert at most once, however many tokens chose it
     per_choice = W.active_weight_bytes(tr_)
@@ -128,16 +116,6 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
     return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),
                        float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"), run.run_id,
                        (*router, per_choice) if router and per_choice > weights else None)
-
-
-def decode_limit_prose(d: DecodeLimit) -> str:
-    return tr("A decode step must read {weights:.0f} MB of weights and {kv:.1f} MB of KV cache; at the measured "
-              "{bw:,.0f} GB/s that takes {limit:.2f} ms. The GPU is busy {busy:.2f} ms per step "
-              "({busy_x:.1f}× the limit) and the step takes {wall:.2f} ms of wall time under the profiler "
-              "({wall_x:.1f}× the limit): the distance between the last two is host and launch time, the "
-              "distance between the first two is kernels that do not stream at full bandwidth.",
-              weights=d.q("weight_mb"), kv=d.q("kv_mb"), bw=d.q("dram_gbps"), limit=d.q("limit_ms"),
-              busy=d.q("busy_ms"), busy_x=d.q("busy_x"), wall=d.q("wall_ms"), wall_x=d.q("wall_x"))
 
 
 # --- variants ------------------------------------------------------------------------------------
@@ -172,8 +150,8 @@ def variants_of(base_run, runs: list) -> tuple[list, list[str]]:
         if info.device != base.device:
             differs.append("device")
         if differs:
-            out.append(tr("{run} is not a variant of {base}: it differs in {keys}", run=run.run_id,
-                          base=base_run.run_id, keys=", ".join(differs)))
+            out.append(phrase("{run} is not a variant of {base}: it differs in {keys}", run=run.run_id,
+                              base=base_run.run_id, keys=", ".join(differs)))
         else:
             kept.append(run)
     return kept, out
@@ -201,23 +179,23 @@ def lever(changed: dict) -> Lever:
     unknown = [k for k in changed if k not in VARIANT_KEYS]
     if unknown:
         return Lever(", ".join(f"{k}={changed[k]}" for k in changed), None,
-                     why_not=tr("the what-if model has no lever for {keys}", keys=", ".join(unknown)))
+                     why_not=phrase("the what-if model has no lever for {keys}", keys=", ".join(unknown)))
     if "attn_implementation" in changed:
-        return Lever(tr("attention implementation {impl}", impl=changed["attn_implementation"]), None,
-                     why_not=tr("the what-if model prices attention by its work (FLOPs and bytes), which "
-                                "does not depend on the implementation"))
+        return Lever(phrase("attention implementation {impl}", impl=changed["attn_implementation"]), None,
+                     why_not=phrase("the what-if model prices attention by its work (FLOPs and bytes), which "
+                                    "does not depend on the implementation"))
     design, label = {}, []
     if changed.get("cache_implementation") == "static" and changed.get("compile_decode", True) is not False:
         design.update(launch_overhead_us=GRAPH_HOST_US, fuse_elementwise=True)
-        label.append(tr("decode step as one CUDA graph ({us:g} µs per launch) with elementwise ops fused",
-                        us=GRAPH_HOST_US))
+        label.append(phrase("decode step as one CUDA graph ({us:g} µs per launch) with elementwise ops fused",
+                            us=GRAPH_HOST_US))
     batch = int(changed.get("batch_size", 1))
     if batch > 1:
-        label.append(tr("batch {n}", n=batch))
+        label.append(phrase("batch {n}", n=batch))
     if not design and batch == 1:
         return Lever(", ".join(f"{k}={v}" for k, v in changed.items()), None,
-                     why_not=tr("no what-if lever for this change"))
-    return Lever("; ".join(label), design, batch)
+                     why_not=phrase("no what-if lever for this change"))
+    return Lever(joined(*label, sep="; "), design, batch)
 
 
 def plain_ms_per_step(run, phase: str) -> float | None:
@@ -280,14 +258,16 @@ def variant_rows(base_tr: W.Trace, gpu: W.Design, base_run, variants: list[tuple
             gain = quantity.ratio(base_ms, var_ms, f"{run.run_id}/{ph}.measured_gain")
             pred_gain = quantity.q(run.run_id, f"{ph}.predicted_gain", pred_gain)
             rows.append({"variant": variant_label(run), "run": run.run_id, "phase": ph, "unit": unit,
-                         "basis": (tr("plain runs") if plain else tr("profiled pass")) + (
-                             tr(", same host: {run}", run=twin.run_id) if one_host else ""),
+                         "basis": joined(phrase("plain runs") if plain else phrase("profiled pass"),
+                                         phrase(", same host: {run}", run=twin.run_id) if one_host else ""),
                          "lever": lv.label, "baseline_ms": base_ms, "predicted_ms": pred_ms, "measured_ms": var_ms,
                          "predicted_gain": pred_gain, "measured_gain": gain,
                          "gain_error_pct": 100 * (pred_gain - gain) / gain, "why_no_prediction": lv.why_not})
     out = pd.DataFrame(rows, columns=VARIANT_COLUMNS)
     for c in ("baseline_ms", "measured_ms", "predicted_gain", "measured_gain"):
         out[c] = quantity.column((r[c] for r in rows), out.index)
+    for c in ("basis", "lever", "why_no_prediction"):  # phrases: `narrate.summary` shows them in the reader's language
+        out[c] = phrase_column((r[c] for r in rows), out.index)
     return out
 
 
@@ -299,15 +279,15 @@ def _per_step(ms: float, batch: int, run, phase: str, plain: bool) -> Q:
     return quantity.q(run.run_id, f"{phase}.{basis}_{per}_ms", ms / batch if phase == "decode" else ms)
 
 
-# The variant labels of the bundled variants (params/variant-*.yaml `variant`), shown in the narrative language;
-# any other label as written.
-VARIANT_LABELS = (N_("static cache + CUDA graphs"), N_("batch 8"), N_("eager attention"))
+# The variant labels of the bundled variants (params/variant-*.yaml `variant`), phrases shown in the narrative
+# language; any other label as written.
+VARIANT_LABELS = (phrase("static cache + CUDA graphs"), phrase("batch 8"), phrase("eager attention"))
 
 
 def variant_label(run) -> str:
-    """A variant run's label (its params' `variant`, else its run id), through the catalog where it is a known one."""
+    """A variant run's label (its params' `variant`, else its run id): the known one's phrase (`VARIANT_LABELS`)."""
     label = run.info.workload.variant or run.run_id
-    return text(label) if label in VARIANT_LABELS else label
+    return next((v for v in VARIANT_LABELS if v == label), label)
 
 
 def host_baseline(run, base_run):
@@ -349,7 +329,7 @@ def plain_generate(base_run, variants: list) -> pd.DataFrame:
         return r.info.workload.batch_size
 
     b = med(base_run)
-    rows = [{"run": base_run.run_id, "variant": tr("baseline"), "prompts_per_call": prompts(base_run),
+    rows = [{"run": base_run.run_id, "variant": phrase("baseline"), "prompts_per_call": prompts(base_run),
              "plain_generate_s": b, "against_run": "", "against_s": np.nan, "speedup": 1.0,
              "per_prompt_speedup": 1.0}]
     for run, _ in variants:
@@ -379,94 +359,6 @@ def host_control(base_run, run) -> pd.DataFrame:
     return ph[same & moved][cols]
 
 
-def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_out: list[str] = ()) -> str:
-    """What the predicted-vs-measured table says (with each variant's what-if lever), where it cannot be
-    trusted, and which given runs are not variants of this one."""
-    out = []
-    for v, g in rows.groupby("variant", sort=False):
-        d = g[g.phase == "decode"]
-        if d.empty:
-            continue
-        r = d.iloc[0]
-        if r.predicted_gain == r.predicted_gain:
-            out.append(tr("**{v}** — what-if lever: {lever}.", v=md(v), lever=md(r.lever)))
-            # decode always; prefill where the lever changes it (batch), not where it predicts no change
-            for x in g[(g.phase == "decode") | (g.predicted_gain != 1.0)].itertuples():
-                verdict = (tr("within the {tol:.0f} % target", tol=TARGET_PCT) if abs(x.gain_error_pct) <= TARGET_PCT
-                           else tr("outside the {tol:.0f} % target", tol=TARGET_PCT))
-                vals = dict(p=x.predicted_gain, m=x.measured_gain, e=x.gain_error_pct, verdict=verdict)
-                out.append(tr("  Decode predicted {p:.1f}× faster, measured {m:.1f}× ({e:+.0f} %, {verdict}).", **vals)
-                           if x.phase == "decode" else
-                           tr("  Prefill predicted {p:.2f}× the baseline's speed per call, measured {m:.2f}× "
-                              "({e:+.0f} %, {verdict}).", **vals))
-        else:
-            out.append(tr("**{v}**: measured {m:.2f}× on decode; no prediction: {why}.", v=md(v),
-                          m=r.measured_gain,
-                          why=md(r.why_no_prediction)))
-        c = controls.get(r.run)
-        if c is not None and len(c):
-            from ..display import phase_label
-
-            cells = ", ".join(f"{phase_label(x.phase)} {x.wall_ratio:.2f}×" for x in c.itertuples())
-            out.append(tr("  Host control: phases this variant does not change ran at a different wall time "
-                          "({cells}) with the same GPU-busy time, so the two captures ran on hosts of "
-                          "different speed; host-bound figures between them carry that factor.", cells=cells))
-    out += [tr("Left out: {why}.", why=md(w)) for w in left_out]
-    return "\n\n".join(out)
-
-
-def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
-             deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> str:
-    """The chapter's one line: the biggest phase, decode against its limit (the plain eager step and, with a
-    deployment-shaped variant, the step as deployed), the best measured variant. `other_host`: the runs whose
-    host differs from their baseline's (`host_control` names a phase): their measured gain says so."""
-    top = phases.sort_values("wall_ms", ascending=False).iloc[0]
-    from ..display import phase_label
-
-    recorded, of = phases.attrs.get("decode_steps", (None, None))
-    out = [tr("{phase} holds {share:.0f} % of the profiled generate call's phase time", phase=phase_label(top.phase),
-              share=top.share_pct)
-           + (tr(" (the profiler recorded {n} of its {total:,} decode steps)", n=recorded, total=of)
-              if top.phase == "decode" and recorded and of and recorded < of else "")]
-    if (limit is not None and deploy is not None and len(deploy) > 1
-            and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]):
-        # the run as deployed first: the book's conclusions are about it; HF's eager loop beside it
-        g, e = step_quantities(deploy, 1), step_quantities(deploy, 0)
-        out.insert(0, tr("as deployed (CUDA graphs, {run}) a plain decode step takes {wall:.2f} ms, {x:.1f}× the "
-                         "{limit:.2f} ms its weight and KV bytes need at measured DRAM bandwidth; HF's eager loop "
-                         "takes {eager:.1f} ms ({ex:.0f}×)", run=deploy.run.iloc[1], wall=g["plain"],
-                         x=g["plain_x"], limit=g["limit"], eager=e["plain"], ex=e["plain_x"]))
-        out[0] = out[0][:1].upper() + out[0][1:]
-    elif limit is not None and deploy is not None and len(deploy) and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]:
-        e = step_quantities(deploy, 0)
-        if deploy.attrs.get("graphs", [False])[0]:  # a graph run alone: its step as deployed, never "eager"
-            out.append(tr("a plain decode step as CUDA graphs takes {wall:.2f} ms, {x:.1f}× the {limit:.2f} ms its "
-                          "weight and KV bytes need at measured DRAM bandwidth", wall=e["plain"], x=e["plain_x"],
-                          limit=e["limit"]))
-        else:
-            out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and "
-                          "KV bytes need at measured DRAM bandwidth", wall=e["plain"], x=e["plain_x"],
-                          limit=e["limit"]))
-    elif limit is not None and limit.plain_ms:
-        out.append(tr("a plain eager decode step takes {wall:.1f} ms, {x:.0f}× the {limit:.2f} ms its weight and KV "
-                      "bytes need at measured DRAM bandwidth", wall=limit.q("plain_ms"), x=limit.q("plain_x"),
-                      limit=limit.q("limit_ms")))
-    elif limit is not None:  # a run captured before plain phases were timed: its profiled step, said so
-        out.append(tr("a decode step takes {wall:.1f} ms under the profiler (the run has no plain step timing), "
-                      "{x:.0f}× the {limit:.2f} ms its weight and KV bytes need at measured DRAM bandwidth",
-                      wall=limit.q("wall_ms"), x=limit.q("wall_x"), limit=limit.q("limit_ms")))
-    d = rows[rows.phase == "decode"] if len(rows) else rows
-    if len(d):
-        best = d.sort_values("measured_gain", ascending=False).iloc[0]
-        pred = (tr(" (predicted {p:.1f}×)", p=best.predicted_gain) if best.predicted_gain == best.predicted_gain
-                else "")
-        out.append(tr("{v} measured {m:.1f}× faster decode{pred}", v=md(best.variant), m=best.measured_gain,
-                      pred=pred)
-                   + (tr(", on another host than its baseline (see the host control below)")
-                      if best.run in other_host else ""))
-    return tr("; ").join(out) + tr(".")
-
-
 def _plain_decode_ms(run) -> float:
     """Plain (unprofiled) wall ms per decode step, NaN for a run captured before plain phases were timed."""
     ms = plain_ms_per_step(run, "decode")
@@ -480,9 +372,9 @@ def _graph_decode(run) -> bool:
 
 def _how_decode_ran(run) -> str:
     if _graph_decode(run):
-        return tr("CUDA graphs (static cache, compiled step)")
+        return phrase("CUDA graphs (static cache, compiled step)")
     static = run.info.workload.static_cache
-    return tr("eager (static cache)") if static else tr("eager (dynamic cache)")
+    return phrase("eager (static cache)") if static else phrase("eager (dynamic cache)")
 
 
 def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
@@ -527,85 +419,6 @@ def x_limit(step: Q, limit: Q) -> Q:
     return quantity.ratio(step, limit, f"{step.key}_x_limit")
 
 
-def twins_note(tw, base) -> str:
-    """Which runs chapter 07 (and 06) read: the eager run `base` and its run as deployed, found from whichever
-    run the book was given (`load.twins`), or why there is none."""
-    from ..load.twins import FOUND_HOST, FOUND_NAMED, FOUND_SIBLING
-
-    how = {FOUND_HOST: N_("captured beside it on one host"), FOUND_NAMED: N_("named by deployed_run"),
-           FOUND_SIBLING: N_("a run of the same workload in the same folder, captured on another host")}
-    if tw.deployed is None:
-        return tr("No run of this workload as deployed (decode as CUDA graphs: a static cache and a compiled step) "
-                  "lies beside {run}: the conclusions below are about HF's eager loop, which no serving stack runs. "
-                  "Capture one with `cache_implementation: static` (params/variant-static-graphs.yaml).",
-                  run=md(base.run_id))
-    if tw.eager is None:
-        return tr("{dep} decoded as CUDA graphs; no eager run of the same workload lies beside it, so nothing shows "
-                  "what HF's eager loop adds.", dep=md(tw.deployed.run_id))
-    given = tw.given.run_id
-    return tr("The book's run is {given}. This chapter reads the workload as deployed, {dep} (decode as CUDA graphs), "
-              "and the eager run {eager} beside it ({how}): the conclusions are the deployed run's, the eager run "
-              "shows what HF's eager loop adds, whichever of the two the book was given.", given=md(given),
-              dep=md(tw.deployed.run_id), eager=md(tw.eager.run_id), how=tr(how.get(tw.found, tw.found or "")))
-
-
-def deployed_missing(run, deployed_run: str) -> str:
-    if _graph_decode(run):
-        return tr("{r} itself decoded as CUDA graphs, as serving stacks run decode: the figures of this chapter are the "
-                  "step as deployed ({d} is another workload and is not set beside it).", r=md(run.run_id),
-                  d=md(deployed_run) if deployed_run else "deployed_run")
-    if not deployed_run:
-        return tr("No deployed_run given: the figures of this chapter are eager HF generate's.")
-    return tr("{d} is not this workload run as CUDA graphs (a static-cache variant of {r}); the chapter shows the "
-              "eager run only.", d=md(deployed_run), r=md(run.run_id))
-
-
-def as_deployed_headline(deployed_line: str, dep, eager, eager_line: str) -> str:
-    """Chapter 06's line on a workload with a run as deployed: that run's model check first (the book's subject),
-    then the eager run's, as what HF's eager loop adds (`classify.deployed_beside_eager`, chapter 05's too)."""
-    from .classify import deployed_beside_eager
-
-    return deployed_beside_eager(dep, deployed_line, eager, eager_line)
-
-
-def deployed_prose(table: pd.DataFrame, limit: DecodeLimit | None) -> str:
-    if len(table) and table.attrs.get("graphs", [False])[0] and (len(table) < 2 or limit is None):
-        return tr("This run decoded as CUDA graphs, as serving stacks run decode: the figures above are the step as "
-                  "deployed. No eager run of the same workload is among variant_runs to show what HF's eager loop "
-                  "adds.")
-    if len(table) < 2 or limit is None:
-        return tr("No deployment-shaped variant (decode as CUDA graphs) is among variant_runs: the figures above are "
-                  "eager HF generate's, which no serving stack runs.")
-    e, g = step_quantities(table, 0), step_quantities(table, 1)
-    rid = table.attrs["run_ids"][0]
-    return tr("Eager, a plain decode step takes {e:.2f} ms, {ex:.1f}× its {lim:.2f} ms limit; as deployed ({g_run}, "
-              "CUDA graphs) it takes {g:.2f} ms, {gx:.1f}× the limit, of which the GPU is busy {gb:.2f} ms "
-              "({gbx:.1f}×). Under graphs what remains is kernel work, which is where the hardware question lies.",
-              e=e["plain"], ex=e["plain_x"], lim=e["limit"], g_run=table.run.iloc[1], g=g["plain"], gx=g["plain_x"],
-              gb=g["busy"], gbx=g["busy_x"]) + (
-        tr(" The compiled step's kernels are busy {gb:.2f} ms against eager's {eb:.2f} ms (fused by torch.compile): "
-           "graphs cut more than launch overhead, so their gain can pass the launch-overhead bound of chapter 05 "
-           "(the eager plain step ÷ its GPU-busy time, {bound:.1f}×).", gb=g["busy"], eb=e["busy"],
-           bound=quantity.ratio(e["plain"], e["busy"], f"{rid}/decode.plain_over_gpu_busy"))
-        if g["busy"] < 0.95 * e["busy"] else "")
-
-
-def limit_table(limit: DecodeLimit | None) -> pd.DataFrame:
-    return limit.table() if limit is not None else pd.DataFrame(columns=["quantity", "value", "unit"])
-
-
-def limit_prose(limit: DecodeLimit | None) -> str:
-    if limit is None:
-        return tr("The run has no decode phase.")
-    if limit.experts_once is None:
-        return decode_limit_prose(limit)
-    tokens, experts, per_choice = limit.experts_once
-    return decode_limit_prose(limit) + " " + tr(
-        "The weights count each of the MoE's {experts} experts at most once: the batch's {tokens} tokens choose more "
-        "experts than there are, and a copy per choice would be {copies:,.0f} MB, more than the step must move.",
-        experts=experts, tokens=tokens, copies=per_choice / 1e6)
-
-
 def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
     """The profiler output contract (`report.md`) as chapter 07 shows it: its Stages table as a frame
     (bound and key issue per phase) and, as Markdown, what its cells and classes mean and its per-phase
@@ -613,8 +426,8 @@ def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
     from . import classify as C
 
     if not len(k):
-        return (pd.DataFrame(), tr("The run has no ncu counters: bounds and opportunities need chapter 02's "
-                                   "capture."))
+        return (pd.DataFrame(), phrase("The run has no ncu counters: bounds and opportunities need chapter 02's "
+                                       "capture."))
     c = C.classify(k, roofs.ridge())  # the bf16 ridge on the roofs chapters 04 and 05 draw
     summary = phase_summary(run.timeline, run.phases)
     opps = C.all_opportunities(run, summary, c, roofs)
@@ -645,13 +458,3 @@ def comparison(pair: tuple | None) -> dict[str, pd.DataFrame]:
             "kernels": kern[["phase", "op", "family", "us_per_step_a", "us_per_step_b", "change_us_per_step", "ratio",
                              "only_in"]],
             "metrics": D.metrics(a, b)}
-
-
-def comparison_note(pair: tuple | None) -> str:
-    from .compare import coverage_words
-
-    if pair is None:
-        return tr("No `baseline_run` given and no variant run to compare with.")
-    a, b = pair
-    return tr("A = `{a}` ({ca}), B = `{b}` ({cb}); ratios are B ÷ A.", a=md_code(a.run_id), ca=md(coverage_words(a)),
-              b=md_code(b.run_id), cb=md(coverage_words(b)))

@@ -11,9 +11,6 @@ import pandas as pd
 from ..contract import quantity
 from ..contract.manifest import Manifest, read_manifest
 from ..contract.shapes import matvec_rows
-from ..display import phase_label
-from ..i18n import N_, tr
-from ..escape import md
 
 PHASE_ORDER = ["vision_encode", "prefill", "decode", "other"]
 
@@ -180,7 +177,7 @@ def shown_kernels(timeline: pd.DataFrame, kernels: pd.DataFrame | None = None, n
     library, name (exactly as the run recorded it, what ncu --kernel-name and source searches match, up to
     `load.run.NAME_LIMIT` characters: a longer one is cut at load to its head, '…' and a hash) and, where a name
     is mangled (`_Z...`) and c++filt reads it, demangled (the readable one beside it)."""
-    from ..display import demangle
+    from ..load.trace import demangle
 
     cols = ["phase", "kernel_id", "friendly_name", "rank", "time_pct", "top", "library", "name"]
     ids = {}
@@ -204,9 +201,10 @@ def shown_kernels(timeline: pd.DataFrame, kernels: pd.DataFrame | None = None, n
     return t
 
 
-def appendix_tables(names: pd.DataFrame, timeline: pd.DataFrame, n: int = 15) -> list[tuple[str, str, pd.DataFrame]]:
-    """`shown_kernels` as the appendix shows it: per phase (its order), the phase, a caption and the table, whose
-    kernel column reads as every other chapter's ('d004 nvjet GEMM (...)' where ncu selected it)."""
+def appendix_frames(names: pd.DataFrame) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """`shown_kernels` as the appendix shows it: per phase (its order), the phase, its rows of `names` and the table,
+    whose kernel column reads as every other chapter's ('d004 nvjet GEMM (...)' where ncu selected it); the caption
+    is `narrate.timeline.appendix_tables`'."""
     out = []
     for ph, g in names.groupby("phase", sort=False):
         kernel = [f"{k} {f}" if k is not None else f for k, f in zip(g.kernel_id, g.friendly_name)]
@@ -214,136 +212,46 @@ def appendix_tables(names: pd.DataFrame, timeline: pd.DataFrame, n: int = 15) ->
                                                           g.demangled.notna().any() else [])
         frame = g[cols].reset_index(drop=True)
         frame.insert(0, "kernel", kernel)
-        out.append((ph, appendix_caption(g, timeline, ph, n), frame))
+        out.append((ph, g, frame))
     return out
 
 
-def appendix_caption(rows: pd.DataFrame, timeline: pd.DataFrame, phase: str, n: int) -> str:
-    """Caption of one phase's appendix table: how many kernels, which (the top-n, and those selected for ncu), and how
-    much of the phase's kernel time they hold; the top-kernel table's caption where ncu selected none beyond them."""
-    extra = int((~rows.top.astype(bool)).sum())
-    if not extra:
-        return top_caption(timeline, phase, n)
-    name = phase_label(phase)
-    return tr("{label}: {count} kernels, the top {top} by total time and {extra} more selected for ncu, "
-              "{pct:.1f} % of {phase} kernel time", label=name[:1].upper() + name[1:], count=len(rows),
-              top=int(rows.top.astype(bool).sum()), extra=extra, pct=rows.time_pct.sum(), phase=name)
-
-
-# Why a phase-summary cell is empty, for the note under the table.
-PHASE_SUMMARY_MISSING = {
-    "wall_ms": N_("the 'other' row is generate's own work between forwards, which has no phase range, so no "
-                  "wall time or idle share of its own"),
-    "launches_per_step": N_("a phase without steps has no per-step count"),
-}
-
-
-def top_caption(timeline: pd.DataFrame, phase: str, n: int) -> str:
-    """Caption of a top-kernel table: the phase, and how much of its kernel time the rows hold."""
+def top_coverage(timeline: pd.DataFrame, phase: str, n: int) -> dict:
+    """What a phase's top-n table holds: its rows, the phase's distinct kernels, and the rows' share of the
+    phase's kernel time (%)."""
     k = timeline[(timeline.phase == phase) & (timeline.kind == "kernel")]
     t = top_kernels(timeline, phase, n)
-    name = phase_label(phase)
-    label = name[:1].upper() + name[1:]
-    if t.empty:
-        return tr("{phase}: no kernels", phase=label)
-    distinct = k.name.nunique()
-    which = tr("top {n} of {distinct} kernels", n=len(t), distinct=distinct) if distinct > len(t) else (
-        tr("its one kernel") if distinct == 1 else tr("all {distinct} kernels", distinct=distinct))
-    return tr("{label}: {which} by total time, {pct:.1f} % of {phase} kernel time", label=label, which=which,
-              pct=t.time_pct.sum(), phase=name)
+    return {"rows": len(t), "distinct": int(k.name.nunique()), "pct": float(t.time_pct.sum()) if len(t) else 0.0}
 
 
-# --- prose: every number below is computed from the run ---------------------------------------------
-def _row(summary: pd.DataFrame, phase: str):
-    s = summary[summary.phase == phase]
-    return None if s.empty else s.iloc[0]
-
-
-def headline(summary: pd.DataFrame, shares: pd.DataFrame, manifest: Manifest | dict) -> str:
-    d = _row(summary, "decode")
-    if d is None:
-        return tr("no decode phase in this run")
+def decode_figures(summary: pd.DataFrame, shares: pd.DataFrame, manifest: Manifest | dict) -> dict | None:
+    """The chapter's headline figures (None without a decode phase): the plain decode step (named quantity, None
+    for a run without plain timings), the profiled step and its GPU-busy time (named quantities), the GPU-busy
+    share of the profiled step, kernel launches per step, and the largest decode category with its share."""
+    s = summary[summary.phase == "decode"]
+    if s.empty:
+        return None
+    d = s.iloc[0]
     top = shares[shares.phase == "decode"].iloc[0]
     info = read_manifest(manifest)
     plain = info.plain_ms_per_step().get("decode")
     rid = info.run_id or ""
-    if plain:
-        return tr("decode: {plain:.1f} ms per token on the wall clock without the profiler ({ms_per_token:.1f} ms under "
-                  "it), GPU busy {busy_ms:.2f} ms of it ({launches:.0f} kernel launches per token); {category} holds "
-                  "{pct:.0f} % of decode kernel time", plain=quantity.q(rid, "decode.plain_step_ms", plain),
-                  ms_per_token=quantity.q(rid, "decode.profiled_step_ms", d.wall_ms / d.steps),
-                  busy_ms=quantity.q(rid, "decode.gpu_busy_step_ms", d.gpu_busy_ms / d.steps),
-                  launches=d.launches_per_step, category=top.category, pct=top.pct)
-    return tr("decode: {ms_per_token:.1f} ms per token on the wall clock under the profiler, GPU busy {busy_pct:.0f} % "
-              "of it ({launches:.0f} kernel launches per token); {category} holds {pct:.0f} % of decode kernel time",
-              ms_per_token=quantity.q(read_manifest(manifest).run_id or "", "decode.profiled_step_ms", d.wall_ms / d.steps),
-              busy_pct=100 - d.idle_pct, launches=d.launches_per_step,
-              category=top.category, pct=top.pct)
+    return {"plain": quantity.q(rid, "decode.plain_step_ms", plain) if plain else None,
+            "ms_per_token": quantity.q(rid, "decode.profiled_step_ms", d.wall_ms / d.steps),
+            "busy_ms": quantity.q(rid, "decode.gpu_busy_step_ms", d.gpu_busy_ms / d.steps),
+            "busy_pct": 100 - d.idle_pct, "launches": d.launches_per_step, "category": top.category,
+            "pct": top.pct}
 
 
-def phase_prose(summary: pd.DataFrame, manifest: Manifest | dict) -> str:
-    info = read_manifest(manifest)
-    d = _row(summary, "decode")
-    lines = []
-    total_wall = summary.wall_ms.sum()
-    for _, s in summary.iterrows():
-        if s.phase == "other":
-            continue
-        lines.append(tr("- **{phase}**: {wall_ms:.1f} ms wall under the profiler, {busy_ms:.1f} ms GPU busy (idle "
-                        "{idle_pct:.0f} %), {kernels} kernels", phase=phase_label(s.phase), wall_ms=s.wall_ms,
-                        busy_ms=s.gpu_busy_ms, idle_pct=s.idle_pct, kernels=s.kernels))
-    o = _row(summary, "other")
-    if o is not None:
-        lines.append(tr("- **other** (generate's own work between forwards: logits processing, token selection): "
-                        "{kernels} kernels, {ms:.1f} ms of kernel time under the profiler", kernels=o.kernels,
-                        ms=o.kernel_time_ms))
-    if d is not None:
-        bound = (tr("Decode is **launch-bound**") if d.idle_pct > 50 else tr("Decode is **GPU-bound**"))
-        plain = info.plain_ms_per_step().get("decode")
-        if plain:  # the step a reader should take: the plain generate's; GPU-busy from the profiled pass
-            lines.append("\n" + bound + tr(
-                ": each token issues {launches:.0f} kernels in {ms:.2f} ms without the profiler ({profiled:.2f} ms "
-                "under it), {us:.1f} µs of plain wall time per launch, while the GPU is busy "
-                "{busy:.2f} ms per step (GPU-busy, profiled pass), idle {idle_pct:.0f} % of the plain step. "
-                "Fewer, larger kernels (fusion, CUDA graphs) would shorten decode more than faster kernels would.",
-                launches=d.launches_per_step, ms=plain, profiled=d.wall_ms / d.steps,
-                us=plain * 1e3 / d.launches_per_step, busy=d.gpu_busy_ms / d.steps,
-                idle_pct=100 * max(0.0, 1 - d.gpu_busy_ms / d.steps / plain)))
-        else:
-            lines.append("\n" + bound + tr(
-                ": each token issues {launches:.0f} kernels in {ms:.2f} ms under the profiler (the run has no "
-                "plain step timing), {us:.1f} µs of wall time per launch, while the GPU is idle {idle_pct:.0f} % of "
-                "the time. Fewer, larger kernels (fusion, CUDA graphs) would shorten decode more than faster "
-                "kernels would.", launches=d.launches_per_step, ms=d.wall_ms / d.steps,
-                us=(d.wall_ms * 1e3) / (d.launches_per_step * d.steps), idle_pct=d.idle_pct))
-    tl = info.timeline_info
-    if tl.plain_generate:
-        plain_s = tl.plain_generate.median_s
-        profiled_s = tl.profiled_generate_s if tl.profiled_generate_s is not None else float("nan")
-        lines.append("\n" + tr("One unprofiled generate took {seconds:.3f} s (median of {trials}); under the profiler "
-                               "it took {profiled:.3f} s ({ratio:.2f}× the plain run), {phases:.3f} s of it in the "
-                               "phases above and the rest in generate's own work between forwards.",
-                               seconds=plain_s, trials=tl.plain_generate.trials, profiled=profiled_s,
-                               ratio=profiled_s / plain_s, phases=total_wall / 1e3))
-    if tl.sampling:
-        sm = tl.sampling
-        lines.append(tr("The profiler recorded {n} of the {total} decode steps, in {w} windows (a long generation): "
-                        "the decode row and every table of the book hold those steps; the plain generate timed all "
-                        "of them (the step-by-step section below).", n=sm["profiled_decode_steps"],
-                        total=sm["decode_steps"], w=len(sm["windows"])))
-    return "\n".join(lines)
-
-
-def gap_prose(gaps_us: pd.Series) -> str:
+def gap_stats(gaps_us: pd.Series) -> dict | None:
+    """The gaps' median, 90th and 99th percentiles (µs), their total (ms), and the gaps over 100 µs: their total
+    (ms) and count; None without gaps."""
     if gaps_us.empty:
-        return ""
+        return None
     q = gaps_us.quantile([0.5, 0.9, 0.99])
-    total = gaps_us.sum() / 1e3
     big = gaps_us[gaps_us > 100]
-    return tr("Median gap {p50:.1f} µs, 90th percentile {p90:.1f} µs, 99th {p99:.0f} µs (profiled pass); "
-              "{total:.0f} ms of decode under the profiler is spent in gaps, {big_ms:.0f} ms of it in the {n_big} "
-              "gaps longer than 100 µs.", p50=q[0.5],
-              p90=q[0.9], p99=q[0.99], total=total, big_ms=big.sum() / 1e3, n_big=len(big))
+    return {"p50": q[0.5], "p90": q[0.9], "p99": q[0.99], "total_ms": gaps_us.sum() / 1e3,
+            "big_ms": big.sum() / 1e3, "n_big": len(big)}
 
 
 def top_table_display(timeline: pd.DataFrame, phase: str, n: int) -> pd.DataFrame:
@@ -355,64 +263,35 @@ def top_table_display(timeline: pd.DataFrame, phase: str, n: int) -> pd.DataFram
     return t[cols]
 
 
-def matvec_padding_prose(run) -> str:
+def matvec_padding(run) -> dict | None:
     """How much the MMA tile pads the run's profiled matrix-vector products, measured: ncu's tensor FLOPs ÷
-    2·M·N·K of the profiled launches (chapter 02's check); empty without profiled GEMVs."""
+    2·M·N·K of the profiled launches (chapter 02's check): lo, hi and n (the launches); None without profiled
+    tensor-core GEMVs."""
     from .ncu_report import fidelity
 
     k = run.ncu_kernels()
     if k is None or "status" not in k or not (k.status == "profiled").any():
-        return ""
+        return None
     f = fidelity(k, run.timeline, verdicts=False)
     # tensor-core kernels only: a CUDA-core GEMV (cuBLAS's fp32 dot kernel for the router) pads nothing
     f = f[f.matvec.astype(bool) & (f.flops_ratio > 1) & ~f.cuda_core.astype(bool)] if len(f) else f
     if f.empty:
-        return ""
-    return tr(" Here the matrix-vector products run on tensor cores, whose MMA tile pads the vector: ncu counts "
-              "{lo:.2f}–{hi:.2f}× the useful 2·M·N·K on the {n} profiled ones (chapter 02).",
-              lo=f.flops_ratio.min(), hi=f.flops_ratio.max(), n=len(f))
+        return None
+    return {"lo": f.flops_ratio.min(), "hi": f.flops_ratio.max(), "n": len(f)}
 
 
-def expert_gather_prose(timeline: pd.DataFrame, gemv_pct: float) -> str:
+def expert_gather_pct(timeline: pd.DataFrame) -> float | None:
     """The decode weight traffic that is not a GEMV: `aten::index` on a stacked 3-D weight (the routed
     experts' weights copied out of the [experts, N, K] stack before the batched product reads them again),
-    its share of decode kernel time (%); empty when the run has none."""
+    its share of decode kernel time (%); None when the run has none."""
     d = timeline[timeline.phase == "decode"]
     if d.empty:
-        return ""
+        return None
     first = d.op_shapes.fillna("").str.split(";").str[0]
     g = d[d.category.eq("gather/index") & d.op.eq("aten::index") & first.str.count("x").eq(2)]
     if g.empty:
-        return ""
-    pct = 100 * g.duration_ns.sum() / d.duration_ns.sum()
-    return tr(" The routed experts' weights are first copied out of their stacked tensor by `aten::index` "
-              "(gather/index, {pct:.1f} % of decode kernel time) and then read again by the GEMV: weight traffic "
-              "holds {both:.1f} % here in the two together.", pct=pct, both=gemv_pct + pct)
-
-
-def reference_prose(cmp: pd.DataFrame, run) -> str:
-    c = cmp.set_index("category")
-    gemv = c.loc["GEMV"] if "GEMV" in c.index else None
-    lines = [tr("The reference measured DeepSeek-OCR v1 on an RTX 5090; this run is {model} on {gpu}.",
-                model=md(run.info.workload.model), gpu=md(run.gpu_name))]
-    if gemv is not None:
-        lines.append(tr("- **GEMV**: {here:.1f} % here vs {reference:.1f} % ({difference:+.1f} points).",
-                        here=gemv.this_run_pct, reference=gemv.reference_pct, difference=gemv.difference_pts)
-                     + matvec_padding_prose(run) + expert_gather_prose(run.timeline, gemv.this_run_pct))
-    for cat, why in (("copy/cast", tr("dtype casts (float ↔ bf16 in RMSNorm and rotary embeddings) and `torch.cat` "
-                                      "of the KV cache every step")),
-                     ("elementwise", tr("unfused pointwise ops")),
-                     ("attention", tr("the attention kernels (cuDNN SDPA here, FlashAttention split-KV there)"))):
-        if cat in c.index:
-            r = c.loc[cat]
-            lines.append(tr("- **{category}**: {here:.1f} % here vs {reference:.1f} % ({difference:+.1f} points); "
-                            "{why}.", category=cat, here=r.this_run_pct, reference=r.reference_pct,
-                            difference=r.difference_pts, why=why))
-    rest = cmp[cmp.reference_pct.isna() & (cmp.this_run_pct > 1)]
-    if len(rest):
-        lines.append(tr("- Not broken out in the reference: {shares}.", shares=tr(", ").join(
-            f"{r.category} {r.this_run_pct:.1f} %" for r in rest.itertuples())))
-    return "\n".join(lines)
+        return None
+    return 100 * g.duration_ns.sum() / d.duration_ns.sum()
 
 
 # --- Two timeline backends on one workload (issue 46) ---------------------------------------------------------------
@@ -447,34 +326,3 @@ def backend_kernels(run, other, phase: str = "decode") -> pd.DataFrame:
     out = pd.DataFrame({"kernel": big.index, "gpu_ms_this": a.reindex(big.index).values, "gpu_ms_other": big.values})
     out["difference_pct"] = 100 * (out.gpu_ms_this / out.gpu_ms_other - 1)
     return out
-
-
-def backend_prose(run, other, phases: pd.DataFrame, kernels: pd.DataFrame) -> str:
-    """Whether the two backends agree (per phase within BACKEND_TOLERANCE_PCT; the decode kernels' largest difference)
-    and each one's overhead (profiled ÷ plain generate, in its own capture); `other` None: that there is no such
-    run."""
-    if other is None:
-        return tr("No run of this workload captured with the other timeline profiler sits beside this one.")
-    names = {r.info.timeline_profiler: r for r in (run, other)}
-    label = {"nsys": tr("Nsight Systems"), "torch": tr("the torch profiler")}
-    worst = float(phases.difference_pct.abs().max()) if len(phases) else np.nan
-    kworst = float(kernels.difference_pct.abs().max()) if len(kernels) else np.nan
-    same = bool(len(phases)) and (phases.kernels_this == phases.kernels_other).all()
-    out = [tr("{this} ({b1}) beside {other} ({b2}), the same workload on the same GPU: {count}; GPU time per phase "
-              "within {worst:.1f} % ({verdict}); the {n} decode kernels holding ≥ 1 % of decode kernel time, matched "
-              "by kernel stem, within {kworst:.1f} %.", this=md(run.run_id), b1=label[run.info.timeline_profiler],
-              other=md(other.run_id), b2=label[other.info.timeline_profiler],
-              count=(tr("{n:,} kernels in each", n=int(phases.kernels_this.sum())) if same else
-                     tr("{a:,} kernels against {b:,}", a=int(phases.kernels_this.sum()),
-                        b=int(phases.kernels_other.sum()))),
-              worst=worst, verdict=(tr("they agree, within {tol:.0f} %", tol=BACKEND_TOLERANCE_PCT)
-                                    if worst <= BACKEND_TOLERANCE_PCT else
-                                    tr("they differ by more than {tol:.0f} %", tol=BACKEND_TOLERANCE_PCT)),
-              n=len(kernels), kworst=kworst)]
-    over = {b: r.info.timeline_info.overhead_ratio for b, r in names.items()}
-    if all(isinstance(v, (int, float)) for v in over.values()) and len(over) == 2:
-        out.append(tr("Profiler overhead, the profiled generate ÷ the plain one of the same capture: Nsight Systems "
-                      "{nsys:.2f}×, the torch profiler {torch:.2f}× (each capture's own plain generate: the host's "
-                      "speed moves between captures, so the two are compared as ratios).", nsys=over["nsys"],
-                      torch=over["torch"]))
-    return " ".join(out)

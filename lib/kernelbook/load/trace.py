@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import gzip
 import re
+import shutil
+import subprocess
 import zlib
+from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
@@ -872,3 +875,17 @@ def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame, by_stem: bool = Fals
     cols = list(timing.columns) + [c for c in ("op_index", *mods) if c in m and c not in timing]
     out = m.drop(columns=["_occ", "_op_b", "_name"])[cols]
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True), stats
+
+
+@lru_cache(maxsize=4096)
+def demangle(name: str) -> str:
+    """The demangled C++ name of an Itanium-mangled symbol (`_Z...`) via c++filt when it is installed;
+    any other name unchanged (ncu and CUPTI mostly give demangled names already)."""
+    if not name.startswith("_Z") or not shutil.which("c++filt"):
+        return name
+    try:  # a name from the run may hold anything, a NUL byte included, which no argument can: it goes in on stdin
+        out = subprocess.run(["c++filt"], input=name.replace("\0", " ").replace("\n", " "), capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return name
+    return out or name

@@ -11,6 +11,7 @@ from .. import escape
 from ..analyze.findings import Finding
 from ..i18n import N_, tr
 from ..i18n import heading as shown_heading
+from . import say
 
 MAX_WORDS = 30
 
@@ -51,10 +52,10 @@ def sentence(f: Finding) -> str:
                   "{deployed_ms:.2f} ms per step.", **v)
     if f.key == "lever_software":
         return tr("Best software lever: {lever} ({setting}), {pct:.0f} % off the deployed decode step.",
-                  lever=tr(v["lever"]), setting=tr(v["setting"]), pct=v["pct"])
+                  lever=say(v["lever"]), setting=say(v["setting"]), pct=v["pct"])
     if f.key == "lever_hardware":
         return tr("Best hardware lever: {lever} at {setting}, {pct:.0f} % off the deployed decode step by the "
-                  "what-if.", lever=tr(v["lever"]), setting=tr(v["setting"]), pct=v["pct"])
+                  "what-if.", lever=say(v["lever"]), setting=say(v["setting"]), pct=v["pct"])
     raise ValueError(f"no sentence for the finding {f.key!r}")
 
 
@@ -75,7 +76,8 @@ def bounds(stages: pd.DataFrame) -> pd.DataFrame:
 
 def levers(top: pd.DataFrame) -> pd.DataFrame:
     """The top levers: name, kind, setting and the share of the deployed decode step each takes off."""
-    return pd.DataFrame({"lever": list(top.lever), "lever_kind": list(top.kind), "setting": list(top.setting),
+    return pd.DataFrame({"lever": [say(x) for x in top.lever], "lever_kind": [say(x) for x in top.kind],
+                         "setting": [say(x) for x in top.setting],
                          "off_step": [f"{-float(x):.0f} %" for x in top["change %"]]})
 
 

@@ -475,7 +475,7 @@ def sensitivity_grid(sens: pd.DataFrame, knees: pd.DataFrame, env: dict | None =
 def variant_gains(rows: pd.DataFrame) -> go.Figure:
     """Predicted against measured gain (baseline ÷ variant, ×) per variant and phase; a variant the
     what-if cannot price shows its measured bar alone."""
-    x = [f"{plot(r.variant)} · {phase_label(r.phase)}" for r in rows.itertuples()]
+    x = [f"{plot(text(r.variant))} · {phase_label(r.phase)}" for r in rows.itertuples()]
     # the gains as plain floats (the table's cells are named quantities: object columns numpy cannot take a log of)
     pred, meas = rows.predicted_gain.astype(float), rows.measured_gain.astype(float)
     fig = go.Figure()

@@ -272,36 +272,24 @@ def check_runs(cfg: BookConfig) -> None:
             raise BookError(f"damaged run: {e}\nnothing rendered; an earlier report is kept", 2) from None
 
 
-def _summary(executed: Path) -> str:
-    """The chapter's one-line summary: the text of its first `kb-summary` output, its quantities' marks kept (the
-    index shows them as the chapter does; `ChapterResult.entry` writes it plain)."""
+def _lifted(executed: Path) -> tuple[str, tuple[str, str] | None]:
+    """What the index lifts from an executed chapter, its quantities' marks kept (the index shows them as the chapter
+    does; `ChapterResult.entry` writes them plain), read in one pass: the one-line summary (the text of its first
+    `kb-summary` output) and chapter 07's first page (`notebook.findings`: its HTML and the Markdown report.md opens
+    with; None where the chapter shows none)."""
     import nbformat
 
-    nb = nbformat.read(executed, as_version=4)
-    for cell in nb.cells:
+    summary, found = None, None
+    for cell in nbformat.read(executed, as_version=4).cells:
         for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            text = data.get("text/markdown") or data.get("text/plain") or ""
-            if isinstance(text, list):
-                text = "".join(text)
-            if "kb-summary" in str(out.get("metadata", {})):  # Markdown: the index lists what a reader reads
-                return escape.plain(text).strip()
-    return ""
-
-
-def _findings(executed: Path) -> tuple[str, str] | None:
-    """Chapter 07's first page (`notebook.findings`): its HTML, quantities' marks kept (the index shows them as the
-    chapter does), and the Markdown report.md opens with; None where the chapter shows none."""
-    import nbformat
-
-    nb = nbformat.read(executed, as_version=4)
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            meta = out.get("metadata", {})
-            if meta.get("kb-findings"):
-                body = out.get("data", {}).get("text/html", "")
-                return ("".join(body) if isinstance(body, list) else body), meta.get("kb-findings-md", "")
-    return None
+            meta, data = out.get("metadata", {}), out.get("data", {})
+            if summary is None and "kb-summary" in str(meta):  # Markdown: the index lists what a reader reads
+                text = data.get("text/markdown") or data.get("text/plain") or ""
+                summary = escape.plain("".join(text) if isinstance(text, list) else text).strip()
+            if found is None and meta.get("kb-findings"):
+                body = data.get("text/html", "")
+                found = ("".join(body) if isinstance(body, list) else body), meta.get("kb-findings-md", "")
+    return summary or "", found
 
 
 def _title(py_path: Path, language: str = "en") -> str:
@@ -438,8 +426,7 @@ class _Rendering:
         if note is not None:  # the run cannot serve this chapter: it shows the note, the book goes on
             error = None
         src.unlink()
-        summary = _summary(executed) if executed.exists() else ""  # before `_html` writes the notebook plain
-        found = _findings(executed) if executed.exists() else None
+        summary, found = _lifted(executed) if executed.exists() else ("", None)  # before `_html` writes it plain
         if executed.exists():
             try:
                 _html(executed, self.stage / f"{nb.stem}.html", self.language)

@@ -25,17 +25,20 @@ STEPS = {"measure_peaks": N_("measure peaks (bf16 GEMM, device copy)"), "timelin
 # Each form the capture writes is a template here, shown through the catalog; any other text is shown as written.
 # The analysis does not import the capture code, so these repeat its wording (tests/test_i18n.py checks every
 # stored text of the bundled runs against them).
+def _literal(key: str):
+    """A stored text with no value in it: matched as written."""
+    return re.compile("^" + re.escape(key) + "$"), key
+
+
 _STORED = [
-    (re.compile(r"^asked for in params$"), N_("asked for in params")),
+    _literal(N_("asked for in params")),
     (re.compile(r"^auto: torch; nsys works here \((?P<why>.*)\) but its runs lack op shapes and modules$", re.S),
      N_("auto: torch; nsys works here ({why}) but its runs lack op shapes and modules")),
     (re.compile(r"^auto: torch; nsys works here \((?P<why>.*)\), its overhead against the torch profiler's not yet "
                 r"measured$", re.S),
      N_("auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured")),
-    (re.compile(r"^auto: torch; tensor-parallel ranks run under the torch profiler only$"),
-     N_("auto: torch; tensor-parallel ranks run under the torch profiler only")),
-    (re.compile(r"^auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only$"),
-     N_("auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only")),
+    _literal(N_("auto: torch; tensor-parallel ranks run under the torch profiler only")),
+    _literal(N_("auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only")),
     (re.compile(r"^auto: nsys; on (?P<dev>.*) its overhead was measured lower: (?P<n>[\d.]+)x against (?P<t>[\d.]+)x "
                 r"for the torch profiler \((?P<where>.*)\)$", re.S),
      N_("auto: nsys; on {dev} its overhead was measured lower: {n}x against {t}x for the torch profiler ({where})")),
@@ -43,8 +46,7 @@ _STORED = [
                 r"against (?P<n>[\d.]+)x for nsys \((?P<where>.*)\)$", re.S),
      N_("auto: torch; on {dev} the torch profiler's overhead was measured lower: {t}x against {n}x for nsys "
         "({where})")),
-    (re.compile(r"^nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install$"),
-     N_("nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install")),
+    _literal(N_("nsys is not on PATH nor inside an Nsight Compute or Nsight Systems install")),
     (re.compile(r"^(?P<version>.*) at (?P<path>\S+) cannot write its reports: its importer lacks (?P<libs>.*); install "
                 r"(?P<pkgs>.*) \(apt-get install .*\), or unpack them \(dpkg -x\) and add their lib folder to "
                 r"LD_LIBRARY_PATH$", re.S),
@@ -55,22 +57,15 @@ _STORED = [
     (re.compile(r"^(?P<version>.*) at (?P<path>\S*nsys)$", re.S), N_("{version} at {path}")),
     (re.compile(r"^auto: nsys unusable \((?P<why>.*)\)$", re.S), N_("auto: nsys unusable ({why})")),
     (re.compile(r"^auto: (?P<why>nsys .*)$", re.S), N_("auto: {why}")),
-    (re.compile(r"^nsys is not on PATH$"), N_("nsys is not on PATH")),
+    _literal(N_("nsys is not on PATH")),
     (re.compile(r"^nsys --version failed: (?P<error>.*)$", re.S), N_("nsys --version failed: {error}")),
     (re.compile(r"^nsys --version exited (?P<code>-?\d+)$"), N_("nsys --version exited {code}")),
     (re.compile(r"^nsys (?P<version>.*) found at (?P<path>.*)$", re.S), N_("nsys {version} found at {path}")),
     (re.compile(r"^(?P<n>\d+) generate\(s\)$"), N_("{n} generate(s)")),
-    (re.compile(r"^torch\.profiler schedule over the windows; every step of the plain generates timed "
-                r"\(steps\.parquet\)$"),
-     N_("torch.profiler schedule over the windows; every step of the plain generates timed (steps.parquet)")),
-    (re.compile(r"^by position: NVTX range around each selected kernel's op call, no name filter$"),
-     N_("by position: NVTX range around each selected kernel's op call, no name filter")),
-    (re.compile(r"^by name: --kernel-name filter per phase \(timeline without op numbering\)$"),
-     N_("by name: --kernel-name filter per phase (timeline without op numbering)")),
-    (re.compile(r"^by graph node: the NVTX target range around the profiled step's graph replay, --graph-profiling "
-                r"node, the first launch of every launch configuration in the step \(no name filter: ncu's filter "
-                r"sees graph nodes under stale names\), tied by the report's names and launch configurations$"),
-     N_("by graph node: the NVTX target range around the profiled step's graph replay, --graph-profiling node, the "
+    _literal(N_("torch.profiler schedule over the windows; every step of the plain generates timed (steps.parquet)")),
+    _literal(N_("by position: NVTX range around each selected kernel's op call, no name filter")),
+    _literal(N_("by name: --kernel-name filter per phase (timeline without op numbering)")),
+    _literal(N_("by graph node: the NVTX target range around the profiled step's graph replay, --graph-profiling node, the "
         "first launch of every launch configuration in the step (no name filter: ncu's filter sees graph nodes under "
         "stale names), tied by the report's names and launch configurations")),
     (re.compile(r"^per rank: one ncu around one rank's worker under torchrun \((?P<n>\d+) ranks\)$"),

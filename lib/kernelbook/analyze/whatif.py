@@ -934,28 +934,37 @@ def host_time_per_launch_us(tr: Trace, phase: str = "decode") -> float:
 def active_weight_bytes(tr: Trace, precision: str | None = None, each_once: bool = False) -> float:
     """Weight bytes one decode step reads (all GEMM/GEMV launches of decode ÷ steps), at `precision` ('fp8' halves
     them, 'int4' quarters them; None: as run, bf16). `each_once`: the bytes the step must move, each weight once: a
-    MoE's expert product over the batch's expert selections (`bmm` of tokens × k gathered experts) counts at most the
-    router's E experts (`moe_router`), not one copy per selection (the physical limit)."""
+    MoE's expert product over the batch's expert selections (`per_selection` rows) counts at most the router's E
+    experts (`moe_router`), not one copy per selection (the physical limit)."""
     w = at_precision(tr.work[tr.work.phase == "decode"], precision)
     wb = w.weight_bytes * w.launches
     router = moe_router(tr) if each_once else None
-    if router is not None:
+    if router is not None and "per_selection" in w:
         _, experts = router
-        sel = w.op_shapes.map(lambda s: (gemm_dims(s) or (0,))[0]).where(w.op == "aten::bmm", 0)
+        sel = w.op_shapes.map(lambda s: (gemm_dims(s) or (0,))[0]).where(w.per_selection, 0)
         wb = wb * np.where(sel > experts, experts / sel.clip(lower=1), 1.0)
     return float(wb.sum() / max(1, tr.steps.get("decode", 1)))
 
 
+def _router(work: pd.DataFrame) -> tuple[int, int] | None:
+    """(tokens per decode step, experts) of a MoE's router, from its top-k's input [tokens, experts] in decode; None
+    where decode runs no top-k over a 2-d input."""
+    for shapes in work[(work.phase == "decode") & (work.op == "aten::topk")].op_shapes:
+        first = arg_shapes(shapes)[0] if isinstance(shapes, str) else []
+        if first and len(first[0]) == 2 and first[0][1] > 1:
+            return int(first[0][0]), int(first[0][1])
+    return None
+
+
 def _per_selection(g: pd.DataFrame) -> np.ndarray:
     """Decode rows whose matrix product reads its weights once per token's expert choice: a `bmm` over tokens × k
-    gathered experts (k ≥ 2), the tokens read from the router's top-k input [tokens, experts] of the same phase."""
+    gathered experts (k ≥ 2), the tokens those of the router (`_router`)."""
     out = np.zeros(len(g), dtype=bool)
-    dec = (g.phase == "decode").to_numpy()
-    topk = g[(g.phase == "decode") & (g.op == "aten::topk")].op_shapes
-    tokens = next((int(a[0][0][0]) for a in (arg_shapes(x) for x in topk if isinstance(x, str))
-                   if a and a[0] and len(a[0][0]) == 2), None)
-    if not tokens:
+    router = _router(g)
+    if router is None:
         return out
+    tokens = router[0]
+    dec = (g.phase == "decode").to_numpy()
     for i, (op, shapes) in enumerate(zip(g.op, g.op_shapes)):
         dims = gemm_dims(shapes) if dec[i] and op == "aten::bmm" else None
         if dims is not None and dims[0] % tokens == 0 and dims[0] // tokens >= 2:
@@ -964,14 +973,8 @@ def _per_selection(g: pd.DataFrame) -> np.ndarray:
 
 
 def moe_router(tr: Trace) -> tuple[int, int] | None:
-    """(tokens per decode step, experts) of a MoE's router, from its top-k's input [tokens, experts] in decode; None
-    where decode runs no top-k over a 2-d input."""
-    w = tr.work[(tr.work.phase == "decode") & (tr.work.op == "aten::topk")]
-    for shapes in w.op_shapes:
-        first = arg_shapes(shapes)[0] if isinstance(shapes, str) else []
-        if first and len(first[0]) == 2 and first[0][1] > 1:
-            return int(first[0][0]), int(first[0][1])
-    return None
+    """(tokens per decode step, experts) of the run's MoE router (`_router` over its work table)."""
+    return _router(tr.work)
 
 
 # sweep label (a catalog key: the figure shows it in the book's language) → lever and values. The levers that

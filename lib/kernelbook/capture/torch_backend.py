@@ -101,26 +101,17 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
 
     sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
     two_pass = params.shapes_pass
-    # A long eager generation is warmed up by its shapes pass, run first: the first generate pays cuDNN's
-    # attention graph for every KV length (~0.08 s each on the H100, 157-196 s for 2048 tokens), a warmup
-    # generate would pay it and the shapes pass would then run a whole generate more. Under CUDA graphs
-    # (static cache) the warmup compiles the step, which the shapes pass's dispatch mode would keep out.
-    shapes_first = sampling is not None and two_pass and params.warmup > 0 and not params.static_cache
+    shapes_first = _shapes_first(params, sampling)
     progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
     wl, tracker, load_s = prepare(replace(params, warmup=0) if shapes_first else params)
     shaped = shapes = None
     lay = RunLayout(run_dir)
 
     def shapes_pass():
-        tracker.op_record = True
-        progress("  shapes pass (record_shapes, op numbering, module ranges)"
-                 + (": also the warmup" if shapes_first else ""))
-        out = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), sampling, progress)
-        tracker.op_record = False
-        return out
+        return _shapes_pass(wl, tracker, lay, sampling, progress, shapes_first)
 
     if shapes_first:
-        shaped, _, shapes_s, _, _ = shapes_pass()
+        shaped, shapes_s = shapes_pass()
     quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
     progress(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
     plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
@@ -136,7 +127,7 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
     if two_pass:  # aten shapes, op numbering and modules from a second generate, joined launch by launch
         if shaped is None:
             try:
-                shaped, _, shapes_s, _, _ = shapes_pass()
+                shaped, shapes_s = shapes_pass()
             except BaseException:  # stopped in the shapes pass: the run keeps the timeline, without shapes
                 _write_timeline(run_dir, timeline, phases)
                 raise
@@ -197,8 +188,7 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
     if params.tensor_parallel > 1:  # params refuse it (exit 2); a config built in code is stopped here
         raise CaptureError("timeline_backend: nsys does not capture tensor-parallel ranks; use timeline_backend: torch")
     sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
-    # as in torch_timeline: a long eager generation is warmed up by its shapes pass, run first
-    shapes_first = sampling is not None and params.shapes_pass and params.warmup > 0 and not params.static_cache
+    shapes_first = _shapes_first(params, sampling)
     progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
     wl, tracker, load_s = prepare(replace(params, warmup=0) if shapes_first else params)
     lay = RunLayout(run_dir)
@@ -212,14 +202,7 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
                 nsys = start_nsys(params, run_dir, sampling)
 
     def shapes_pass(after=None):
-        tracker.op_record = True
-        progress("  shapes pass (record_shapes, op numbering, module ranges)" + (": also the warmup" if shapes_first else ""))
-        try:
-            shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), sampling, progress,
-                                                       after_generate=after)
-        finally:
-            tracker.op_record = False
-        return shaped, shapes_s
+        return _shapes_pass(wl, tracker, lay, sampling, progress, shapes_first, after)
 
     try:
         shaped = shapes_s = None
@@ -268,6 +251,26 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
                                       "(phase, step, kernel stem, n-th launch)"), **shapes} if shapes is not None
                         else {"method": N_("none (shapes_pass: false)")}))
     return timeline, phases, info
+
+
+def _shapes_first(params: CaptureConfig, sampling) -> bool:
+    """Whether a long eager generation is warmed up by its shapes pass, run first: the first generate pays cuDNN's
+    attention graph for every KV length (~0.08 s each on the H100, 157-196 s for 2048 tokens), a warmup generate would
+    pay it and the shapes pass would then run a whole generate more. Under CUDA graphs (static cache) the warmup
+    compiles the step, which the shapes pass's dispatch mode would keep out."""
+    return sampling is not None and params.shapes_pass and params.warmup > 0 and not params.static_cache
+
+
+def _shapes_pass(wl, tracker, lay: RunLayout, sampling, progress, first: bool, after=None):
+    """The shapes pass (record_shapes, op numbering, module ranges), either backend's: (its timeline, generate s)."""
+    tracker.op_record = True
+    progress("  shapes pass (record_shapes, op numbering, module ranges)" + (": also the warmup" if first else ""))
+    try:
+        shaped, _, shapes_s, _, _ = _profiled_pass(wl, tracker, True, lay.trace_base(shapes=True), sampling, progress,
+                                                   after_generate=after)
+    finally:
+        tracker.op_record = False
+    return shaped, shapes_s
 
 
 def _profiled_pass(wl, tracker, record_shapes: bool, trace_base: Path, sampling, progress=lambda msg: None,

@@ -129,17 +129,12 @@ def test_nsys_takes_a_sampled_long_generation():
                       consumer="capture")["sample_window"] == 8
 
 
-@pytest.mark.parametrize("extra, says", [
-    ({"tensor_parallel": 2, "model": "/ckpt", "weights": "pretrained"},
-     "timeline_backend: nsys does not capture tensor-parallel ranks yet"),
-])
-def test_nsys_with_what_it_does_not_capture_is_a_bad_parameter(tmp_path, extra, says):
-    """Tensor-parallel ranks under nsys stop before any GPU work, exit 2 naming the key
-    (the capture used to stop in its timeline stage, after setup)."""
-    with pytest.raises(P.ParamError, match="timeline_backend: nsys"):
-        P.validate({"timeline_backend": "nsys", **extra}, consumer="capture")
-    f = tmp_path / "p.yaml"
-    f.write_text(yaml.safe_dump({"timeline_backend": "nsys", **extra}))
-    out = subprocess.run([sys.executable, "-m", "kernelbook", "capture", "--params", str(f), "--out",
-                          str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and says in out.stderr and not (tmp_path / "run").exists()
+def test_nsys_takes_tensor_parallel_ranks(tmp_path):
+    """Tensor-parallel ranks under nsys are a good parameter (issue 46: each rank runs under its own nsys); only the
+    checkpoint rule of tensor parallelism applies."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    got = P.validate({"timeline_backend": "nsys", "tensor_parallel": 2, "model": str(ckpt), "weights": "pretrained"},
+                     consumer="capture")
+    assert (got["timeline_backend"], got["tensor_parallel"]) == ("nsys", 2)

@@ -302,14 +302,15 @@ def _diff(a: str, b: str) -> int:
 def _worker(argv: list[str]) -> int:
     w = argparse.ArgumentParser(prog="python -m kernelbook _worker")
     w.add_argument("--params", required=True)
-    w.add_argument("--mode", choices=("ncu", "nsys", "tp-timeline", "tp-exec"), required=True)
+    w.add_argument("--mode", choices=("ncu", "nsys", "tp-timeline", "tp-shapes", "tp-nsys", "tp-exec"), required=True)
     w.add_argument("--target")
     w.add_argument("--targets")
     w.add_argument("--early", help="ncu by op call, started before the targets exist: <gate file>:<owner pid>")
     w.add_argument("--profile-gate", action="store_true",
                    help="ncu by op call under --profile-from-start off: cudaProfilerStart/Stop around each target")
     w.add_argument("--ranges", help="ncu's range pass: the steps and spans of op calls to measure as ranges")
-    w.add_argument("--out", help="tp-timeline: the folder each rank writes its rank<N> tables into; nsys: the file "
+    w.add_argument("--out", help="tp-timeline, tp-shapes, tp-nsys: the raw/ folder each rank writes its rank<N> "
+                   "tables into; nsys: the file "
                    "the measured generate's seconds go to")
     args = w.parse_args(argv)
     from .capture.ncu_worker import worker
@@ -323,8 +324,12 @@ def _worker(argv: list[str]) -> int:
             os.environ["KB_NCU_PLAIN_RANK"] = "1"
         cmd = launch["ncu"] if profiled else launch["plain"]
         os.execvp(cmd[0], cmd)
-    if args.mode == "tp-timeline":
-        tp_rank_worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.out)
+    if args.mode == "tp-nsys":  # one torchrun rank of an nsys timeline: nsys around the rank's worker
+        from .capture.nsys import tp_rank_exec
+
+        tp_rank_exec(Path(args.params), Path(args.out))
+    if args.mode in ("tp-timeline", "tp-shapes"):
+        tp_rank_worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.out, args.mode)
         return 0
     worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.mode, args.target, args.targets, args.early,
            args.profile_gate, args.ranges, args.out)
@@ -335,6 +340,12 @@ def _worker(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    if args.mode == "nsys" and "WORLD_SIZE" in os.environ:  # a tensor-parallel rank: its process group ends with it
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
     return 0
 
 

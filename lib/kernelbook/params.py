@@ -407,9 +407,6 @@ def validate(values: dict, source: str = "parameters", consumer: str | None = No
         problems.append(f"low_pct: {merged['low_pct']:g} must be below high_pct ({merged['high_pct']:g}): a kernel "
                         "is low below low_pct and high at or above high_pct")
     tp = merged["tensor_parallel"]  # compared only once it is an int: a wrong type has its own problem above
-    if merged.get("timeline_backend") == "nsys" and isinstance(tp, int) and tp > 1:
-        problems.append("timeline_backend: nsys does not capture tensor-parallel ranks yet; use timeline_backend: "
-                        "torch (or auto) with tensor_parallel > 1")
     if merged.get("omnidocbench_subset") and not merged.get("omnidocbench_dir"):
         problems.append("omnidocbench_subset: needs omnidocbench_dir")
     if isinstance(tp, int) and tp > 1 and (merged.get("weights") == "random"

@@ -205,13 +205,29 @@ class NsysPass:
     window_starts: list[int] | None
 
 
+def nsys_command(lay: RunLayout, sampling=None) -> list[str]:
+    """`nsys profile` up to the application it runs, its report(s) at `lay.nsys_base`: `--capture-range=cudaProfilerApi`
+    (the worker brackets its measured generate, or each sampled window: `--capture-range-end=repeat`, one report per
+    window), `--cuda-graph-trace=node` so a CUDA-graph replay shows its kernels, no CPU sampling or context switches
+    (`-s none --cpuctxsw=none`)."""
+    exe = str(find_nsys() or "nsys")
+    return [exe, "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "--capture-range=cudaProfilerApi",
+            f"--capture-range-end={'repeat' if sampling else 'stop'}", "--cuda-graph-trace=node",
+            "-o", str(lay.nsys_base), "--force-overwrite", "true"]
+
+
+def worker_command(pfile: Path, done: Path) -> list[str]:
+    """The profiled generate's worker (`capture.ncu_worker.worker`, mode nsys): it writes its generate's s to `done`."""
+    import sys
+
+    return [sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys", "--out", str(done)]
+
+
 def start_nsys(params: CaptureConfig, run_dir: Path, sampling=None) -> NsysPass:
-    """Start the profiled generate under nsys: `--capture-range=cudaProfilerApi` (the worker brackets its measured
-    generate, or each sampled window: `--capture-range-end=repeat`, one report per window), `--cuda-graph-trace=node`
-    so a CUDA-graph replay shows its kernels, no CPU sampling or context switches (`-s none --cpuctxsw=none`)."""
+    """Start the profiled generate under nsys (`nsys_command`) in a worker of its own, which builds and warms up its
+    model at once and waits for the go file before its measured generate (`finish_nsys` writes it)."""
     import json
     import os
-    import sys
     import time
 
     from ..contract.layout import worker_file
@@ -224,16 +240,34 @@ def start_nsys(params: CaptureConfig, run_dir: Path, sampling=None) -> NsysPass:
     done.unlink(missing_ok=True)
     go = pfile.with_name("go")
     go.unlink(missing_ok=True)
-    exe = str(find_nsys() or "nsys")
-    cmd = [exe, "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "--capture-range=cudaProfilerApi",
-           f"--capture-range-end={'repeat' if sampling else 'stop'}", "--cuda-graph-trace=node",
-           "-o", str(lay.nsys_base), "--force-overwrite", "true",
-           sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys", "--out", str(done),
-           "--early", f"{go}:{os.getpid()}"]
+    cmd = nsys_command(lay, sampling) + worker_command(pfile, done) + ["--early", f"{go}:{os.getpid()}"]
     with open(lay.nsys_log, "w") as log:
         proc = start_limited(cmd, stdout=log, stderr=subprocess.STDOUT)
     return NsysPass(proc, run_dir, go, time.perf_counter(), params.capture_timeout_s,
                     window_starts(sampling.steps) if sampling else None)
+
+
+def tp_rank_exec(params_file: Path, out: Path) -> None:
+    """One torchrun rank of `tp_nsys_timeline`'s profiled pass: this process becomes `nsys profile` around the rank's
+    worker (its reports in the rank's raw/, its output in the rank's nsys.log); the worker inherits torchrun's
+    rank environment, so it joins the ranks' process group as the rank itself would."""
+    import json
+    import os
+
+    from ..contract.layout import rank_run, worker_file
+    from ..contract.sampling import plan
+
+    params = CaptureConfig.of(json.loads(Path(params_file).read_text()))
+    lay = rank_run(out, int(os.environ["RANK"]))
+    lay.raw.mkdir(parents=True, exist_ok=True)
+    done = worker_file(lay.nsys_params)
+    done.unlink(missing_ok=True)
+    sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+    cmd = nsys_command(lay, sampling) + worker_command(Path(params_file), done)
+    log = os.open(lay.nsys_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.execvp(cmd[0], cmd)
 
 
 def await_worker(proc, done: Path, started: float, timeout_s: float, generated) -> None:
@@ -265,26 +299,37 @@ def finish_nsys(run: NsysPass, generated=lambda: None):
     `generated()` is called as soon as the worker has written its generate's seconds (its GPU work is over; nsys then
     writes its report): the capture's timed passes are over there. Returns (timeline, phases, info: the worker's
     generate s, nsys's wall s, export s, ingest s)."""
+    import time
+
+    run.go.write_text("go")
+    await_worker(run.proc, worker_done(RunLayout(run.run_dir)), run.started, run.timeout_s, generated)
+    wall = time.perf_counter() - run.started
+    return read_reports(RunLayout(run.run_dir), run.window_starts, run.timeout_s, run.proc.returncode, wall)
+
+
+def worker_done(lay: RunLayout) -> Path:
+    """Where the nsys worker of the run (or rank) `lay` writes its generate's seconds."""
+    from ..contract.layout import worker_file
+
+    return worker_file(lay.nsys_params)
+
+
+def read_reports(lay: RunLayout, starts: list[int] | None, timeout_s: float, returncode: int, wall_s: float):
+    """The report(s) nsys wrote for the run (or rank) `lay`, exported to sqlite and read: (timeline, phases, info).
+    `starts`: a sampled generation's window starts (one report each), None for one report of every step;
+    `returncode`: nsys's (or torchrun's) exit code; `wall_s`: how long nsys ran."""
     import json
     import time
 
-    from ..contract.layout import worker_file
     from ..proc import run_limited
 
-    lay = RunLayout(run.run_dir)
-    done = worker_file(lay.nsys_params)
-    run.go.write_text("go")
-    await_worker(run.proc, done, run.started, run.timeout_s, generated)
-    prof = run.proc
-    wall = time.perf_counter() - run.started
-    if run.window_starts is None:
+    if starts is None:
         reports = [lay.nsys_report]
     else:  # nsys names the reports of --capture-range-end=repeat <base>.<n>.nsys-rep, n from 1
-        reports = [lay.nsys_base.with_name(f"{lay.nsys_base.name}.{i}{NSYS_REPORT}")
-                   for i in range(1, len(run.window_starts) + 1)]
-    if prof.returncode != 0 or not all(r.exists() for r in reports):
+        reports = [lay.nsys_base.with_name(f"{lay.nsys_base.name}.{i}{NSYS_REPORT}") for i in range(1, len(starts) + 1)]
+    if returncode != 0 or not all(r.exists() for r in reports):
         got = sorted(p.name for p in lay.raw.glob(f"{lay.nsys_base.name}*{NSYS_REPORT}"))
-        raise RuntimeError(f"nsys profile failed (exit {prof.returncode}; reports {got or 'none'} of {len(reports)} "
+        raise RuntimeError(f"nsys profile failed (exit {returncode}; reports {got or 'none'} of {len(reports)} "
                            f"expected); see {lay.rel(lay.nsys_log)}")
     exe = str(find_nsys() or "nsys")
     t = time.perf_counter()
@@ -292,20 +337,21 @@ def finish_nsys(run: NsysPass, generated=lambda: None):
     for rep in reports:
         db = rep.with_suffix(NSYS_SQLITE)
         exp = run_limited([exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(db), str(rep)],
-                          run.timeout_s, "nsys export (capture_timeout_s)", stdout=subprocess.PIPE,
+                          timeout_s, "nsys export (capture_timeout_s)", stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
         if exp.returncode != 0:
             raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
         dbs.append(db)
     export_s = time.perf_counter() - t
     t = time.perf_counter()
-    if run.window_starts is None:
+    if starts is None:
         tl, phases = read_nsys_sqlite(dbs[0])
     else:  # a window's report: decode steps count from its first step (step 0: vision encode and prefill)
-        tl, phases = read_nsys_windows(dbs, [max(s, 1) for s in run.window_starts])
+        tl, phases = read_nsys_windows(dbs, [max(s, 1) for s in starts])
+    done = worker_done(lay)
     worker = json.loads(done.read_text()) if done.exists() else {}
     return tl, phases, {"generate_s": worker.get("generate_s", float("nan")),
-                        "capture_toggle_s": worker.get("capture_toggle_s", 0.0), "nsys_profile_wall_s": wall,
+                        "capture_toggle_s": worker.get("capture_toggle_s", 0.0), "nsys_profile_wall_s": wall_s,
                         "trace_export_s": export_s, "ingest_s": time.perf_counter() - t,
                         "nsys_kernels": int((tl.kind == "kernel").sum()), "nsys_reports": len(reports)}
 
@@ -325,7 +371,8 @@ def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | No
     if not ok:
         return "torch", f"auto: nsys unusable ({why})"
     if params is not None and params.tensor_parallel > 1:
-        return "torch", "auto: torch; tensor-parallel ranks run under the torch profiler only"
+        return "torch", ("auto: torch; tensor-parallel ranks under nsys take two torchruns (plain generates and the "
+                         "shapes pass, then nsys), the torch profiler one: ask for timeline_backend: nsys to get it")
     over = _measured_overhead(gpu)
     if over is None:
         return "torch", f"auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured"

@@ -169,29 +169,24 @@ def _workload_info(wl, tracker, load_s: float, plain: list[float], plain_phases:
 def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None,
                   timed=lambda: None):
     """The timeline stage with the profiled pass under Nsight Systems: this process builds the model, times its
-    plain generates and runs the shapes pass; a worker of its own runs the profiled generate under nsys
-    (capture.nsys `start_nsys`), every step or, for a long generation, each sampled window; the nsys timeline then
-    takes the shapes pass's ops, shapes, op numbering and modules (matched by kernel stem, `load.trace.kernel_stem`),
-    so an nsys run holds what a torch-profiler run holds. The shapes pass cannot run in the nsys worker: under nsys
-    the torch profiler gets no CUDA activity (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, measured on the H100,
-    also after nsys's capture range has ended). The worker starts as soon as the shapes pass's generate ends and
-    builds its model beside that pass's export; its measured generate waits until this process has freed its model
-    and ended its own work (`finish_nsys`), so nothing runs beside it."""
+    plain generates and runs the shapes pass (`_plain_and_shapes`); a worker of its own runs the profiled generate
+    under nsys (capture.nsys `start_nsys`), every step or, for a long generation, each sampled window; the nsys
+    timeline then takes the shapes pass's ops, shapes, op numbering and modules (matched by kernel stem,
+    `load.trace.kernel_stem`), so an nsys run holds what a torch-profiler run holds. The shapes pass cannot run in
+    the nsys worker: under nsys the torch profiler gets no CUDA activity (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+    measured on the H100, also after nsys's capture range has ended). The worker starts as soon as the shapes pass's
+    generate ends and builds its model beside that pass's export; its measured generate waits until this process
+    has freed its model and ended its own work (`finish_nsys`), so nothing runs beside it. Tensor-parallel ranks:
+    `tp_nsys_timeline`."""
     import torch
 
     from ..contract.sampling import plan
-    from ..load.trace import join_shapes
-    from ..measure import summarize
     from ..proc import end
     from .nsys import finish_nsys, start_nsys
 
-    if params.tensor_parallel > 1:  # params refuse it (exit 2); a config built in code is stopped here
-        raise CaptureError("timeline_backend: nsys does not capture tensor-parallel ranks; use timeline_backend: torch")
+    if params.tensor_parallel > 1:
+        return tp_nsys_timeline(params, run_dir, progress, quiet)
     sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
-    shapes_first = _shapes_first(params, sampling)
-    progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
-    wl, tracker, load_s = prepare(replace(params, warmup=0) if shapes_first else params)
-    lay = RunLayout(run_dir)
     nsys = None
 
     def start():  # the worker builds and warms up its model beside this process's remaining CPU work
@@ -201,26 +196,8 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
             if free >= 2 * (total - free):  # its model fits beside this one
                 nsys = start_nsys(params, run_dir, sampling)
 
-    def shapes_pass(after=None):
-        return _shapes_pass(wl, tracker, lay, sampling, progress, shapes_first, after)
-
     try:
-        shaped = shapes_s = None
-        if params.shapes_pass and shapes_first:
-            shaped, shapes_s = shapes_pass()
-        quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
-        progress(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
-        plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
-        plain_steps.to_parquet(lay.steps, **PARQUET)
-        if params.shapes_pass and not shapes_first:
-            shaped, shapes_s = shapes_pass(after=start)
-        info = _workload_info(wl, tracker, load_s, plain, plain_phases,
-                              N_("the shapes pass (a whole generate, run first)") if shapes_first else
-                              f"{params.warmup} generate(s)")
-        tracker.remove()
-        del wl, tracker
-        gc.collect()
-        torch.cuda.empty_cache()
+        shaped, shapes_s, info, plain = _plain_and_shapes(params, run_dir, progress, quiet, after=start)
         what = (f"{len(sampling.windows)} windows, {len(sampling.steps) - 1} of {sampling.decode_steps} decode steps"
                 if sampling else "every step")
         progress(f"  profiled generate under Nsight Systems (timeline pass, {what})")
@@ -233,12 +210,62 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
         if nsys is not None:
             end(nsys.proc)
         raise
+    timeline, info = _nsys_joined(params, timeline, shaped, shapes_s, info, plain, nsys_info, sampling)
+    return timeline, phases, info
+
+
+def _plain_and_shapes(params: CaptureConfig, run_dir: Path, progress, quiet=lambda: None, after=None):
+    """This process's part of an nsys timeline (one GPU, or one tensor-parallel rank): model build, the plain
+    generates (steps.parquet) and the shapes pass, then the model freed for the nsys worker. `after()`: called when
+    the shapes pass's generate has ended (the one-GPU worker starts there). Returns (shapes pass timeline or None,
+    its generate s, the workload's info, the plain generates' s)."""
+    import torch
+
+    from ..contract.sampling import plan
+
+    sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+    shapes_first = _shapes_first(params, sampling)
+    progress("  model build, inputs" + ("" if shapes_first else ", warmup"))
+    wl, tracker, load_s = prepare(replace(params, warmup=0) if shapes_first else params)
+    lay = RunLayout(run_dir)
+
+    def shapes_pass(after=None):
+        return _shapes_pass(wl, tracker, lay, sampling, progress, shapes_first, after)
+
+    shaped = shapes_s = None
+    if params.shapes_pass and shapes_first:
+        shaped, shapes_s = shapes_pass()
+    quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
+    progress(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
+    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
+    plain_steps.to_parquet(lay.steps, **PARQUET)
+    if params.shapes_pass and not shapes_first:
+        shaped, shapes_s = shapes_pass(after=after)
+    info = _workload_info(wl, tracker, load_s, plain, plain_phases,
+                          N_("the shapes pass (a whole generate, run first)") if shapes_first else
+                          f"{params.warmup} generate(s)")
+    if shaped is not None:
+        info["shapes_order"] = "first, as the warmup" if shapes_first else "before the nsys pass"
+    tracker.remove()
+    del wl, tracker
+    gc.collect()
+    torch.cuda.empty_cache()
+    return shaped, shapes_s, info, plain
+
+
+def _nsys_joined(params: CaptureConfig, timeline, shaped, shapes_s, info: dict, plain: list[float], nsys_info: dict,
+                 sampling):
+    """The nsys timeline with the shapes pass's ops, shapes and modules joined on, and the run's timeline info."""
+    from ..load.trace import join_shapes
+    from ..measure import summarize
+
     shapes = None
+    info = dict(info)
+    order = info.pop("shapes_order", None)
     if shaped is not None:
         t = time.perf_counter()
         timeline, shapes = join_shapes(timeline, shaped, by_stem=True)
-        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t,
-                      order="first, as the warmup" if shapes_first else "before the nsys pass")
+        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t, order=order)
     # a sampled generation's generate also holds the calls that end and start each window's capture range, where nsys
     # writes the window's report: the profiled generate is the rest
     profiled_s = nsys_info["generate_s"] - nsys_info["capture_toggle_s"]
@@ -250,7 +277,7 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
                 shapes=({"method": N_("torch profiler pass with record_shapes, joined to the nsys timeline by "
                                       "(phase, step, kernel stem, n-th launch)"), **shapes} if shapes is not None
                         else {"method": N_("none (shapes_pass: false)")}))
-    return timeline, phases, info
+    return timeline, info
 
 
 def _shapes_first(params: CaptureConfig, sampling) -> bool:
@@ -328,39 +355,97 @@ def tp_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None)
     `torch_timeline` on its own GPU with its shard of the model (`python -m kernelbook _worker --mode
     tp-timeline`); their tables are merged here with a `rank` column. The ranks' profiler clocks are the
     one host's, so launch times compare across ranks."""
+    n = _tp_gpus(params)
+    lay = RunLayout(run_dir)
+    t = time.perf_counter()
+    _torchrun(params, lay, "tp-timeline", progress, f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
+    tls, phs, ranks = [], [], {}
+    for r in range(n):
+        d = lay.tp_rank(r)
+        tls.append(pd.read_parquet(d.timeline))
+        phs.append(pd.read_parquet(d.phases))
+        ranks[r] = json.loads(d.info.read_text())
+    return _merged_ranks(lay, tls, phs, ranks, torchrun_s=time.perf_counter() - t)
+
+
+def tp_nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: None, quiet=lambda: None):
+    """Tensor parallelism under Nsight Systems, in two torchruns of `tensor_parallel` ranks: first each rank builds its
+    shard, times its plain generates and runs the shapes pass (`_plain_and_shapes`, `--mode tp-shapes`); then each
+    rank runs again as its own `nsys profile` around the profiled generate (`--mode tp-nsys`: one report per rank,
+    in the rank's raw/). Each rank's nsys timeline takes its shapes pass's ops and shapes (as `nsys_timeline` does
+    on one GPU); the ranks are merged with a `rank` column. nsys's clocks are the one host's, so launch times compare
+    across ranks."""
+    from ..contract.sampling import plan
+    from .nsys import read_reports, window_starts
+
+    n = _tp_gpus(params)
+    lay = RunLayout(run_dir)
+    sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+    quiet()
+    t = time.perf_counter()
+    _torchrun(params, lay, "tp-shapes", progress,
+              f"  torchrun: {n} ranks, one GPU each: plain generates and the shapes pass (rank 0's steps below)")
+    shapes_s = time.perf_counter() - t
+    t = time.perf_counter()
+    _torchrun(params, lay, "tp-nsys", progress, f"  torchrun: {n} ranks, each under its own Nsight Systems "
+              "(the profiled generate)")
+    wall = time.perf_counter() - t
+    tls, phs, ranks = [], [], {}
+    for r in range(n):
+        d = lay.tp_rank(r)
+        tl, ph, nsys_info = read_reports(d, window_starts(sampling.steps) if sampling else None,
+                                         params.capture_timeout_s, 0, wall)
+        info = json.loads(d.info.read_text())
+        pass_s, plain = info.pop("shapes_s"), info.pop("plain_s")
+        shaped = pd.read_parquet(d.shaped) if d.shaped.exists() else None
+        tl, info = _nsys_joined(params, tl, shaped, pass_s, info, plain, nsys_info, sampling)
+        tls.append(tl)
+        phs.append(ph)
+        ranks[r] = info
+    return _merged_ranks(lay, tls, phs, ranks, torchrun_s=shapes_s + wall, shapes_torchrun_s=shapes_s,
+                         nsys_torchrun_s=wall)
+
+
+def _tp_gpus(params: CaptureConfig) -> int:
+    """The ranks of a tensor-parallel capture, once this machine is seen to have a GPU for each."""
     import torch
 
     n = params.tensor_parallel
     if torch.cuda.device_count() < n:
         raise CaptureError(f"tensor_parallel: {n} needs {n} GPUs and torch sees {torch.cuda.device_count()}. "
                            "Run on a machine with that many, or lower tensor_parallel.")
-    lay = RunLayout(run_dir)
-    raw = lay.raw
-    pfile = lay.tp_params
-    pfile.write_text(json.dumps(params.as_dict()))
-    cmd = torchrun_worker(n, "--params", str(pfile), "--mode", "tp-timeline", "--out", str(raw))
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
-    progress(f"  torchrun: {n} ranks, one GPU each (rank 0's steps below)")
-    t = time.perf_counter()
+    return n
+
+
+def _torchrun(params: CaptureConfig, lay: RunLayout, mode: str, progress, says: str) -> None:
+    """Every rank of the capture through `_worker --mode <mode>` under torchrun, each writing into its rank folder of
+    raw/; stopped at capture_timeout_s (its process group ended)."""
     from ..proc import run_limited
 
+    n = params.tensor_parallel
+    lay.tp_params.write_text(json.dumps(params.as_dict()))
+    cmd = torchrun_worker(n, "--params", str(lay.tp_params), "--mode", mode, "--out", str(lay.raw))
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4")}
+    progress(says)
+    t = time.perf_counter()
     proc = run_limited(cmd, params.capture_timeout_s, f"torchrun with {n} ranks (capture_timeout_s)", env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"torchrun with {n} ranks exited with code {proc.returncode} after "
-                           f"{time.perf_counter() - t:.0f} s (its output is above)")
-    tls, phs, ranks = [], [], {}
+        raise RuntimeError(f"torchrun with {n} ranks ({mode}) exited with code {proc.returncode} after "
+                           f"{time.perf_counter() - t:.0f} s (its output is above; nsys's, per rank, in "
+                           f"raw/rank<N>/raw/nsys.log)")
+
+
+def _merged_ranks(lay: RunLayout, tls: list, phs: list, ranks: dict, **timings) -> tuple:
+    """The ranks' timelines and phases as one, with a `rank` column; rank 0's info stands for the run (its plain step
+    times too, steps.parquet), each rank's key figures under `ranks`."""
     if lay.tp_rank(0).steps.exists():  # rank 0's plain step times stand for the run
         shutil.copy(lay.tp_rank(0).steps, lay.steps)
-    for r in range(n):
-        d = lay.tp_rank(r)
-        tls.append(pd.read_parquet(d.timeline).assign(rank=r))
-        phs.append(pd.read_parquet(d.phases).assign(rank=r))
-        ranks[r] = json.loads(d.info.read_text())
     info = dict(ranks[0])
-    info.update(tensor_parallel=n, torchrun_s=time.perf_counter() - t,
+    info.update(tensor_parallel=len(ranks), **timings,
                 ranks={str(r): {k: v.get(k) for k in TP_RANK_KEYS} for r, v in ranks.items()},
                 kernels=int(sum(v["kernels"] for v in ranks.values())))
-    return pd.concat(tls, ignore_index=True), pd.concat(phs, ignore_index=True), info
+    return (pd.concat([t.assign(rank=r) for r, t in enumerate(tls)], ignore_index=True),
+            pd.concat([p.assign(rank=r) for r, p in enumerate(phs)], ignore_index=True), info)
 
 
 def torchrun_worker(n: int, *args: str) -> list[str]:
@@ -383,17 +468,25 @@ def init_rank() -> int:
     return dist.get_rank()
 
 
-def tp_rank_worker(params: CaptureConfig, out: str) -> None:
-    """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>."""
+def tp_rank_worker(params: CaptureConfig, out: str, mode: str = "tp-timeline") -> None:
+    """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>. Mode
+    `tp-shapes`: its part of `tp_nsys_timeline` instead: plain generates and the shapes pass, the shapes pass's
+    timeline in out/rank<N>/shaped.parquet."""
     import torch.distributed as dist
 
     rank = init_rank()
     d = rank_run(Path(out), rank)
     d.raw.mkdir(parents=True, exist_ok=True)
     say = (lambda msg: print(f"  [rank 0] {msg}", file=sys.stderr, flush=True)) if rank == 0 else (lambda msg: None)
-    timeline, phases, info = torch_timeline(params, d.root, say)
-    timeline.to_parquet(d.timeline, **PARQUET)
-    phases.to_parquet(d.phases, **PARQUET)
+    if mode == "tp-shapes":
+        shaped, shapes_s, info, plain = _plain_and_shapes(params, d.root, say)
+        if shaped is not None:
+            shaped.to_parquet(d.shaped, **PARQUET)
+        info.update(shapes_s=shapes_s, plain_s=plain)
+    else:
+        timeline, phases, info = torch_timeline(params, d.root, say)
+        timeline.to_parquet(d.timeline, **PARQUET)
+        phases.to_parquet(d.phases, **PARQUET)
     d.info.write_text(json.dumps(info, default=str))
     dist.barrier()
     dist.destroy_process_group()

@@ -330,6 +330,11 @@ class RunLayout(_Rooted):
         """In a rank's folder (`tp_rank`): that rank's timeline information."""
         return self.root / "info.json"
 
+    @property
+    def shaped(self) -> Path:
+        """In a rank's folder (`tp_rank`), under nsys: that rank's shapes pass timeline, joined to its nsys timeline."""
+        return self.root / "shaped.parquet"
+
 
 def rank_run(raw: Path, rank: int) -> RunLayout:
     """Rank `rank`'s folder inside the raw/ folder `raw` (`RunLayout.tp_rank`; a torchrun rank knows raw/ only)."""

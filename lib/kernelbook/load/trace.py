@@ -815,10 +815,31 @@ _STEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*[<(]")
 def kernel_stem(name) -> str:
     """A kernel's function name without namespaces, template arguments or parameters (`indexSelectSmallIndex`):
     what two demanglers agree on. Nsight Systems writes `<(int)16, long>`, `<unnamed>` and `T2 *` where the torch
-    profiler (CUPTI through c10's demangler) writes `<16, long>`, `(anonymous namespace)` and `long*`."""
-    text = _ANON.sub("anon", str(name))
+    profiler (CUPTI through c10's demangler) writes `<16, long>`, `(anonymous namespace)` and `long*`; the torch
+    profiler also leaves some names mangled (`_ZN7cutlass13device_kernelI…`, a grouped GEMM on the H200 and H100)
+    where nsys demangles them (`cutlass::device_kernel<…>`): their stem is read from the mangled name."""
+    text = str(name)
+    if text.startswith("_Z"):
+        return _mangled_stem(text) or text
+    text = _ANON.sub("anon", text)
     m = _STEM.search(text[5:] if text.startswith("void ") else text)
     return m.group(1) if m else text
+
+
+def _mangled_stem(name: str) -> str | None:
+    """The function name of an Itanium-mangled symbol: the last of its length-prefixed names (`_ZN7cutlass13device_
+    kernelI…` → `device_kernel`; `_Z10gemv_kernelPf` → `gemv_kernel`); None where it holds none."""
+    i = 3 if name.startswith("_ZN") else 2
+    while i < len(name) and name[i] in "KVr":  # const / volatile / restrict qualifiers of a nested name
+        i += 1
+    last = None
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        n = int(name[i:j])
+        last, i = name[j:j + n], j + n
+    return last or None
 
 
 def join_shapes(timing: pd.DataFrame, shaped: pd.DataFrame, by_stem: bool = False) -> tuple[pd.DataFrame, dict]:

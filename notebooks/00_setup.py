@@ -9,8 +9,7 @@
 # %% [markdown]
 # # 00 · Setup: the machine, its peaks and the run
 #
-# Which GPU and software produced this run, what the device can do on paper (spec peaks and ridge
-# point) and what it did when measured, and how the clocks were held while profiling.
+# Which GPU and software produced this run, what can the device do on paper and when measured, and how were its clocks held?
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)

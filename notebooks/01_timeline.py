@@ -9,9 +9,7 @@
 # %% [markdown]
 # # 01 · Timeline: where generate's time goes
 #
-# How long each phase (vision encode, prefill, decode) takes on the wall clock and on the GPU, how
-# many kernels it launches, and which kernels hold the time, named and grouped as in the reference
-# report.
+# Where does generate's time go: how long does each phase take on the wall clock and on the GPU, and which kernels hold it?
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)

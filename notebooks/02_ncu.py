@@ -9,9 +9,7 @@
 # %% [markdown]
 # # 02 · Nsight Compute: the kernels that matter, counted
 #
-# Which of the selected kernels were profiled (and why any was not), how much of each phase's GPU
-# time they explain, their hardware counters, and whether ncu's numbers agree with the timeline and
-# with the FLOPs the GEMM shapes imply.
+# Which kernels did Nsight Compute profile, how much of each phase's GPU time do they explain, and do its counters agree with the shapes?
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)

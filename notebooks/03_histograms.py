@@ -9,10 +9,17 @@
 # %% [markdown]
 # # 03 · Histograms: what the profiled kernels look like
 #
+# What do the profiled kernels look like across the reference report's 13 metrics, counted by kernel and weighted by time?
+
+# %% [markdown]
+# <details><summary>How this chapter works</summary>
+#
 # The reference report's 13 metric distributions over the profiled kernels of one phase, each twice:
 # by kernel count (what a typical kernel is like) and weighted by time (where the time goes; a
 # kernel's weight is its share of the phase's kernel time, all launches). Percentages are of the
 # device's sustained peak as ncu reports it.
+#
+# </details>
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads

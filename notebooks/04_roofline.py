@@ -9,11 +9,18 @@
 # %% [markdown]
 # # 04 · Roofline: how far each kernel is from its roof
 #
+# How far is each profiled kernel from its roof, on ncu's normalized roofline and on the physical one at each memory level?
+
+# %% [markdown]
+# <details><summary>How this chapter works</summary>
+#
 # Normalized (ncu's speed of light: fraction of peak memory vs fraction of peak SM throughput) and
 # physical (FLOP/s vs FLOP/byte, log-log) rooflines for the profiled kernels of one phase. Compute
 # roofs are the tensor-core peak of the kernel's dtype (when it issues tensor FLOPs) or the CUDA-core
 # fp32 peak, from `params/devices.yaml`; measured ceilings from the manifest are drawn dashed. Each
 # kernel has a point per memory level (DRAM, L2, L1): same FLOP/s, intensity over that level's bytes.
+#
+# </details>
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads

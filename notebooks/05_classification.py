@@ -9,12 +9,19 @@
 # %% [markdown]
 # # 05 · Classification: why each kernel is slow and what to try first
 #
+# Why is each profiled kernel slow, and what should be tried first?
+
+# %% [markdown]
+# <details><summary>How this chapter works</summary>
+#
 # Each profiled kernel gets a bottleneck class from its SM and memory throughput (the project's rules of
 # thumb, thresholds are this chapter's parameters; the health section says where they come from), checked
 # against the roofline ridge; then why each kernel is slow (where its
 # warps stall, what caps its occupancy, the clock it ran at, NVIDIA's own verdicts), the metric health
 # table, wave quantization, the tile analysis of GEMM/GEMV kernels, and the top opportunities per phase
 # in the profiler output contract (also written to `report.md` beside this book).
+#
+# </details>
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads

@@ -9,12 +9,19 @@
 # %% [markdown]
 # # 06 · NPU what-if: the measured kernel mix on other hardware
 #
+# How would this run's measured kernel mix run on other accelerators, and how far can the model that predicts it be trusted?
+
+# %% [markdown]
+# <details><summary>How this chapter works</summary>
+#
 # A model replays this run's launch sequence (per launch: FLOPs by unit, bytes off and on chip, the
 # host gap before it, the copies that block the host) on accelerators described in `params/npus.yaml`
 # and predicts vision-encode time, prefill time and decode time per token. It is validated first on
 # the GPU that produced the run, each phase predicted from a fit on the other two, and, where the same
 # workload was captured on another GPU, on that GPU; every recommendation below carries its what-if
 # number and the error of those checks.
+#
+# </details>
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads

@@ -9,10 +9,17 @@
 # %% [markdown]
 # # 07 · Summary: where the time goes, what bounds it, and what changing it measured
 #
+# Where does the time go, what bounds it, and what did changing it measure? The book on one page.
+
+# %% [markdown]
+# <details><summary>How this chapter works</summary>
+#
 # The book on one page: time per phase, the decode step against the bytes it must move, each phase's
 # bound and its top opportunities, the NPU what-if's headline, and the optimization loop — for each
 # variant of this run (a capture that changed one thing), the gain chapter 06's model predicted from
 # this run beside the gain measured.
+#
+# </details>
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the baseline of the variants)

@@ -9,10 +9,17 @@
 # %% [markdown]
 # # 08 · Serving: the workload over batch sizes, as deployed
 #
+# How do the decode step, throughput and kernel mix move as the serving batch grows under CUDA graphs?
+
+# %% [markdown]
+# <details><summary>How this chapter works</summary>
+#
 # One workload captured at several batch sizes with decode as CUDA graphs (a study: `python -m kernelbook study`),
 # read together: how the decode step and throughput move with the batch, which kernel classes take the time, where
 # the profiled kernels sit against their ridge, what each token costs in bytes, and how well the what-if fitted at
 # the smallest batch predicts the others.
+#
+# </details>
 
 # %% tags=["parameters"]
 study_dir: str = "data/studies/h100-serving"  # study folder (kernelbook study); empty: none

@@ -36,12 +36,13 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.twins import twins
 from kernelbook.narrate import summary as NS
+from kernelbook.narrate import whatif as WN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run, cross_run=cross_run)
 given = kb.open_run(run_dir, rank=rank)
-kb.not_served(W.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
+kb.not_served(WN.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
 # the eager run and the run as deployed of this workload, whichever run_dir names (deployed_run: the twin to take
 # where it is one); the model is fitted and checked on both, and the recommendations come from the deployed run
 tw = twins(given, deployed_run or None, open_run=kb.open_run)
@@ -53,13 +54,13 @@ dep = tw.deployed if tw.deployed is not None and tw.deployed is not r else None
 tr_dep, _, _, k_dep = W.for_run(dep) if dep is not None else (None, None, None, None)
 dep_val = W.validation(tr_dep) if tr_dep is not None else None
 cross = kb.open_run(cross_run) if cross_run else None
-cross_note = W.cross_run_note(r, cross)
+cross_note = WN.cross_run_note(r, cross)
 tr_x = W.for_run(cross)[0] if cross is not None and not cross_note else None
 xd = W.cross_device(tr, tr_x) if tr_x is not None else None
 xerr, env = (W.cross_device_error(xd), W.envelope(tr, tr_x)) if xd is not None else (None, None)
-kb.summary((NS.as_deployed_headline(W.headline(dep_val, tr_dep), dep, r, W.headline(val, tr))
-            if dep is not None else W.headline(val, tr))
-           + (W.cross_device_headline(xd) if xd is not None else ""))
+kb.summary((NS.as_deployed_headline(WN.headline(dep_val, tr_dep), dep, r, WN.headline(val, tr))
+            if dep is not None else WN.headline(val, tr))
+           + (WN.cross_device_headline(xd) if xd is not None else ""))
 
 # %%
 kb.missing_note(run_dir, "ncu")
@@ -85,7 +86,7 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 
 # %%
 kb.table(tr.calib.drop(columns="ops_per_element"), kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
-kb.md(W.line_note(tr) + " " + W.issue_note(tr))
+kb.md(WN.line_note(tr) + " " + WN.issue_note(tr))
 
 # %% [markdown]
 # ## Validation on the run's own GPU
@@ -97,7 +98,7 @@ kb.md(W.line_note(tr) + " " + W.issue_note(tr))
 kb.table(val, kb.tr("Predicted against measured, each phase held out of the fit"))
 
 # %%
-kb.md(W.validation_prose(val, tr), fold=kb.tr("Each phase held out, in detail"))
+kb.md(WN.validation_prose(val, tr), fold=kb.tr("Each phase held out, in detail"))
 
 # %% [markdown]
 # ### The same model on the run as deployed
@@ -124,7 +125,7 @@ kb.table(xd, kb.tr("Cross-device check: each GPU predicted from the other's run 
     if xd is not None else kb.md(cross_note)
 
 # %%
-kb.md(W.cross_device_prose(xd), fold=kb.tr("The other GPU, phase by phase")) if xd is not None else None
+kb.md(WN.cross_device_prose(xd), fold=kb.tr("The other GPU, phase by phase")) if xd is not None else None
 
 # %% [markdown]
 # Held-out error per phase and kernel class (kernel ms per step): which kernels the misses come from.
@@ -156,7 +157,7 @@ kb.table(W.replay_host_table({r.run_id: tr, **({dep.run_id: tr_dep} if tr_dep is
 # error on its run: as fitted on all phases, and with decode held out of the fit.
 
 # %%
-kb.table(W.design_table(designs, tr, env, deployed=tr_dep, val=val, dep_val=dep_val, xerr=xerr),
+kb.table(WN.design_table(W.design_table(designs, tr, env, deployed=tr_dep, val=val, dep_val=dep_val, xerr=xerr)),
          kb.tr("Predicted times per design"))
 
 # %% [markdown]
@@ -167,7 +168,8 @@ kb.table(W.design_table(designs, tr, env, deployed=tr_dep, val=val, dep_val=dep_
 # eagerly, its column issues launches as a graph (2 µs each); the deployed column is the CUDA-graph run as it ran.
 
 # %%
-kb.table(W.lever_table(tr, gpu, tr_dep, val=val, dep_val=dep_val), kb.tr("Decode per token, one lever at a time"))
+kb.table(WN.lever_table(W.lever_table(tr, gpu, tr_dep, val=val, dep_val=dep_val)),
+         kb.tr("Decode per token, one lever at a time"))
 
 # %% [markdown]
 # ## Sensitivity
@@ -181,11 +183,11 @@ kb.table(W.lever_table(tr, gpu, tr_dep, val=val, dep_val=dep_val), kb.tr("Decode
 # cross-device check covered.
 
 # %%
-sens = W.sensitivity_both(tr, gpu, deployed=tr_dep)
+sens = WN.sensitivity(W.sensitivity_both(tr, gpu, deployed=tr_dep))
 F.sensitivity_grid(sens, W.knees_both(sens), env)
 
 # %%
-kb.md(W.sensitivity_note(xerr, env) + "\n\n" + W.sensitivity_errors(tr, val, tr_dep, dep_val),
+kb.md(WN.sensitivity_note(xerr, env) + "\n\n" + WN.sensitivity_errors(tr, val, tr_dep, dep_val),
       fold=kb.tr("How to read the curves, and the error each carries"))
 
 # %% [markdown]
@@ -199,6 +201,6 @@ kb.md(W.sensitivity_note(xerr, env) + "\n\n" + W.sensitivity_errors(tr, val, tr_
 kb.md(NS.twins_note(tw, r))
 
 # %%
-kb.table(W.recommendations(tr_dep, gpu, k_dep, T.category_shares(dep.timeline), xerr=xerr, env=env)
-         if dep is not None else W.recommendations(tr, gpu, k, T.category_shares(r.timeline), xerr=xerr, env=env),
+kb.table(WN.recommendations(tr_dep, gpu, k_dep, T.category_shares(dep.timeline), xerr=xerr, env=env)
+         if dep is not None else WN.recommendations(tr, gpu, k, T.category_shares(r.timeline), xerr=xerr, env=env),
          kb.tr("Recommendations with their what-if numbers"))

@@ -43,13 +43,14 @@ from kernelbook.narrate import findings as FN
 from kernelbook.narrate import levers as NL
 from kernelbook.narrate import said, say
 from kernelbook.narrate import summary as NS
+from kernelbook.narrate import whatif as WN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, variant_runs=variant_runs, baseline_run=baseline_run,
          cross_run=cross_run)
 given = kb.open_run(run_dir, rank=rank)
-kb.not_served(W.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
+kb.not_served(WN.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
 # the eager run and the run as deployed of this workload, whichever run_dir names: the chapter reads the same pair
 # (and tells the same conclusions) from either; the eager run is the baseline the variants are set against
 tw = twins(given, open_run=kb.open_run)
@@ -135,8 +136,8 @@ kb.md(say(sections), fold=kb.tr("Each phase's classes and opportunities, as repo
 
 # %%
 cross = kb.open_run(cross_run) if cross_run else None
-xd = W.cross_device(tr, W.for_run(cross)[0]) if cross is not None and not W.cross_run_note(r, cross) else None
-kb.md(W.headline(W.validation(tr), tr) + (W.cross_device_headline(xd) if xd is not None else ""))
+xd = W.cross_device(tr, W.for_run(cross)[0]) if cross is not None and W.cross_run_problem(r, cross) is None else None
+kb.md(WN.headline(W.validation(tr), tr) + (WN.cross_device_headline(xd) if xd is not None else ""))
 
 # %% [markdown]
 # ## Levers on one scale

@@ -10,6 +10,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.devices import for_run, lookup
 from kernelbook.load.run import load_run
+from kernelbook.narrate import whatif as WN
 
 H100, H200 = REPO / "data/runs/h100-deepseek-ocr-2", REPO / "data/runs/h200-deepseek-ocr-2"
 pytestmark = pytest.mark.skipif(not (H100 / "manifest.json").exists() or not (H200 / "manifest.json").exists(),
@@ -130,11 +131,11 @@ def test_decode_gathers_fit_their_own_counters(traces):
 
 def test_cross_run_note_names_what_cannot_serve(runs):
     a, b = runs
-    assert W.cross_run_note(a, b) == ""
-    assert "h100-sxm" in W.cross_run_note(a, a)
+    assert W.cross_run_problem(a, b) is None and WN.cross_run_note(a, b) == ""
+    assert W.cross_run_problem(a, a) == "device" and "h100-sxm" in WN.cross_run_note(a, a)
     batch8 = REPO / "data/runs/h100-variant-batch8"
     if (batch8 / "manifest.json").exists():
-        assert "batch_size" in W.cross_run_note(a, load_run(batch8))
+        assert "batch_size" in WN.cross_run_note(a, load_run(batch8))
 
 
 def test_what_ifs_carry_the_cross_device_error(runs, traces, xd):
@@ -143,8 +144,8 @@ def test_what_ifs_carry_the_cross_device_error(runs, traces, xd):
     a, b = traces
     xerr, env = W.cross_device_error(xd), W.envelope(a, b)
     assert env["dram_gbps"] == [for_run(r)[0].dram_gbps for r in runs] == pytest.approx([3350, 4800], rel=0.01)
-    rec = W.recommendations(a, a.gpu, R.profiled_kernels(runs[0]), T.category_shares(runs[0].timeline),
-                            xerr=xerr, env=env).set_index("area")
+    rec = WN.recommendations(a, a.gpu, R.profiled_kernels(runs[0]), T.category_shares(runs[0].timeline),
+                             xerr=xerr, env=env).set_index("area")
     d = xerr.set_index("phase").loc["decode"]
     bw = rec.loc["memory bandwidth"]
     # the envelope is the two runs' own DRAM bandwidths (measured copy rates: 3,343 and 4,788 GB/s as captured)

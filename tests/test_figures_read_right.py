@@ -13,6 +13,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.run import load_run
 from kernelbook.load.twins import twins
+from kernelbook.narrate import whatif as WN
 from kernelbook.plots import figures as F
 
 RUN = "data/runs/h100-deepseek-ocr-2"
@@ -47,10 +48,10 @@ def _sensitivity_figure(given):
     dep = tw.deployed if tw.deployed is not None and tw.deployed is not r else None
     tr_dep = W.for_run(dep)[0] if dep is not None else None
     cross = load_run(CROSS)
-    tr_x = W.for_run(cross)[0] if not W.cross_run_note(r, cross) else None
+    tr_x = W.for_run(cross)[0] if W.cross_run_problem(r, cross) is None else None
     xd = W.cross_device(tr, tr_x) if tr_x is not None else None
     env = W.envelope(tr, tr_x) if xd is not None else None
-    sens = W.sensitivity_both(tr, gpu, deployed=tr_dep)
+    sens = WN.sensitivity(W.sensitivity_both(tr, gpu, deployed=tr_dep))
     return F.sensitivity_grid(sens, W.knees_both(sens), env)
 
 

@@ -9,6 +9,7 @@ from conftest import REPO
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.run import load_run
+from kernelbook.narrate import whatif as WN
 
 RUNS = REPO / "data" / "runs"
 
@@ -110,14 +111,14 @@ def test_host_between_replays_is_measured_on_the_graph_run_only(graph, eager):
 
 def test_a_graph_run_is_never_told_to_use_cuda_graphs(graph, eager):
     run, tr, gpu, k = graph
-    rec = W.recommendations(tr, gpu, k, T.category_shares(run.timeline))
+    rec = WN.recommendations(tr, gpu, k, T.category_shares(run.timeline))
     text = " ".join(rec["what-if"]) + " " + " ".join(rec["evidence (this run)"])
     assert "issued as a graph" not in text and "eager" not in text
     assert "already runs as CUDA graphs" in text and "between replays" in text
-    assert "per launch, no profiler" not in W.headline(W.validation(tr), tr)
+    assert "per launch, no profiler" not in WN.headline(W.validation(tr), tr)
     # the eager run keeps its graph-dispatch what-ifs
     run_e, tr_e, gpu_e, k_e = eager
-    rec_e = W.recommendations(tr_e, gpu_e, k_e, T.category_shares(run_e.timeline))
+    rec_e = WN.recommendations(tr_e, gpu_e, k_e, T.category_shares(run_e.timeline))
     assert any("issued as a graph" in s for s in rec_e["what-if"])
 
 

@@ -306,13 +306,14 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
     out["decode ms/token"] = quantity.column(r["decode ms/token"] for r in rows)  # keeps the quantities' names
     gain = out.status == GAIN
     fitted = hw[hw.lever == "as fitted"].iloc[0]
-    base = pd.DataFrame([{"lever": phrase("the run as deployed"), "kind": "", "setting": phrase("plain step, measured"),
-                          "status": BASELINE, "decode ms/token": plain, "change %": 0.0,
-                          "predicted ms/token": fitted["decode ms/token"], "how priced": phrase("measured"),
-                          "model error": fitted["model error"], "detail": ""}], columns=COLUMNS)
+    row = {"lever": phrase("the run as deployed"), "kind": "", "setting": phrase("plain step, measured"),
+           "status": BASELINE, "decode ms/token": plain, "change %": 0.0,
+           "predicted ms/token": fitted["decode ms/token"], "how priced": phrase("measured"),
+           "model error": fitted["model error"], "detail": ""}
+    base = pd.DataFrame([row], columns=COLUMNS)
     base["decode ms/token"] = quantity.column([plain])
-    for c in TEXT:
-        base[c] = phrase_column(base[c].tolist(), base.index)
+    for c in TEXT:  # from the row: the frame keeps text, not the phrases (the model error's values)
+        base[c] = phrase_column([row[c]], base.index)
     return pd.concat([out[gain].sort_values("change %", kind="stable"), out[~gain], base], ignore_index=True)
 
 

@@ -22,6 +22,9 @@ measured on another GPU (`floor_us`) scales L by its kernel floor over the fitti
 fits on one run and predicts the same workload's run on another GPU, both ways. Wall time replays the run's launch sequence (`replay`): the host issues each launch after its
 recorded host gap, the device runs kernels in order, and a device-to-host copy blocks the host, so partial
 overlap of host and device is modelled rather than assumed.
+
+This module returns numbers, named quantities and English phrases (`contract.phrase`); the chapters' sentences
+about the model, and its tables in the reader's language, are `narrate.whatif`'s.
 """
 from __future__ import annotations
 
@@ -31,10 +34,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import i18n  # i18n.tr: `tr` is this module's name for a Trace
 from ..contract import quantity
-from ..display import phase_label, phase_list
-from ..i18n import N_
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import joined, phrase
 import yaml
 
 from ..contract.shapes import (arg_shapes, attention_work, elementwise_work, iterated_elements, expected_gemm_flops,
@@ -54,7 +56,15 @@ MATRIX_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::_grouped_mm", "aten
               "aten::_cudnn_attention_forward", "aten::_scaled_dot_product_flash_attention",
               "aten::_flash_attention_forward", "aten::_efficient_attention_forward")
 # where a work row's numbers come from (`source`): English in the data, shown in the book's language
-SCALED = N_("scaled from category")
+SCALED = phrase("scaled from category")
+NCU_SHAPES = phrase("ncu FLOPs + bytes from shapes")
+GEMM_SHAPES = phrase("2·M·N·K + bytes from shapes")
+ATTENTION_SHAPES = phrase("attention FLOPs and bytes from shapes")
+ATEN_SHAPES = phrase("bytes from aten shapes")
+HELPER = phrase("helper of a matrix op (its work is on the op's main kernel)")
+# what bounds a predicted phase (`predict`'s `bound`)
+DEVICE_BOUND, HOST_BOUND = phrase("device"), phrase("host/launch")
+COMMA = phrase(", ")  # a list's separator, in the reader's language ('、' in zh)
 REQUIRED = ("matrix_tflops", "vector_tflops", "dram_gbps", "sram_mb", "sram_gbps", "kernel_floor_us",
             "launch_overhead_us", "mem_efficiency", "matrix_efficiency", "fuse_elementwise", "source")
 # keys a design may leave out (null or absent: inherited from the run)
@@ -127,15 +137,15 @@ def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
     chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null); `floor_us` the run's
     measured kernel floor (`kernel_floor_us_of`), which `build` fills in when it is None."""
     l2 = roofs.bandwidth.get("l2")
-    return Design(key=i18n.tr("{device} (this run's GPU)", device=device.key),
+    return Design(key=phrase("{device} (this run's GPU)", device=device.key),
                   matrix_tflops={p: device.tflops[p] for p in ("bf16", "fp8") if device.tflops.get(p)},
                   vector_tflops=device.tflops["fp32"], dram_gbps=device.dram_gbps, sram_mb=device.l2_mb,
                   sram_gbps=l2 / 1e9 if l2 else device.dram_gbps * 2, kernel_floor_us=None, launch_overhead_us=None,
                   mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False, floor_us=floor_us,
                   sram_keeps_weights=False,
-                  source=i18n.tr("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
-                                 "fitted on the run", device=device.key,
-                                 l2=roofs.sources.get("l2", i18n.tr("2 × DRAM (no estimate)"))))
+                  source=phrase("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
+                                "fitted on the run", device=device.key,
+                                l2=roofs.sources.get("l2", phrase("2 × DRAM (no estimate)"))))
 
 
 def kernel_floor_us_of(timeline: pd.DataFrame) -> float:
@@ -179,16 +189,16 @@ def work_table(timeline: pd.DataFrame, kernels: pd.DataFrame | None) -> pd.DataF
             read, write, _ = implied_bytes(r.op, r.op_shapes, r.category, 2)
             nbytes = read + write
             if p is not None:  # counted FLOPs include MMA padding: the work the unit really does
-                row = (p.flops_tensor, p.flops_cuda or 0.0, nbytes, nbytes, N_("ncu FLOPs + bytes from shapes"))
+                row = (p.flops_tensor, p.flops_cuda or 0.0, nbytes, nbytes, NCU_SHAPES)
             else:
-                row = (expected_gemm_flops(r.op_shapes), 0.0, nbytes, nbytes, N_("2·M·N·K + bytes from shapes"))
+                row = (expected_gemm_flops(r.op_shapes), 0.0, nbytes, nbytes, GEMM_SHAPES)
         elif att is not None:
-            row = (att[0], 0.0, att[1], att[1], N_("attention FLOPs and bytes from shapes"))
+            row = (att[0], 0.0, att[1], att[1], ATTENTION_SHAPES)
         else:
             b, ops = (elementwise_work(r.op, r.op_shapes, _dtype_bytes(r.friendly_name))
                       if r.category in SHAPED else (np.nan, np.nan))
             if b == b:
-                row = (0.0, ops, b, b, N_("bytes from aten shapes"))
+                row = (0.0, ops, b, b, ATEN_SHAPES)
             elif p_any is not None:  # shapes do not say (index tables, attention helpers): ncu's counts, for
                 # the configuration it profiled; another grid of the same kernel moves work in proportion
                 # to its blocks (decode's expert-weight gather: 6x1120 blocks move twice 6x560's bytes)
@@ -248,7 +258,7 @@ def _split_launches(g: pd.DataFrame, block: np.ndarray) -> None:
     6 GB on each 224 µs launch); rarely the profiler ties a launch to the op before its own (batch 8: a launch of
     3× its op's elements). Where the launch covers under 99 % of the op's, or more than the op's and one block
     (its last block may be partial), the launch's own count wins."""
-    shaped = (g.source == N_("bytes from aten shapes")) & (g.elements > 0)
+    shaped = (g.source == ATEN_SHAPES) & (g.elements > 0)
     for i in np.flatnonzero(shaped.to_numpy()):
         whole = iterated_elements(g.op.iat[i], g.op_shapes.iat[i])
         if not whole == whole or whole <= 0:
@@ -268,7 +278,7 @@ def _helpers(g: pd.DataFrame) -> None:
             rest.extend(grp.index.drop(grp.total_ns.idxmax()))
     if rest:  # one assignment for all groups (one per group took 0.4 s of each what-if build)
         g.loc[rest, ["flops_tensor", "flops_cuda", "dram_bytes", "onchip_bytes", "weight_bytes"]] = 0.0
-        g.loc[rest, "source"] = N_("helper of a matrix op (its work is on the op's main kernel)")
+        g.loc[rest, "source"] = HELPER
 
 
 def _scale_missing(g: pd.DataFrame) -> None:
@@ -447,25 +457,25 @@ def calibrate(work: pd.DataFrame, d: Design, phases=PHASES) -> pd.DataFrame:
 
     phi0 = phi(np.ones(len(w), bool))
     phi0 = 1.0 if phi0 != phi0 else phi0
-    rows = [{"class": N_("pooled"), "latency_us": 1e6 * L0, "work_latency_us": 1e6 * L0, "slowdown": b0, "dram_scaling": phi0, "rows": len(w),
-             "launches": int(n.sum()), "fit": N_("all classes")}]
+    rows = [{"class": phrase("pooled"), "latency_us": 1e6 * L0, "work_latency_us": 1e6 * L0, "slowdown": b0, "dram_scaling": phi0, "rows": len(w),
+             "launches": int(n.sum()), "fit": phrase("all classes")}]
     for c in sorted(set(cls)):
         m = cls == c
         worked = m & (x >= 0.1 * y)  # as in _fit: rows whose ideal is not negligible beside their time
         Lw = None
         if m.sum() >= 3:
             L, b = _fit(x[m], y[m], n[m], L0)
-            fit = N_("fitted")
+            fit = phrase("fitted")
             line = _line(x[worked], y[worked], n[worked])
             if line is not None and line[0] > L:
                 Lw, b = line
-                fit = N_("fitted; launches that do work: a line with an intercept")
+                fit = phrase("fitted; launches that do work: a line with an intercept")
         elif worked.any():
             L, b = L0, max(1.0, _wmedian((y[worked] - L0) / x[worked], n[worked]))
-            fit = N_("latency pooled, slowdown fitted")
+            fit = phrase("latency pooled, slowdown fitted")
         else:
             L, b = _wmedian(np.maximum(y[m] - b0 * x[m], 0), n[m]), b0
-            fit = N_("latency fitted, slowdown pooled")
+            fit = phrase("latency fitted, slowdown pooled")
         f = phi(m)
         rows.append({"class": c, "latency_us": 1e6 * L, "work_latency_us": 1e6 * (L if Lw is None else Lw),
                      "slowdown": b, "dram_scaling": phi0 if f != f else f,
@@ -487,33 +497,26 @@ def issue_ops_per_element(w: pd.DataFrame, d: Design, y: np.ndarray, latency_s: 
     return _wmedian(k, y[m] * w.launches.to_numpy(dtype=float)[m])
 
 
-def line_note(tr: "Trace") -> str:
-    """One sentence on the classes whose launches that do work are fitted as a line with an intercept (`_line`)."""
-    c = tr.calib[tr.calib.work_latency_us > tr.calib.latency_us + 1e-9] if "work_latency_us" in tr.calib else []
-    if not len(c):
-        return ""
-    return i18n.tr("In {classes}, a launch that does work pays a fixed cost above the class's floor (the intercept of "
-                   "a robust line through its launches: DRAM latency before a stream reaches its rate), then b × "
-                   "ideal; a launch that does none (a helper) pays the floor L.", classes=i18n.tr(", ").join(
-                       f"{r['class']} ({r.work_latency_us:.1f} µs)" for _, r in c.iterrows()))
+def line_classes(tr: "Trace") -> pd.DataFrame:
+    """The kernel classes whose launches that do work are fitted as a line with an intercept (`_line`): `class` and
+    that intercept `work_latency_us` (µs), in the calibration's order; no rows where no class is."""
+    if "work_latency_us" not in tr.calib:
+        return pd.DataFrame(columns=["class", "work_latency_us"])
+    c = tr.calib[tr.calib.work_latency_us > tr.calib.latency_us + 1e-9]
+    return c[["class", "work_latency_us"]]
 
 
-def issue_note(tr: "Trace") -> str:
-    """One sentence on the generic elementwise path's issue term as `calibrate` fitted it on the run."""
+def issue_term(tr: "Trace") -> dict | None:
+    """The generic elementwise path's issue term as `calibrate` fitted it on the run: `rows` (its launch shapes of
+    2²⁰ elements or more), `share` (their % of kernel time), `k` (vector operations issued per element) and `rate`
+    (G elements/s on the run's GPU); None where no such launch ran (no term fitted)."""
     k = float(tr.calib.ops_per_element.iloc[0]) if "ops_per_element" in tr.calib else 0.0
     e = tr.work.elements if "elements" in tr.work else pd.Series(0.0, index=tr.work.index)
     big = tr.work[e >= 2**20]
     if not k:
-        return i18n.tr("No launch of PyTorch's generic (strided/broadcast) elementwise path iterates 2²⁰ elements or "
-                       "more in this run, so no issue term is fitted: such launches are priced by their bytes.")
+        return None
     share = 100 * float(big.total_ns.sum() / tr.work.total_ns.sum())
-    return i18n.tr(
-        "PyTorch's generic (strided/broadcast) elementwise path computes every operand's offset per element, so its "
-        "large launches are bound by what they issue, not by their bytes: fitted on its {rows} launch shapes of "
-        "2²⁰ elements or more ({share:.1f} % of kernel time), it issues {k:.0f} vector operations per element, "
-        "{rate:.0f} G elements/s on this GPU. A launch on that path takes at least elements × {k:.0f} ÷ vector "
-        "FLOP/s; the launches bound by it are left out of the fit of b.",
-        rows=len(big), share=share, k=k, rate=tr.gpu.vector_tflops * 1e3 / k)
+    return {"rows": len(big), "share": share, "k": k, "rate": tr.gpu.vector_tflops * 1e3 / k}
 
 
 def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Design, batch: int = 1,
@@ -644,7 +647,7 @@ def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float,
     m = measured.set_index("phase").loc["decode"] if "decode" in set(measured.phase) else None
     n = int(m.steps) if m is not None else 0
     if not n or t.empty:
-        return ReplayHost(graph, n, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, N_("no decode"))
+        return ReplayHost(graph, n, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, phrase("no decode"))
     start, end = t.start_ns.to_numpy(dtype=float), t.end_ns.to_numpy(dtype=float)
     prev_end = np.r_[np.nan, np.maximum.accumulate(end)[:-1]]
     # the phase's GPU-busy time per step as every chapter prints it (`timeline.phase_summary`: the union of its
@@ -656,12 +659,12 @@ def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float,
     host_prof = float(np.nansum(np.clip(start - prev_end, 0, None))) / 1e6 / n - node_ms
     if not graph:
         return ReplayHost(False, n, busy, np.nan, 0.0, 0.0, host_prof, plain, 0.0,
-                          N_("eager: host time is spent per launch"))
+                          phrase("eager: host time is spent per launch"))
     if plain == plain:
-        step_ms, basis = plain, N_("plain step the capture timed, less the replay's device span")
+        step_ms, basis = plain, phrase("plain step the capture timed, less the replay's device span")
     else:
-        step_ms, basis = float(m.wall_ms_per_step) / ratio, N_("profiled wall ÷ the profiler's overhead ratio, "
-                                                                "less the replay's device span")
+        step_ms, basis = float(m.wall_ms_per_step) / ratio, phrase("profiled wall ÷ the profiler's overhead ratio, "
+                                                                    "less the replay's device span")
     span = busy + node_ms
     return ReplayHost(True, n, busy, ng.median_us if ng is not None else np.nan, node_ms,
                       ng.nodes_per_step * ng.steps / n if ng is not None else 0.0, host_prof, step_ms,
@@ -751,20 +754,15 @@ def loop_s_of(phases: pd.DataFrame) -> float:
 
 
 def unmodellable(run) -> str | None:
-    """Why the model cannot be built from `run`, None when it can: it prices each launch by the work its aten op
-    shapes imply, and a timeline that records kernels without the op calls that launched them (Nsight Systems'
-    backend today) has none."""
+    """Why the model cannot be built from `run`, None when it can: the timeline backend (its name, '?' where the
+    manifest does not say) that recorded the run's kernels without the op calls that launched them (Nsight Systems'
+    backend today). The model prices each launch by the work its aten op shapes imply, and such a timeline has
+    none (`narrate.whatif.unmodellable` says so)."""
     tl = run.timeline
     k = tl[tl.kind == "kernel"] if "kind" in tl else tl
     if "op_shapes" in k and k.op_shapes.notna().any():
         return None
-    from ..escape import md
-
-    backend = (run.info.timeline_backend.backend if run.info.timeline_backend else None) or "?"
-    return i18n.tr("**No aten op shapes in {run}'s timeline**: the what-if prices each launch by the work its op's "
-                   "shapes imply, and this run's timeline ({backend} backend) records its kernels without the op calls "
-                   "that launched them. Capture the workload with `timeline_backend: torch` (the default) for this "
-                   "chapter; the other chapters read this run as it is.", run=md(run.run_id), backend=md(backend))
+    return (run.info.timeline_backend.backend if run.info.timeline_backend else None) or "?"
 
 
 def for_run(run) -> tuple["Trace", Design, object, pd.DataFrame]:
@@ -872,7 +870,7 @@ def _predicted(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None 
                     + 1e-6 * (d.graph_floor_us or 0.0))
         out.append({"phase": ph, "steps": n, "device_ms_per_step": 1e3 * dev, "wall_ms_per_step": 1e3 * wall,
                     "device_share_pct": 100 * dev / wall,
-                    "bound": N_("device") if dev / wall >= 0.5 else N_("host/launch"),
+                    "bound": DEVICE_BOUND if dev / wall >= 0.5 else HOST_BOUND,
                     "per_token_ms": 1e3 * wall / batch if ph == "decode" else np.nan})
     return out
 
@@ -982,12 +980,12 @@ def moe_router(tr: Trace) -> tuple[int, int] | None:
 # software as much as its silicon), then DRAM bandwidth, SRAM that keeps weights (partial residency: a
 # continuous curve), weight precision and batch.
 SWEEPS = {
-    N_("kernel floor (µs per kernel)"): ("kernel_floor_us", np.geomspace(0.25, 4, 13)),
-    N_("efficiency (fraction of peak, every class)"): ("efficiency", np.geomspace(0.1, 1, 11)),
-    N_("DRAM bandwidth (GB/s)"): ("dram_gbps", np.geomspace(500, 16000, 16)),
-    N_("on-chip SRAM keeping weights (MiB)"): ("sram_mb", np.geomspace(8, 4096, 28)),
-    N_("weight bytes per parameter (int4 0.5, fp8 1, bf16 2)"): ("weight_precision", np.array([0.5, 1.0, 2.0])),
-    N_("batch size"): ("batch", np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])),
+    phrase("kernel floor (µs per kernel)"): ("kernel_floor_us", np.geomspace(0.25, 4, 13)),
+    phrase("efficiency (fraction of peak, every class)"): ("efficiency", np.geomspace(0.1, 1, 11)),
+    phrase("DRAM bandwidth (GB/s)"): ("dram_gbps", np.geomspace(500, 16000, 16)),
+    phrase("on-chip SRAM keeping weights (MiB)"): ("sram_mb", np.geomspace(8, 4096, 28)),
+    phrase("weight bytes per parameter (int4 0.5, fp8 1, bf16 2)"): ("weight_precision", np.array([0.5, 1.0, 2.0])),
+    phrase("batch size"): ("batch", np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])),
 }
 PRECISION_OF_BYTES = {2.0: "bf16", 1.0: "fp8", 0.5: "int4"}
 
@@ -1057,46 +1055,55 @@ def at(tr: Trace, d: Design, phase: str = "decode", batch: int = 1, **change) ->
 
 
 # the reference report's nine areas (catalog keys: English in the frame, shown in the book's language)
-AREAS = (N_("matrix/vector unit balance"), N_("memory bandwidth"), N_("L1/L2 sizing"),
-         N_("dedicated decode (GEMV) units"), N_("operator fusion hardware"), N_("precision support"),
-         N_("parallelism and occupancy"), N_("interconnect"), N_("power"))
+AREAS = (phrase("matrix/vector unit balance"), phrase("memory bandwidth"), phrase("L1/L2 sizing"),
+         phrase("dedicated decode (GEMV) units"), phrase("operator fusion hardware"), phrase("precision support"),
+         phrase("parallelism and occupancy"), phrase("interconnect"), phrase("power"))
 REFERENCE_CLAIMS = dict(zip(AREAS, (
-    N_("reduce tensor-core density to 30-40 % of die area; more CUDA cores"),
-    N_("2-3 TB/s is enough for a high-end inference NPU"),
-    N_("L2 of 128-256 MB; KV-cache SRAM of 32-64 MB"),
-    N_("dedicated GEMV accelerators, weight-stationary dataflow"),
-    N_("a programmable fusion engine (21.7 % of time in small elementwise kernels)"),
-    N_("native BF16, FP8, INT4/INT8; 6 % conversion overhead"),
-    N_("fewer SMs (60-80), deeper pipelines"),
-    N_("300-500 GB/s inter-chip is enough"),
-    N_("3-5× TOPS/W by cutting tensor density and bandwidth"))))
-CONFIDENCE = {"high": N_("high"), "medium": N_("medium"), "low": N_("low"),
-              "low_sram": N_("low (model assumes SRAM bandwidth is sustained)"), "none": N_("none (no data)")}
+    phrase("reduce tensor-core density to 30-40 % of die area; more CUDA cores"),
+    phrase("2-3 TB/s is enough for a high-end inference NPU"),
+    phrase("L2 of 128-256 MB; KV-cache SRAM of 32-64 MB"),
+    phrase("dedicated GEMV accelerators, weight-stationary dataflow"),
+    phrase("a programmable fusion engine (21.7 % of time in small elementwise kernels)"),
+    phrase("native BF16, FP8, INT4/INT8; 6 % conversion overhead"),
+    phrase("fewer SMs (60-80), deeper pipelines"),
+    phrase("300-500 GB/s inter-chip is enough"),
+    phrase("3-5× TOPS/W by cutting tensor density and bandwidth"))))
+CONFIDENCE = {"high": phrase("high"), "medium": phrase("medium"), "low": phrase("low"),
+              "low_sram": phrase("low (model assumes SRAM bandwidth is sustained)"), "none": phrase("none (no data)")}
+# each area's confidence, in the order of AREAS
+AREA_CONFIDENCE = tuple(CONFIDENCE[c] for c in ("medium", "medium", "low_sram", "medium", "high", "low", "low",
+                                                "none", "none"))
 
 
-def _pct(v: float) -> str:
-    return i18n.tr("n/a (no ncu counters)") if v != v else i18n.tr("{pct:.0f} %", pct=v)
+def recommendation_figures(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.DataFrame,
+                           graph_host_us: float = 2.0, xerr: pd.DataFrame | None = None,
+                           env: dict | None = None) -> dict:
+    """The numbers behind the reference report's nine areas (`narrate.whatif.recommendations` writes them): this
+    run's evidence and each area's what-if, a what-if being the % change of decode ms per token (prefill ms per call
+    where named) against the fitted model.
+    On an eager run, what-ifs are taken at `graph_host_us` host time per launch (launches issued as a graph), beside
+    the same change at the run's eager host gaps, where decode is launch-bound and the hardware knobs barely move
+    it. On a run whose decode already ran as CUDA graphs (`graph`), what-ifs are taken on the run as it ran, and
+    what is left between its kernels is named instead (the graph's node gaps and generate's host time between
+    replays, `ReplayHost`).
 
-
-def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.DataFrame,
-                    graph_host_us: float = 2.0, xerr: pd.DataFrame | None = None,
-                    env: dict | None = None) -> pd.DataFrame:
-    """The reference report's nine areas, each with evidence from this run and a what-if number.
-    On an eager run, what-ifs are taken at `graph_host_us` host time per launch (launches issued as a graph), and
-    each sentence says so beside the same change at the run's eager host gaps, where decode is launch-bound and
-    the hardware knobs barely move it. On a run whose decode already ran as CUDA graphs, what-ifs are taken on the
-    run as it ran, and nothing proposes graphs or cutting launch overhead: what is left between its kernels is
-    named instead (the graph's node gaps and generate's host time between replays, `ReplayHost`).
-    `uncertainty`: the cross-device error of decode (`cross_device_error`,
-    `xerr`) and the ways the what-if's design lies outside what that check covered (`env`). Evidence,
-    what-if and uncertainty are sentences in the narrative language; area, confidence and the reference
-    claim are catalog keys (English in the frame, translated where shown)."""
+    Keys: `graph`, `graph_host_us`, `host_us` (the run's host time per launch, plain); evidence: `tensor_pipe_pct`,
+    `sm_pct`, `l2_hit_pct`, `occupancy_pct`, `under_wave_pct` (time-weighted over profiled decode kernels; NaN
+    without ncu counters), `weights_gb` and `weights_mib` (one token's weights, bf16), `fp8_gb`, `int4_gb`,
+    `gemv_pct`, `copy_pct`, `fusible_pct`, `comm_pct` (% of decode kernel time), `pad_lo`, `pad_hi` (counted tensor
+    FLOPs over 2·M·N·K), `launches` (per token); what-ifs (%): `half_matrix`, `half_matrix_prefill`, `dram_2_5`,
+    `dram_8`, `half_sram` and `all_sram` (an SRAM of `half_sram_mib` and `sram_mib` keeping the hottest weights),
+    `batch_8`, `fused`, `fp8`, `int4`; on an eager run also `half_matrix_eager`, `dram_2_5_eager`, `dram_8_eager`
+    and `graph_dispatch` (graph dispatch against eager); `replay` (`replay_quantities`: a graph run's node gaps and
+    host time between replays, None on an eager run). Uncertainty:
+    `held` (the fit's error on decode, `model_error`), `across` (decode's row of `xerr`, None where no other GPU was
+    checked) and `outside` (per area, the ways its what-if's designs lie outside what the cross-device check
+    covered, `outside_envelope`; None where the area has no what-if); `confidence` per area (`AREA_CONFIDENCE`)."""
     hr = tr.host
     graph = hr is not None and hr.graph
     g = d if graph else d.with_(launch_overhead_us=graph_host_us)
     active = active_weight_bytes(tr)
     base, base_p, eager = at(tr, g), at(tr, g, "prefill"), at(tr, d)
-    host_us = host_time_per_launch_us(tr)
     work, steps = tr.work, tr.steps
 
     def pct(new, old):
@@ -1107,187 +1114,102 @@ def recommendations(tr: Trace, d: Design, kernels: pd.DataFrame, shares: pd.Data
         kernels = pd.DataFrame(columns=["phase", "status", "sm_pct", "flops_tensor", "share", "l2_hit_pct",
                                         "achieved_occupancy_pct", "waves_per_sm"], dtype=float)
     dk = kernels[(kernels.phase == "decode") & (kernels.status == "profiled")]
-    w_sm = weighted_mean(dk.sm_pct.where(dk.flops_tensor > 0), dk.share)
     # the tensor pipe's own activity where the run's counters have it (chapter 05's TC%), else SM throughput, said so
     tp = dk.tensor_pipe_pct if "tensor_pipe_pct" in dk else pd.Series(np.nan, index=dk.index)
-    w_tp = weighted_mean(tp.where(dk.flops_tensor > 0), dk.share) if tp.notna().any() else np.nan
-    l2hit = weighted_mean(dk.l2_hit_pct, dk.share)
-    occ = weighted_mean(dk.achieved_occupancy_pct, dk.share)
-    under_wave = weighted_mean((dk.waves_per_sm < 1).astype(float), dk.share)
-    fus = sum(sh.get(c, 0) for c in FUSIBLE)
-    gv = work[(work.phase == "decode") & (work.source == "ncu FLOPs + bytes from shapes")]
+    gv = work[(work.phase == "decode") & (work.source == NCU_SHAPES)]
     pad = gv.flops_tensor / gv.op_shapes.map(expected_gemm_flops).astype(float)
     half_m = {**d.matrix_tflops, "bf16": d.matrix_tflops["bf16"] / 2}
-    launches = int(work[work.phase == "decode"].launches.sum() / max(1, steps.get("decode", 1)))
     mib = active / 2**20
     sram = max(1024, 1.1 * mib)  # the on-chip SRAM the what-if evaluates: one token's weights and 10 % room
     half_sram = mib / 2  # an SRAM that keeps the hottest half of them
     pin = dict(sram_keeps_weights=True)
-    comm = sh.get("communication", 0)
-    no_claim = i18n.tr("the data cannot support a claim")
-    if graph:
-        matrix_if = i18n.tr("half the matrix TFLOP/s, decode as run (CUDA graphs): decode/token {decode:+.0f} %, "
-                            "prefill {prefill:+.0f} %", decode=pct(at(tr, g, matrix_tflops=half_m), base),
-                            prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p))
-        dram_if = i18n.tr("decode as run (CUDA graphs): at 2.5 TB/s decode time per token changes by {at_2_5:+.0f} %, "
-                          "at 8 TB/s {at_8:+.0f} %", at_2_5=pct(at(tr, g, dram_gbps=2500), base),
-                          at_8=pct(at(tr, g, dram_gbps=8000), base))
-        fuse_if = i18n.tr(
-            "fusing those chains: decode/token {fused:+.0f} %. Decode already runs as CUDA graphs: no launch overhead "
-            "is left to cut; between its kernels are {node:.2f} ms of node gaps per step (median {gap:.2f} µs), and "
-            "between replays {host:.2f} ms of host time per step ({share:.0f} % of the plain {step:.2f} ms step: HF "
-            "generate's loop), which no hardware lever moves", fused=pct(at(tr, g, fuse_elementwise=True), base),
-            node=tr.q("decode.node_gaps_ms", hr.node_gaps_ms), gap=hr.node_gap_us_median,
-            host=tr.q("decode.host_between_replays_ms", hr.between_replays_ms),
-            share=100 * hr.between_replays_ms / hr.plain_step_ms, step=tr.q(hr.step_name, hr.plain_step_ms))
-    else:
-        matrix_if = i18n.tr(
-            "half the matrix TFLOP/s, launches issued as a graph ({graph_us:g} µs each): decode/token "
-            "{decode:+.0f} %, prefill {prefill:+.0f} %; at the run's eager host gaps decode/token {eager:+.0f} %",
-            graph_us=graph_host_us, decode=pct(at(tr, g, matrix_tflops=half_m), base),
-            prefill=pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p),
-            eager=pct(at(tr, d, matrix_tflops=half_m), eager))
-        dram_if = i18n.tr(
-            "launches issued as a graph ({graph_us:g} µs each): at 2.5 TB/s decode time per token changes by "
-            "{at_2_5:+.0f} %, at 8 TB/s {at_8:+.0f} %; at the run's eager host gaps {eager_2_5:+.0f} % and "
-            "{eager_8:+.0f} %", graph_us=graph_host_us,
-            at_2_5=pct(at(tr, g, dram_gbps=2500), base), at_8=pct(at(tr, g, dram_gbps=8000), base),
-            eager_2_5=pct(at(tr, d, dram_gbps=2500), eager), eager_8=pct(at(tr, d, dram_gbps=8000), eager))
-        fuse_if = i18n.tr("fusing those chains: decode/token {fused:+.0f} %; eager dispatch (the run's host gaps, "
-                          "{host_us:.1f} µs per launch) vs graph ({graph_us:g} µs): {graph:+.0f} %",
-                          fused=pct(at(tr, g, fuse_elementwise=True), base), host_us=host_us,
-                          graph_us=graph_host_us, graph=pct(base, eager))
-    rows = [
-        (i18n.tr("tensor-core kernels keep the tensor pipe {tp} active (time-weighted) in decode", tp=_pct(w_tp))
-         if w_tp == w_tp else
-         i18n.tr("tensor-core kernels run at {sm} SM throughput (time-weighted) in decode", sm=_pct(w_sm)),
-         matrix_if, CONFIDENCE["medium"]),
-        (i18n.tr("decode matrix products read {gb:.2f} GB of weights per token", gb=active / 1e9), dram_if,
-         CONFIDENCE["medium"]),
-        (i18n.tr("decode L2 hit {hit} (time-weighted, ncu replay); one token's weights are {mib:,.0f} MiB",
-                 hit=_pct(l2hit), mib=mib),
-         i18n.tr("an on-chip SRAM that keeps the hottest weights: {half:,.0f} MiB (half of them) decode/token "
-                 "{change_half:+.0f} %, {sram:,.0f} MiB (all) {change:+.0f} %", half=half_sram,
-                 change_half=pct(at(tr, g, sram_mb=half_sram, **pin), base), sram=sram,
-                 change=pct(at(tr, g, sram_mb=sram, **pin), base)),
-         CONFIDENCE["low_sram"]),
-        (i18n.tr("GEMV is {gemv:.0f} % of decode kernel time; counted tensor FLOPs are {lo:.0f}–{hi:.0f}× 2·M·N·K "
-                 "(MMA tiles pad the token dimension)", gemv=sh.get("GEMV", 0), lo=pad.min(), hi=pad.max()),
-         i18n.tr("batch 8 instead of 1: decode per token {change:+.0f} % (weights read once for 8 tokens)",
-                 change=pct(at(tr, g, batch=8), base)), CONFIDENCE["medium"]),
-        (i18n.tr("elementwise + copy/cast + reduction = {fusible:.0f} % of decode kernel time, in ~{launches} "
-                 "launches per token", fusible=fus, launches=launches), fuse_if, CONFIDENCE["high"]),
-        (i18n.tr("copy/cast kernels take {pct:.0f} % of decode kernel time; decode reads {gb:.2f} GB of bf16 weights "
-                 "per token", pct=sh.get("copy/cast", 0), gb=active / 1e9),
-         i18n.tr("weights in fp8 ({fp8:.2f} GB per token): decode/token {c8:+.0f} %; in int4 ({int4:.2f} GB): "
-                 "{c4:+.0f} % (weight bytes only: activations and KV cache unchanged, compute stays bf16, "
-                 "dequantisation not priced)", fp8=active_weight_bytes(tr, "fp8") / 1e9,
-                 int4=active_weight_bytes(tr, "int4") / 1e9, c8=pct(at(tr, g, weight_precision="fp8"), base),
-                 c4=pct(at(tr, g, weight_precision="int4"), base)), CONFIDENCE["low"]),
-        (i18n.tr("achieved occupancy {occ} (time-weighted); {under} of profiled decode time in kernels under one wave",
-                 occ=_pct(occ), under=_pct(100 * under_wave)),
-         i18n.tr("not a what-if: fewer SMs would not slow kernels that fill less than one wave, but the model has "
-                 "no SM count"), CONFIDENCE["low"]),
-        (i18n.tr("communication kernels: {pct:.1f} % of decode kernel time (a multi-GPU run)", pct=comm) if comm else
-         i18n.tr("communication kernels: {pct:.1f} % of decode kernel time (a single-GPU run)", pct=comm),
-         no_claim, CONFIDENCE["none"]),
-        (i18n.tr("no power or energy counters were captured"), no_claim, CONFIDENCE["none"]),
-    ]
-    out = pd.DataFrame(rows, columns=["evidence (this run)", "what-if", "confidence"])
+    f = {"graph": graph, "graph_host_us": graph_host_us, "host_us": host_time_per_launch_us(tr),
+         "sm_pct": weighted_mean(dk.sm_pct.where(dk.flops_tensor > 0), dk.share),
+         "tensor_pipe_pct": weighted_mean(tp.where(dk.flops_tensor > 0), dk.share) if tp.notna().any() else np.nan,
+         "l2_hit_pct": weighted_mean(dk.l2_hit_pct, dk.share),
+         "occupancy_pct": weighted_mean(dk.achieved_occupancy_pct, dk.share),
+         "under_wave_pct": 100 * weighted_mean((dk.waves_per_sm < 1).astype(float), dk.share),
+         "weights_gb": active / 1e9, "weights_mib": mib, "fp8_gb": active_weight_bytes(tr, "fp8") / 1e9,
+         "int4_gb": active_weight_bytes(tr, "int4") / 1e9, "gemv_pct": sh.get("GEMV", 0),
+         "copy_pct": sh.get("copy/cast", 0), "fusible_pct": sum(sh.get(c, 0) for c in FUSIBLE),
+         "comm_pct": sh.get("communication", 0), "pad_lo": pad.min(), "pad_hi": pad.max(),
+         "launches": int(work[work.phase == "decode"].launches.sum() / max(1, steps.get("decode", 1))),
+         "half_matrix": pct(at(tr, g, matrix_tflops=half_m), base),
+         "half_matrix_prefill": pct(at(tr, g, "prefill", matrix_tflops=half_m), base_p),
+         "dram_2_5": pct(at(tr, g, dram_gbps=2500), base), "dram_8": pct(at(tr, g, dram_gbps=8000), base),
+         "half_sram_mib": half_sram, "sram_mib": sram,
+         "half_sram": pct(at(tr, g, sram_mb=half_sram, **pin), base),
+         "all_sram": pct(at(tr, g, sram_mb=sram, **pin), base),
+         "batch_8": pct(at(tr, g, batch=8), base), "fused": pct(at(tr, g, fuse_elementwise=True), base),
+         "fp8": pct(at(tr, g, weight_precision="fp8"), base), "int4": pct(at(tr, g, weight_precision="int4"), base)}
+    f["replay"] = replay_quantities(tr)
+    if not graph:
+        f.update(half_matrix_eager=pct(at(tr, d, matrix_tflops=half_m), eager),
+                 dram_2_5_eager=pct(at(tr, d, dram_gbps=2500), eager),
+                 dram_8_eager=pct(at(tr, d, dram_gbps=8000), eager), graph_dispatch=pct(base, eager))
     # the designs each what-if moves to, against what the cross-device check covered
     moved = [[g.with_(matrix_tflops=half_m)], [g.with_(dram_gbps=2500), g.with_(dram_gbps=8000)],
              [g.with_(sram_mb=half_sram, **pin), g.with_(sram_mb=sram, **pin)], [g], [g.with_(fuse_elementwise=True)],
              [g.with_(weight_precision="fp8"), g.with_(weight_precision="int4")], [], [], []]
     batches = [1, 1, 1, 8, 1, 1, 1, 1, 1]
-    e = None if xerr is None else xerr.set_index("phase").loc["decode"] if "decode" in set(xerr.phase) else None
-    held = model_error(validation(tr), None, tr=tr)
-    unc = []
-    for ds, bt in zip(moved, batches):
-        if not ds:
-            unc.append("")
-            continue
-        why = list(dict.fromkeys(r for dd in ds for r in outside_envelope(dd, env, bt)))
-        err = (i18n.tr("decode device time ±{pct:.0f} %, gain ±{gain:.2f}× across GPUs", pct=e.device_error_pct,
-                       gain=e.gain_error) if e is not None else i18n.tr("not checked on another GPU"))
-        unc.append(i18n.tr("decode {held}; ", held=held) + err
-                   + (i18n.tr("; outside what was checked: {why}", why=i18n.tr(", ").join(why)) if why and
-                      e is not None else i18n.tr("; within what was checked") if e is not None else ""))
-    out["uncertainty"] = unc
-    out.insert(0, "area", AREAS)
-    out["reference report"] = out.area.map(REFERENCE_CLAIMS)
-    return out
+    f["across"] = (None if xerr is None else xerr.set_index("phase").loc["decode"] if "decode" in set(xerr.phase)
+                   else None)
+    f["held"] = model_error(validation(tr), None, tr=tr)
+    f["outside"] = [list(dict.fromkeys(r for dd in ds for r in outside_envelope(dd, env, bt))) if ds else None
+                    for ds, bt in zip(moved, batches)]
+    f["confidence"] = AREA_CONFIDENCE
+    return f
 
 
-def headline(val: pd.DataFrame, tr: Trace) -> str:
-    """Held-out errors per phase, and whether the decode step is the host's or the device's: the device's share
-    of the predicted decode wall (under half: host-bound, no hardware knob moves it; CUDA graphs, where the
-    device is busy most of the step, are device-bound)."""
-    errs = i18n.tr(", ").join(f"{phase_label(r.phase)} {r.device_error_pct:+.0f} %" for r in val.itertuples())
+def replay_quantities(tr: Trace) -> dict | None:
+    """A decode step that ran as CUDA graphs (`ReplayHost`), as the chapters name its figures (`contract.quantity`):
+    `step` (the plain step, ms), `busy` (the replay's GPU-busy ms), `node` (its node gaps, ms), `gap` (the median
+    node gap, µs), `host` (host time between replays, ms) and `host_share_pct` (that host time's % of the plain
+    step); None where decode did not run as CUDA graphs."""
+    hr = tr.host
+    if hr is None or not hr.graph:
+        return None
+    return {"step": tr.q(hr.step_name, hr.plain_step_ms), "busy": tr.q("decode.gpu_busy_step_ms", hr.busy_ms),
+            "node": tr.q("decode.node_gaps_ms", hr.node_gaps_ms), "gap": hr.node_gap_us_median,
+            "host": tr.q("decode.host_between_replays_ms", hr.between_replays_ms),
+            "host_share_pct": 100 * hr.between_replays_ms / hr.plain_step_ms}
+
+
+def decode_reading(val: pd.DataFrame, tr: Trace) -> str:
+    """How chapter 06's headline reads the decode step: 'graph' (it ran as CUDA graphs: the hardware knobs move what
+    is not host time between replays), 'device' (the device busy at least half of the predicted step, `val`'s
+    held-out prediction: the knobs move it) or 'host' (host-bound: no knob moves it until launches are batched)."""
     d = val.set_index("phase")
     hr = tr.host
     if hr is not None and hr.graph:
-        return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode runs as "
-                       "CUDA graphs: of the plain {step:.2f} ms step the replay's kernels are {busy:.2f} ms GPU-busy "
-                       "with {node:.2f} ms of node gaps (median {gap:.2f} µs), and {host:.2f} ms is host time between "
-                       "replays (generate's loop, one term per step, not per launch), so the hardware knobs below "
-                       "move the rest", errors=errs, step=tr.q(hr.step_name, hr.plain_step_ms),
-                       busy=tr.q("decode.gpu_busy_step_ms", hr.busy_ms), node=tr.q("decode.node_gaps_ms", hr.node_gaps_ms),
-                       gap=hr.node_gap_us_median, host=tr.q("decode.host_between_replays_ms", hr.between_replays_ms))
+        return "graph"
     if "decode" in d.index and d.loc["decode", "predicted_device_share_pct"] >= 50:
-        return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is "
-                       "device-bound here (the device busy {share:.0f} % of the predicted step, {host_us:.1f} µs of "
-                       "plain wall per launch, no profiler), so the hardware knobs below move it",
-                       errors=errs, share=d.loc["decode", "predicted_device_share_pct"],
-                       host_us=host_time_per_launch_us(tr))
-    return i18n.tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode is host-bound "
-                   "({host_us:.1f} µs of plain wall per launch, no profiler), so no hardware knob moves it until "
-                   "launches are batched: the hardware what-ifs below are taken with launches issued as a graph, "
-                   "their eager figures beside",
-                   errors=errs, host_us=host_time_per_launch_us(tr))
+        return "device"
+    return "host"
 
 
-def cross_device_headline(xd: pd.DataFrame) -> str:
-    """Chapter 06's line for the cross-device check: the worst device-time and gain errors of both directions."""
+def cross_device_bounds(xd: pd.DataFrame) -> dict | None:
+    """The cross-device check at its worst over both directions and every phase: `pair` (the GPUs, each fitted on
+    once), `pct` (the largest |device-time error|, %) and `gain` (the largest |gain error|, ×); None without rows."""
     t = xd[xd["class"] == ALL_KERNELS]
     if t.empty:
-        return ""
-    pair = i18n.tr(" ↔ ").join(dict.fromkeys(t.fitted_on))
-    return i18n.tr("; across GPUs ({pair}, each fitted on one and predicting the other) device time within "
-                   "{pct:.0f} % and gain within {gain:.2f}× in every phase", pair=pair,
-                   pct=t.error_pct.abs().max(), gain=t.gain_error.abs().max())
+        return None
+    return {"pair": list(dict.fromkeys(t.fitted_on)), "pct": t.error_pct.abs().max(), "gain": t.gain_error.abs().max()}
 
 
-def validation_prose(val: pd.DataFrame, tr: Trace) -> str:
+VALIDATION_TARGET_PCT = 25.0  # the held-out device-time error the model aims within
+
+
+def validation_checks(val: pd.DataFrame) -> pd.DataFrame:
+    """Per phase of `validation`'s table: `within_target` (its held-out device-time error within
+    VALIDATION_TARGET_PCT) and `host_bound` (the device busy under half the predicted wall, so the wall error stays
+    small whatever the device error)."""
     v = val.set_index("phase")
-    out = []
-    for ph, r in v.iterrows():
-        ok = abs(r.device_error_pct) <= 25
-        values = dict(phase=phase_label(ph), fitted_on=phase_list(r.calibrated_on), predicted=r.predicted_device_ms,
-                      busy=r.busy_ms_per_step, error=r.device_error_pct, wall_predicted=r.predicted_wall_ms,
-                      wall=r.wall_ms_per_step, wall_error=r.wall_error_pct, share=r.predicted_device_share_pct,
-                      scaled=r.scaled_time_pct)
-        out.append(i18n.tr(
-            "- **{phase}** (fitted on {fitted_on}): device time {predicted:.2f} ms predicted vs GPU-busy {busy:.2f} ms "
-            "({error:+.0f} %, within the 25 % target); wall under the profiler {wall_predicted:.2f} vs {wall:.2f} ms "
-            "({wall_error:+.1f} %), "
-            "the device busy {share:.0f} % of it; {scaled:.1f} % of its kernel time is in kernels whose work is scaled "
-            "from their category (no shapes, not profiled).", **values) if ok else i18n.tr(
-            "- **{phase}** (fitted on {fitted_on}): device time {predicted:.2f} ms predicted vs GPU-busy {busy:.2f} ms "
-            "({error:+.0f} %, outside the 25 % target); wall under the profiler {wall_predicted:.2f} vs {wall:.2f} ms "
-            "({wall_error:+.1f} %), the device busy {share:.0f} % of it; {scaled:.1f} % of its kernel time is in kernels whose work is "
-            "scaled from their category (no shapes, not profiled).", **values))
-    host_bound = v.index[v.predicted_device_share_pct < 50].tolist()
-    out.append(i18n.tr("The replay keeps the run's own host gaps, so the wall column tests the device model only "
-                       "through the time the device adds to the host's{host_bound}. The device column is the test of "
-                       "the model; the per-class table below says which kernels carry its error.",
-                       host_bound=i18n.tr("; in {phases} the device is busy under half the wall, so its wall error "
-                                          "stays small whatever the device error",
-                                          phases=i18n.tr(", ").join(map(phase_label, host_bound)))
-                       if host_bound else ""))
-    return "\n".join(out)
+    return pd.DataFrame({"within_target": v.device_error_pct.abs() <= VALIDATION_TARGET_PCT,
+                         "host_bound": v.predicted_device_share_pct < 50}, index=v.index)
 
 
-ALL_KERNELS = N_("all (GPU-busy)")
+ALL_KERNELS = phrase("all (GPU-busy)")
 
 
 def class_ms(tr: Trace, t_s: np.ndarray | None = None) -> pd.Series:
@@ -1360,22 +1282,23 @@ WORKLOAD_KEYS = ("model", "weights", "dtype", "max_new_tokens", "batch_size", "a
                  "tensor_parallel", "variant", "seed", "no_repeat_ngram_size")
 
 
-def cross_run_note(run, other) -> str:
-    """Why `other` cannot serve as run's cross-device check ('' when it can): it must be the same workload
-    (WORKLOAD_KEYS equal) captured on a different GPU model."""
-    from ..escape import md
-
+def cross_run_problem(run, other) -> str | None:
+    """Why `other` cannot serve as run's cross-device check, None when it can: 'none' (no other run), 'workload'
+    (not this workload: `workload_differs` names the parameters) or 'device' (captured on this run's GPU model). It
+    must be the same workload (WORKLOAD_KEYS equal) captured on a different GPU model."""
     if other is None:
-        return i18n.tr("No cross_run given: the model is checked on this run's GPU only.")
-    pa, pb = run.info.params, other.info.params
-    differs = [k for k in WORKLOAD_KEYS if pa.get(k) != pb.get(k)]
-    if differs:
-        return i18n.tr("{other} is not this workload ({keys} differ): no cross-device check.", other=md(other.run_id),
-                       keys=", ".join(differs))
+        return "none"
+    if workload_differs(run, other):
+        return "workload"
     if other.info.device == run.info.device:
-        return i18n.tr("{other} ran on this run's GPU ({device}): no cross-device check.", other=md(other.run_id),
-                       device=md(run.info.device))
-    return ""
+        return "device"
+    return None
+
+
+def workload_differs(run, other) -> list[str]:
+    """The WORKLOAD_KEYS whose values differ between the two runs' parameters (empty: the same workload)."""
+    pa, pb = run.info.params, other.info.params
+    return [k for k in WORKLOAD_KEYS if pa.get(k) != pb.get(k)]
 
 
 def cross_device_error(xd: pd.DataFrame) -> pd.DataFrame:
@@ -1386,29 +1309,20 @@ def cross_device_error(xd: pd.DataFrame) -> pd.DataFrame:
                                               gain_error=("gain_error", lambda s: s.abs().max())).reset_index()
 
 
-def cross_device_prose(xd: pd.DataFrame, target_pct: float = 15.0, target_gain: float = 0.05) -> str:
-    """One line per direction (device-time error per phase, gain predicted vs measured) and where the class
-    rows miss; the issue's targets: device time within 15 %, gain within 0.05×."""
+CROSS_TARGET_PCT, CROSS_TARGET_GAIN = 15.0, 0.05  # the issue's targets: device time within 15 %, gain within 0.05×
+
+
+def cross_device_checks(xd: pd.DataFrame, target_pct: float = CROSS_TARGET_PCT,
+                        target_gain: float = CROSS_TARGET_GAIN) -> tuple[list, pd.Series | None]:
+    """The cross-device table against its targets: per direction (fitted on, predicted, its whole-phase rows, whether
+    every phase's device-time error is within `target_pct` % and its gain error within `target_gain`×), and the
+    class row whose |device-time error| is the largest (None without class rows)."""
     t = xd[xd["class"] == ALL_KERNELS]
-    out = []
-    for (fa, pb), g in t.groupby(["fitted_on", "predicted"], sort=False):
-        parts = i18n.tr(", ").join(i18n.tr("{phase} {error:+.0f} % (gain {pg:.2f}× predicted, {mg:.2f}× measured)",
-                                           phase=phase_label(r.phase), error=r.error_pct, pg=r.predicted_gain,
-                                           mg=r.measured_gain) for r in g.itertuples())
-        ok = (g.error_pct.abs() <= target_pct).all() and (g.gain_error.abs() <= target_gain).all()
-        out.append((i18n.tr("- Fitted on {a}, predicting {b}: {parts}; within the targets (±{t:.0f} %, ±{tg:.2f}×).",
-                            a=fa, b=pb, parts=parts, t=target_pct, tg=target_gain) if ok else
-                    i18n.tr("- Fitted on {a}, predicting {b}: {parts}; outside the targets (±{t:.0f} %, ±{tg:.2f}×).",
-                            a=fa, b=pb, parts=parts, t=target_pct, tg=target_gain)))
+    directions = [(fa, pb, g, bool((g.error_pct.abs() <= target_pct).all()
+                                   and (g.gain_error.abs() <= target_gain).all()))
+                  for (fa, pb), g in t.groupby(["fitted_on", "predicted"], sort=False)]
     c = xd[xd["class"] != ALL_KERNELS]
-    worst = c.loc[c.error_pct.abs().idxmax()] if len(c) else None
-    if worst is not None:
-        out.append(i18n.tr(
-            "Per class the errors are larger ({cls} in {phase}, fitted on {a}: {error:+.0f} %): one latency and "
-            "slowdown per class misses single kernels on the fitting GPU already, and the phase totals are "
-            "where those misses cancel. The gains per class follow the measured ones more closely than the "
-            "times do.", cls=worst["class"], phase=phase_label(worst.phase), a=worst.fitted_on, error=worst.error_pct))
-    return "\n".join(out)
+    return directions, (c.loc[c.error_pct.abs().idxmax()] if len(c) else None)
 
 
 def envelope(a: Trace, b: Trace) -> dict:
@@ -1419,50 +1333,35 @@ def envelope(a: Trace, b: Trace) -> dict:
     return {"dram_gbps": bw, "matrix_tflops": mt, "sram_mb": sorted([a.gpu.sram_mb, b.gpu.sram_mb])}
 
 
-def outside_envelope(d: Design, env: dict | None, batch: int = 1) -> list[str]:
-    """The ways design `d` (at `batch`) lies outside what the cross-device check validated (empty: inside)."""
+def outside_envelope(d: Design, env: dict | None, batch: int = 1) -> list:
+    """The ways design `d` (at `batch`) lies outside what the cross-device check validated, as phrases (empty:
+    inside)."""
     if env is None:
-        return [i18n.tr("no other GPU was checked")]
+        return [phrase("no other GPU was checked")]
     out = []
     lo, hi = env["dram_gbps"]
     if not lo * 0.95 <= d.dram_gbps <= hi * 1.05:
-        out.append(i18n.tr("DRAM {gbps:,.0f} GB/s outside the {lo:,.0f}–{hi:,.0f} GB/s checked", gbps=d.dram_gbps,
-                           lo=lo, hi=hi))
+        out.append(phrase("DRAM {gbps:,.0f} GB/s outside the {lo:,.0f}–{hi:,.0f} GB/s checked", gbps=d.dram_gbps,
+                          lo=lo, hi=hi))
     if d.matrix_tflops.get("bf16") not in env["matrix_tflops"]:
-        out.append(i18n.tr("matrix peak changed (both GPUs checked had {tf:g} TFLOP/s)",
-                           tf=min(env["matrix_tflops"])))
+        out.append(phrase("matrix peak changed (both GPUs checked had {tf:g} TFLOP/s)",
+                          tf=min(env["matrix_tflops"])))
     if d.sram_mb > env["sram_mb"][1] * 1.05:
-        out.append(i18n.tr("on-chip memory {mb:,.0f} MiB beyond the {max:,.0f} MiB L2 checked", mb=d.sram_mb,
-                           max=env["sram_mb"][1]))
+        out.append(phrase("on-chip memory {mb:,.0f} MiB beyond the {max:,.0f} MiB L2 checked", mb=d.sram_mb,
+                          max=env["sram_mb"][1]))
     if d.fuse_elementwise:
-        out.append(i18n.tr("fused elementwise chains"))
+        out.append(phrase("fused elementwise chains"))
     if d.kernel_floor_us is not None or d.mem_efficiency is not None or d.matrix_efficiency is not None:
-        out.append(i18n.tr("latency or efficiency set by the design, not fitted"))
+        out.append(phrase("latency or efficiency set by the design, not fitted"))
     if d.graph_floor_us is not None:
-        out.append(i18n.tr("a per-graph floor set by the design"))
+        out.append(phrase("a per-graph floor set by the design"))
     if d.sram_keeps_weights:
-        out.append(i18n.tr("weights kept in on-chip SRAM (a GPU's L2 keeps none)"))
+        out.append(phrase("weights kept in on-chip SRAM (a GPU's L2 keeps none)"))
     if d.weight_precision not in (None, "bf16"):
-        out.append(i18n.tr("{precision} weights (bytes only: dequantisation not priced)", precision=d.weight_precision))
+        out.append(phrase("{precision} weights (bytes only: dequantisation not priced)", precision=d.weight_precision))
     if batch != 1:
-        out.append(i18n.tr("batch {batch}", batch=batch))
+        out.append(phrase("batch {batch}", batch=batch))
     return out
-
-
-def sensitivity_note(xerr: pd.DataFrame | None, env: dict | None) -> str:
-    """What the sensitivity curves' numbers carry: the cross-device error per phase, and which stretch of
-    which panel the check covered."""
-    if xerr is None or env is None:
-        return i18n.tr("No other GPU was checked (cross_run): the curves carry the held-out errors above only.")
-    errs = i18n.tr(", ").join(i18n.tr("{phase} ±{pct:.0f} % (gain ±{gain:.2f}×)", phase=phase_label(r.phase),
-                                      pct=r.device_error_pct, gain=r.gain_error) for r in xerr.itertuples())
-    lo, hi = env["dram_gbps"]
-    return i18n.tr("Read each curve with the cross-device error of its phase's device time: {errs}. The check covers "
-                   "the DRAM bandwidth panel from {lo:,.0f} to {hi:,.0f} GB/s only; far lower bandwidth (where "
-                   "latency-bound kernels turn bandwidth-bound, which the fixed share φ does not follow), any other "
-                   "matrix peak (both GPUs have {tf:g} TFLOP/s), on-chip memory beyond {sram:,.0f} MiB, batches "
-                   "above 1 and fused graphs lie outside what was validated.", errs=errs, lo=lo, hi=hi,
-                   tf=min(env["matrix_tflops"]), sram=env["sram_mb"][1])
 
 
 def error_by_class(tr: Trace) -> pd.DataFrame:
@@ -1482,8 +1381,8 @@ def error_by_class(tr: Trace) -> pd.DataFrame:
 
 
 # the levers a design states or inherits (catalog keys: the design table's columns)
-LEVERS = (N_("kernel floor"), N_("graph floor"), N_("efficiency (matrix)"), N_("efficiency (memory)"),
-          N_("dispatch"), N_("on-chip SRAM"), N_("weight precision"))
+LEVERS = (phrase("kernel floor"), phrase("graph floor"), phrase("efficiency (matrix)"),
+          phrase("efficiency (memory)"), phrase("dispatch"), phrase("on-chip SRAM"), phrase("weight precision"))
 
 
 def _range(v: np.ndarray, fmt: str) -> str:
@@ -1492,59 +1391,62 @@ def _range(v: np.ndarray, fmt: str) -> str:
 
 
 def design_levers(d: Design, tr: Trace) -> dict[str, tuple[str, bool]]:
-    """Per lever (`LEVERS`): what the design runs with, as the reader reads it, and whether the design states it
-    (True) or inherits it from the GPU the model was fitted on (False: the fitted per-class latency L and
+    """Per lever (`LEVERS`): what the design runs with, as the reader reads it (a phrase), and whether the design
+    states it (True) or inherits it from the GPU the model was fitted on (False: the fitted per-class latency L and
     slowdown b, the run's host gaps or graph replay, the run's bf16 weights)."""
     cal = tr.calib[tr.calib["class"] != "pooled"]
     matrix = cal["class"].str.split(" ").str[0].isin(MATRIX).to_numpy()
     hr = tr.host
     out = {}
     if d.kernel_floor_us is not None:
-        out["kernel floor"] = (i18n.tr("{us:g} µs per kernel", us=d.kernel_floor_us), True)
+        out["kernel floor"] = (phrase("{us:g} µs per kernel", us=d.kernel_floor_us), True)
     else:
         scale = d.floor_us / tr.gpu.floor_us if d.floor_us and tr.gpu.floor_us else 1.0
-        out["kernel floor"] = (i18n.tr("{range} µs per kernel (L fitted per class)",
-                                       range=_range(cal.latency_us.to_numpy() * scale, "{:.1f}")), False)
+        out["kernel floor"] = (phrase("{range} µs per kernel (L fitted per class)",
+                                      range=_range(cal.latency_us.to_numpy() * scale, "{:.1f}")), False)
     if d.graph_floor_us is not None:
-        out["graph floor"] = (i18n.tr("{us:g} µs per graph", us=d.graph_floor_us), True)
+        out["graph floor"] = (phrase("{us:g} µs per graph", us=d.graph_floor_us), True)
     elif hr is not None and hr.graph:
-        out["graph floor"] = (i18n.tr("inside the host time between replays ({ms:.2f} ms per step)",
-                                      ms=hr.between_replays_ms), False)
+        out["graph floor"] = (phrase("inside the host time between replays ({ms:.2f} ms per step)",
+                                     ms=hr.between_replays_ms), False)
     else:
-        out["graph floor"] = (i18n.tr("none: decode ran eager"), False)
+        out["graph floor"] = (phrase("none: decode ran eager"), False)
     for lever, eff, m in (("efficiency (matrix)", d.matrix_efficiency, matrix),
                           ("efficiency (memory)", d.mem_efficiency, ~matrix)):
         fitted = 100 / cal.slowdown.to_numpy()[m] if m.any() else np.array([np.nan])
         if isinstance(eff, dict):
-            out[lever] = (i18n.tr(", ").join(f"{c} {100 * v:.0f} %" for c, v in eff.items())
-                          + i18n.tr("; other classes fitted"), True)
+            out[lever] = (joined(joined(*(f"{c} {100 * v:.0f} %" for c, v in eff.items()), sep=COMMA),
+                                 phrase("; other classes fitted")), True)
         elif eff is not None:
-            out[lever] = (i18n.tr("{pct:.0f} % of peak", pct=100 * eff), True)
+            out[lever] = (phrase("{pct:.0f} % of peak", pct=100 * eff), True)
         else:
-            out[lever] = (i18n.tr("{range} % of peak (1/b fitted per class)", range=_range(fitted, "{:.0f}")), False)
+            out[lever] = (phrase("{range} % of peak (1/b fitted per class)", range=_range(fitted, "{:.0f}")), False)
     if hr is not None and hr.graph:
-        out["dispatch"] = (i18n.tr("CUDA graph: node gaps {gap:.2f} µs (median), {node:.2f} ms per step",
-                                   gap=hr.node_gap_us_median, node=hr.node_gaps_ms), False)
+        out["dispatch"] = (phrase("CUDA graph: node gaps {gap:.2f} µs (median), {node:.2f} ms per step",
+                                  gap=hr.node_gap_us_median, node=hr.node_gaps_ms), False)
     elif d.launch_overhead_us is not None:
-        out["dispatch"] = (i18n.tr("{us:g} µs per launch", us=d.launch_overhead_us), True)
+        out["dispatch"] = (phrase("{us:g} µs per launch", us=d.launch_overhead_us), True)
     else:
-        out["dispatch"] = (i18n.tr("the run's host gaps ({us:.1f} µs per launch, plain)",
-                                   us=host_time_per_launch_us(tr)), False)
-    sram = i18n.tr("{mb:,.0f} MiB at {gbps:,.0f} GB/s", mb=d.sram_mb, gbps=d.sram_gbps)
-    out["on-chip SRAM"] = (sram + ("" if d.sram_keeps_weights else i18n.tr(", a cache: no weights stay")), True)
+        out["dispatch"] = (phrase("the run's host gaps ({us:.1f} µs per launch, plain)",
+                                  us=host_time_per_launch_us(tr)), False)
+    sram = phrase("{mb:,.0f} MiB at {gbps:,.0f} GB/s", mb=d.sram_mb, gbps=d.sram_gbps)
+    out["on-chip SRAM"] = (joined(sram, "" if d.sram_keeps_weights else phrase(", a cache: no weights stay")), True)
     out["weight precision"] = ((d.weight_precision, True) if d.weight_precision is not None
-                               else (i18n.tr("bf16 (the run's)"), False))
+                               else (phrase("bf16 (the run's)"), False))
     return out
 
 
 # the design table's other columns named by catalog keys (the table shows them in the narrative language)
-DESIGN_COLUMNS = (N_("resident weights MiB"), N_("decode model error"), N_("decode ms/token as deployed"),
-                  N_("as deployed: model error"))
+DESIGN_COLUMNS = (phrase("resident weights MiB"), phrase("decode model error"),
+                  phrase("decode ms/token as deployed"), phrase("as deployed: model error"))
+# `design_table`'s cells that are phrases (or catalog keys)
+DESIGN_TEXT = ("design", *LEVERS, "decode bound", "decode model error", "as deployed: model error",
+               "outside what was checked", "source")
 
 
 def lever_cell(value: str, own: bool) -> str:
-    """A lever as the design table shows it: its value and whether the design states it or inherits it."""
-    return i18n.tr("{value} (own)", value=value) if own else i18n.tr("{value} (inherited)", value=value)
+    """A lever as the design table shows it (a phrase): its value and whether the design states it or inherits it."""
+    return phrase("{value} (own)", value=value) if own else phrase("{value} (inherited)", value=value)
 
 
 def resident_weight_bytes(tr: Trace, d: Design, phase: str = "decode") -> float:
@@ -1568,18 +1470,18 @@ def fit_error_pct(tr: Trace, phase: str = "decode") -> float:
 
 def model_error(val: pd.DataFrame | None, xerr: pd.DataFrame | None = None, phase: str = "decode",
                 tr: Trace | None = None) -> str:
-    """What a what-if number of `phase` carries: with `tr`, the device-time error of the fit it uses on its own
-    run (`fit_error_pct`); its held-out device-time error on the run (`validation`) and, where a cross-device
-    check ran, its error across GPUs."""
+    """What a what-if number of `phase` carries, as a phrase: with `tr`, the device-time error of the fit it uses on
+    its own run (`fit_error_pct`); its held-out device-time error on the run (`validation`) and, where a
+    cross-device check ran, its error across GPUs."""
     parts = []
     if tr is not None and phase in tr.steps:
-        parts.append(i18n.tr("{pct:+.0f} % as fitted", pct=fit_error_pct(tr, phase)))
+        parts.append(phrase("{pct:+.0f} % as fitted", pct=fit_error_pct(tr, phase)))
     if val is not None and phase in set(val.phase):
-        parts.append(i18n.tr("{pct:+.0f} % held out", pct=float(val.set_index("phase").loc[phase, "device_error_pct"])))
+        parts.append(phrase("{pct:+.0f} % held out", pct=float(val.set_index("phase").loc[phase, "device_error_pct"])))
     if xerr is not None and phase in set(xerr.phase):
-        parts.append(i18n.tr("±{pct:.0f} % across GPUs",
-                             pct=float(xerr.set_index("phase").loc[phase, "device_error_pct"])))
-    return i18n.tr(", ").join(parts)
+        parts.append(phrase("±{pct:.0f} % across GPUs",
+                            pct=float(xerr.set_index("phase").loc[phase, "device_error_pct"])))
+    return joined(*parts, sep=COMMA)
 
 
 def design_table(designs: dict, tr: Trace, env: dict | None = None, deployed: Trace | None = None,
@@ -1590,7 +1492,8 @@ def design_table(designs: dict, tr: Trace, env: dict | None = None, deployed: Tr
     predicted times (plain run) on `tr` and, with `deployed` (the same workload with decode as CUDA graphs),
     decode on the deployed run; each decode figure's model error (held out on its run, `val` / `dep_val`,
     computed when not given; across GPUs with `xerr`); `outside what was checked`: how the design lies outside the
-    cross-device check's envelope (`envelope`), when there was one."""
+    cross-device check's envelope (`envelope`), when there was one. Its text cells (DESIGN_TEXT) are phrases:
+    `narrate.whatif.design_table` shows them in the reader's language."""
     val = validation(tr) if val is None else val
     if deployed is not None and dep_val is None:
         dep_val = validation(deployed)
@@ -1614,32 +1517,41 @@ def design_table(designs: dict, tr: Trace, env: dict | None = None, deployed: Tr
             q = predict(deployed, d).set_index("phase")
             row["decode ms/token as deployed"] = q.loc["decode", "per_token_ms"] if "decode" in q.index else np.nan
             row["as deployed: model error"] = dep_err
-        row["outside what was checked"] = i18n.tr(", ").join(outside_envelope(d, env)) if env else ""
+        row["outside what was checked"] = joined(*outside_envelope(d, env), sep=COMMA) if env else ""
         row["source"] = d.source
         rows.append(row)
     out = pd.DataFrame(rows)
+    for c in DESIGN_TEXT:  # the cells' phrases kept (an object column)
+        if c in out:
+            out[c] = phrase_column((r[c] for r in rows), out.index)
     return out if env else out.drop(columns="outside what was checked")
 
 
 def sensitivity_both(tr: Trace, d: Design, graph_host_us: float = 2.0, deployed: Trace | None = None) -> pd.DataFrame:
-    """`sensitivity` per way of dispatching decode; `dispatch` labels each in the narrative language (they are
-    legend entries). An eager run: at its own host gaps and at graph-style `graph_host_us` per launch, and with
-    `deployed` (the same workload's CUDA-graph run) on that run as deployed. A run whose decode ran as CUDA graphs:
-    that run alone (its host time between replays is a per-step term, not a per-launch one)."""
+    """`sensitivity` per way of dispatching decode; `dispatch` labels each (a phrase: legend entries, which
+    `narrate.whatif.sensitivity` shows in the reader's language). An eager run: at its own host gaps and at
+    graph-style `graph_host_us` per launch, and with `deployed` (the same workload's CUDA-graph run) on that run as
+    deployed. A run whose decode ran as CUDA graphs: that run alone (its host time between replays is a per-step
+    term, not a per-launch one)."""
     hr = tr.host
     if hr is not None and hr.graph:
-        return sensitivity(tr, d).assign(dispatch=i18n.tr(
+        return _dispatched(sensitivity(tr, d), phrase(
             "as run: CUDA graphs ({ms:.2f} ms host time per step between replays)", ms=hr.between_replays_ms))
-    a = sensitivity(tr, d).assign(dispatch=i18n.tr("eager (run's host gaps, {us:.0f} µs/launch)",
-                                                   us=host_time_per_launch_us(tr)))
-    b = sensitivity(tr, d.with_(launch_overhead_us=graph_host_us)).assign(
-        dispatch=i18n.tr("graph ({us:g} µs/launch)", us=graph_host_us))
+    a = _dispatched(sensitivity(tr, d), phrase("eager (run's host gaps, {us:.0f} µs/launch)",
+                                               us=host_time_per_launch_us(tr)))
+    b = _dispatched(sensitivity(tr, d.with_(launch_overhead_us=graph_host_us)),
+                    phrase("graph ({us:g} µs/launch)", us=graph_host_us))
     parts = [a, b]
     if deployed is not None and deployed.host is not None and deployed.host.graph:
-        parts.append(sensitivity(deployed, deployed.gpu).assign(dispatch=i18n.tr(
+        parts.append(_dispatched(sensitivity(deployed, deployed.gpu), phrase(
             "as deployed: CUDA graphs ({ms:.2f} ms host time per step between replays)",
             ms=deployed.host.between_replays_ms)))
     return pd.concat(parts, ignore_index=True)
+
+
+def _dispatched(sens: pd.DataFrame, label) -> pd.DataFrame:
+    """`sens` with its `dispatch` label (a phrase, kept in an object column)."""
+    return sens.assign(dispatch=phrase_column([label] * len(sens), sens.index))
 
 
 def knees_both(sens: pd.DataFrame) -> pd.DataFrame:
@@ -1655,7 +1567,7 @@ def replay_host_table(traces: dict) -> pd.DataFrame:
         h = t.host
         if h is None:
             continue
-        rows.append({"run": label, "decode as": i18n.tr("CUDA graphs") if h.graph else i18n.tr("eager launches"),
+        rows.append({"run": label, "decode as": phrase("CUDA graphs") if h.graph else phrase("eager launches"),
                      "plain step ms": t.q(h.step_name, h.plain_step_ms),
                      "GPU-busy ms": t.q("decode.gpu_busy_step_ms", h.busy_ms),
                      # an eager step has no graph nodes: its 0 is not a measured gap
@@ -1664,7 +1576,7 @@ def replay_host_table(traces: dict) -> pd.DataFrame:
                      "host between replays ms": t.q("decode.host_between_replays_ms", h.between_replays_ms)
                      if h.graph else np.nan,
                      "host µs per launch (plain)": np.nan if h.graph else host_time_per_launch_us(t),
-                     "host gaps under the profiler ms": h.host_profiled_ms, "basis": i18n.tr(h.basis)})
+                     "host gaps under the profiler ms": h.host_profiled_ms, "basis": h.basis})
     out = pd.DataFrame(rows)
     for c in ("plain step ms", "GPU-busy ms", "node gaps ms", "host between replays ms"):
         if c in out:  # the named quantities the chapters' prose prints (`contract.quantity`)
@@ -1673,57 +1585,50 @@ def replay_host_table(traces: dict) -> pd.DataFrame:
 
 
 # the levers of `lever_table` (catalog keys)
-LEVER_ROWS = (N_("as fitted"), N_("kernel floor"), N_("efficiency"), N_("efficiency and kernel floor"),
-              N_("DRAM bandwidth"), N_("on-chip SRAM keeping weights"), N_("weight precision"), N_("batch"))
+LEVER_ROWS = (phrase("as fitted"), phrase("kernel floor"), phrase("efficiency"),
+              phrase("efficiency and kernel floor"), phrase("DRAM bandwidth"), phrase("on-chip SRAM keeping weights"),
+              phrase("weight precision"), phrase("batch"))
 
 
 def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_us: float = 2.0,
                 val: pd.DataFrame | None = None, dep_val: pd.DataFrame | None = None) -> pd.DataFrame:
     """One what-if per row, decode ms per token of a plain run: on `tr` (an eager run with launches issued as a
     graph at `graph_host_us` each; a graph run as it ran) and on `deployed` (the same workload's CUDA-graph run, as
-    it ran), each with its change against the fitted model and the model's error (`model_error`) beside it."""
+    it ran), each with its change against the fitted model and the model's error (`model_error`) beside it. Its
+    `setting` and `model error` cells are phrases (LEVER_TEXT: `narrate.whatif.lever_table` shows them in the
+    reader's language)."""
     g = tr.gpu if tr.host is not None and tr.host.graph else tr.gpu.with_(launch_overhead_us=graph_host_us)
     mib = active_weight_bytes(tr) / 2**20
     keep = dict(sram_keeps_weights=True)
-    cases = [("as fitted", "", {}, 1), ("kernel floor", i18n.tr("{us:g} µs per kernel", us=0.5),
+    cases = [("as fitted", "", {}, 1), ("kernel floor", phrase("{us:g} µs per kernel", us=0.5),
                                         dict(kernel_floor_us=0.5), 1),
-             ("efficiency", i18n.tr("{pct:.0f} % of peak", pct=100), dict(matrix_efficiency=1.0, mem_efficiency=1.0), 1),
-             ("efficiency and kernel floor", i18n.tr("{pct:.0f} % of peak, {us:g} µs per kernel", pct=100, us=0.5),
+             ("efficiency", phrase("{pct:.0f} % of peak", pct=100), dict(matrix_efficiency=1.0, mem_efficiency=1.0), 1),
+             ("efficiency and kernel floor", phrase("{pct:.0f} % of peak, {us:g} µs per kernel", pct=100, us=0.5),
               dict(matrix_efficiency=1.0, mem_efficiency=1.0, kernel_floor_us=0.5), 1),
-             ("DRAM bandwidth", i18n.tr("{gbps:,.0f} GB/s", gbps=8000), dict(dram_gbps=8000.0), 1)]
+             ("DRAM bandwidth", phrase("{gbps:,.0f} GB/s", gbps=8000), dict(dram_gbps=8000.0), 1)]
     for mb in (256, 512, 1024, float(np.ceil(1.1 * mib))):
-        cases.append(("on-chip SRAM keeping weights", i18n.tr("{mb:,.0f} MiB", mb=mb), dict(sram_mb=mb, **keep), 1))
+        cases.append(("on-chip SRAM keeping weights", phrase("{mb:,.0f} MiB", mb=mb), dict(sram_mb=mb, **keep), 1))
     cases += [("weight precision", p, dict(weight_precision=p), 1) for p in ("fp8", "int4")]
     cases.append(("batch", "8", {}, 8))
     runs = [(tr, g, val if val is not None else validation(tr), "")]
     if deployed is not None:
         runs.append((deployed, deployed.gpu, dep_val if dep_val is not None else validation(deployed), " as deployed"))
-    out = pd.DataFrame({"lever": [c[0] for c in cases], "setting": [c[1] for c in cases]})
+    out = pd.DataFrame({"lever": [c[0] for c in cases]})
+    out["setting"] = phrase_column((c[1] for c in cases), out.index)
     for t, base_d, v, suffix in runs:
         base = at(t, base_d)
         ms = [at(t, base_d.with_(**ch), batch=b) for _, _, ch, b in cases]
         out["decode ms/token" + suffix] = ms
         out["change %" + suffix] = [100 * (m - base) / base for m in ms]
-        out["model error" + suffix] = model_error(v, tr=t)
+        out["model error" + suffix] = phrase_column([model_error(v, tr=t)] * len(out), out.index)
     return out
 
 
 # `lever_table` and `replay_host_table` columns named by catalog keys
-LEVER_COLUMNS = (N_("lever"), N_("setting"), N_("change %"), N_("model error"), N_("decode ms/token as deployed"),
-                 N_("change % as deployed"), N_("model error as deployed"), N_("decode as"), N_("plain step ms"),
-                 N_("node gaps ms"), N_("node gap median µs"), N_("host between replays ms"),
-                 N_("host µs per launch (plain)"), N_("host gaps under the profiler ms"))
-
-
-def sensitivity_errors(tr: Trace, val: pd.DataFrame, deployed: Trace | None = None,
-                       dep_val: pd.DataFrame | None = None) -> str:
-    """The model errors the sensitivity curves' decode figures carry (`model_error` on each run drawn), and the
-    levers no run checked: a stated kernel floor or efficiency, weights kept in SRAM and weight precision move the
-    model beyond anything the runs measured."""
-    parts = [i18n.tr("this run: {err}", err=model_error(val, tr=tr))]
-    if deployed is not None and dep_val is not None:
-        parts.append(i18n.tr("as deployed: {err}", err=model_error(dep_val, tr=deployed)))
-    return i18n.tr("Decode device time error of the model on each run drawn ({parts}). The kernel-floor, efficiency, "
-                   "SRAM and weight-precision panels move the model beyond anything measured: no run had another "
-                   "kernel floor, kernels at peak, weights kept on chip or fp8/int4 weights, so those curves say what "
-                   "the model implies, not what was checked.", parts=i18n.tr("; ").join(parts))
+LEVER_COLUMNS = (phrase("lever"), phrase("setting"), phrase("change %"), phrase("model error"),
+                 phrase("decode ms/token as deployed"), phrase("change % as deployed"),
+                 phrase("model error as deployed"), phrase("decode as"), phrase("plain step ms"),
+                 phrase("node gaps ms"), phrase("node gap median µs"), phrase("host between replays ms"),
+                 phrase("host µs per launch (plain)"), phrase("host gaps under the profiler ms"))
+# `lever_table`'s cells that are phrases
+LEVER_TEXT = ("lever", "setting", "model error", "model error as deployed")

@@ -32,8 +32,11 @@ def phrase(template: str, **values) -> Phrase:
 
 def joined(*parts, sep: str = "") -> Phrase:
     """`parts` (phrases or plain text; empty ones left out) one after another, `sep` between them: one phrase that
-    shows each part in the reader's language."""
+    shows each part in the reader's language; a `sep` that is a phrase (`phrase(", ")`) is shown in it too."""
     parts = [p for p in parts if p]
+    if isinstance(sep, Phrase):
+        return Phrase("{sep}".join(f"{{p{i}}}" for i in range(len(parts))),
+                      {"sep": sep, **{f"p{i}": p for i, p in enumerate(parts)}})
     template = sep.replace("{", "{{").replace("}", "}}").join(f"{{p{i}}}" for i in range(len(parts)))
     return Phrase(template, {f"p{i}": p for i, p in enumerate(parts)})
 

@@ -23,6 +23,7 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import provenance as V
+from kernelbook.narrate import ncu_report as NN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -32,7 +33,7 @@ r = kb.open_run(run_dir, rank=rank, needs="ncu")
 kernels = r.ncu_kernels()
 cov = N.coverage(kernels)
 fid = N.fidelity(kernels, r.timeline, r.manifest, r.ncu_metrics())
-kb.summary(N.headline(cov, fid, r.manifest))
+kb.summary(NN.headline(cov, fid, r.manifest))
 
 # %% [markdown]
 # ## How the counters were taken
@@ -53,7 +54,7 @@ kb.table(V.ncu_account(r.manifest), kb.tr("Nsight Compute capture"))
 kb.table(cov, kb.tr("Coverage of the selected kernels, per phase"))
 
 # %%
-kb.md(N.coverage_prose(cov, kernels, r.manifest))
+kb.md(NN.coverage_prose(cov, kernels, r.manifest))
 
 # %% [markdown]
 # ## Per-kernel metrics
@@ -61,8 +62,8 @@ kb.md(N.coverage_prose(cov, kernels, r.manifest))
 # Percentages are of the device's sustained peak; bytes and FLOPs are per launch.
 
 # %%
-kb.table(M.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.timeline),
-         kb.tr("Per-kernel metrics (one representative launch per kernel)"), notes=N.METRIC_MISSING)
+kb.table(NN.metric_table(M.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.timeline)),
+         kb.tr("Per-kernel metrics (one representative launch per kernel)"), notes=NN.METRIC_MISSING)
 
 # %% [markdown]
 # ## The few launches that hold a kernel's time
@@ -74,14 +75,14 @@ kb.table(M.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.t
 # %%
 ht = N.heavy_tailed(kernels, r.timeline)
 hl = N.heavy_launches(ht, r.timeline, r.manifest)
-kb.md(N.heavy_prose(ht, hl), fold=kb.tr("How heavy-tailed each kernel's launches are"))
+kb.md(NN.heavy_prose(ht, hl), fold=kb.tr("How heavy-tailed each kernel's launches are"))
 
 # %%
-kb.table(N.heavy_table(hl), kb.tr("The few launches that hold its time"), columns=N.heavy_headers(),
-         notes=N.HEAVY_MISSING, empty=kb.tr("No profiled kernel's launches are heavy-tailed."))
+kb.table(N.heavy_table(hl), kb.tr("The few launches that hold its time"), columns=NN.heavy_headers(),
+         notes=NN.HEAVY_MISSING, empty=kb.tr("No profiled kernel's launches are heavy-tailed."))
 
 # %%
-kb.md(N.vision_prose(N.vision_heavy(ht, hl, r.timeline), kernels))
+kb.md(NN.vision_prose(N.vision_heavy(ht, hl, r.timeline), kernels))
 
 # %% [markdown]
 # ## Fidelity: ncu in context
@@ -96,14 +97,14 @@ kb.md(N.vision_prose(N.vision_heavy(ht, hl, r.timeline), kernels))
 # groups), one per element for a pointwise op or a sum — and every difference gets its verdict.
 
 # %%
-kb.table(N.fidelity_table(fid), kb.tr("Fidelity: ncu against the loop per launch shape, counted FLOPs against the shapes"),
-         notes=N.FIDELITY_MISSING)
+kb.table(NN.fidelity_table(fid), kb.tr("Fidelity: ncu against the loop per launch shape, counted FLOPs against the shapes"),
+         notes=NN.FIDELITY_MISSING)
 
 # %%
 F.fidelity_scatter(fid)
 
 # %%
-kb.md(N.fidelity_prose(fid), fold=kb.tr("Each launch shape, ncu against the loop"))
+kb.md(NN.fidelity_prose(fid), fold=kb.tr("Each launch shape, ncu against the loop"))
 
 # %% [markdown]
 # ## Byte fidelity
@@ -116,8 +117,8 @@ kb.md(N.fidelity_prose(fid), fold=kb.tr("Each launch shape, ncu against the loop
 
 # %%
 bf = N.byte_fidelity(kernels, r.timeline, r.manifest, N.in_loop_l2(fid))
-kb.table(bf, kb.tr("Byte fidelity: DRAM bytes against the bytes the shapes imply"),
+kb.table(NN.byte_table(bf), kb.tr("Byte fidelity: DRAM bytes against the bytes the shapes imply"),
          empty=kb.tr("No profiled matrix or attention kernel has shapes that say what it must move."))
 
 # %%
-kb.md(N.byte_fidelity_prose(bf, r.manifest), fold=kb.tr("Each kernel's bytes against the bytes its shapes imply"))
+kb.md(NN.byte_fidelity_prose(bf, r.manifest), fold=kb.tr("Each kernel's bytes against the bytes its shapes imply"))

@@ -33,6 +33,7 @@ from kernelbook.analyze import histograms as H
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze.roofline import profiled_kernels
 from kernelbook.narrate import histograms as HN
+from kernelbook.narrate import ncu_report as NN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -63,4 +64,4 @@ kb.table(cap[["metric", "unit", "kernels", "median", "time_weighted_median", "th
 kb.md(HN.prose(cap, phase))
 
 # %%
-kb.md(N.cache_control_note(r.manifest, "03", in_loop, fid))
+kb.md(NN.cache_control_note(r.manifest, "03", in_loop, fid))

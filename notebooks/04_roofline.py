@@ -33,6 +33,7 @@ from kernelbook import notebook as kb
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.devices import facts_table
+from kernelbook.narrate import ncu_report as NN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -55,7 +56,7 @@ kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])
 kb.table(roofs.table(), kb.tr("Roofs"))
 
 # %%
-kb.md("\n\n".join([*roofs.notes, N.cache_control_note(r.manifest, "04", in_loop, fid)]))
+kb.md("\n\n".join([*roofs.notes, NN.cache_control_note(r.manifest, "04", in_loop, fid)]))
 
 # %% [markdown]
 # ## Normalized roofline

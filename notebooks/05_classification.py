@@ -44,6 +44,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import why as W
 from kernelbook.devices import facts_table
 from kernelbook.load.twins import twins
+from kernelbook.narrate import ncu_report as NN
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, phase=phase, high_pct=high_pct, low_pct=low_pct,
@@ -82,7 +83,7 @@ kb.table(M.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "categ
 kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.info.ncu.cache_control))
 
 # %%
-kb.md(N.cache_control_note(r.manifest, "05", in_loop, fid), fold=kb.tr("Where the DRAM counters come from"))
+kb.md(NN.cache_control_note(r.manifest, "05", in_loop, fid), fold=kb.tr("Where the DRAM counters come from"))
 
 # %% [markdown]
 # ## Metrics per class

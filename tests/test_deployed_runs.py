@@ -11,6 +11,7 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import steps as ST
 from kernelbook.capture.ncu import graph_launches, graph_phase, select_kernels
 from kernelbook.load.run import load_run
+from kernelbook.narrate import ncu_report as NN
 from kernelbook.narrate import steps as SN
 from kernelbook.runner import render_book
 
@@ -41,10 +42,10 @@ def test_a_graph_copy_node_is_left_out_of_the_selection():
     (out,) = sel.left_out
     assert out["name"] == "memcpy32_post" and out["share"] == pytest.approx(by_time["memcpy32_post"] / k.duration_ns.sum())
     assert select_kernels(load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2").timeline, "decode", 20).left_out == []
-    prose = N.coverage_prose(N.coverage(r.ncu_kernels()), r.ncu_kernels(), r.manifest)
+    prose = NN.coverage_prose(N.coverage(r.ncu_kernels()), r.ncu_kernels(), r.manifest)
     assert "Left out of the decode selection: `memcpy32_post`" in prose
     assert "- d000–d019: graph node" in prose  # one note for the twenty kernels it applies to
-    assert N.id_ranges(["d000", "d001", "d002", "d005", "d006"]) == "d000–d002, d005, d006"
+    assert NN.id_ranges(["d000", "d001", "d002", "d005", "d006"]) == "d000–d002, d005, d006"
 
 
 def test_graph_kernels_are_selected_by_step_and_launch_index():

@@ -207,18 +207,19 @@ def test_capture_line_notes_and_status_column_in_zh(run):
     (p000, p015) and its status column stayed English: they are capture data, now shown through the catalog."""
     from kernelbook.analyze import ncu_report as N
     from kernelbook.capture.chapters import decide
+    from kernelbook.narrate import ncu_report as NN
 
     k = run.ncu_kernels()
     ids = k.set_index("kernel_id").identity
     with i18n.in_language("zh"):
         why = decide(REPO / "data" / "runs" / "h100-deepseek-ocr-2", "timeline", "auto")[1]
-        notes = {kid: N.say(ids[kid]) for kid in ("p000", "p015")}
-        status = N.metric_table(k, run.timeline).status
+        notes = {kid: NN.status_text(ids[kid]) for kid in ("p000", "p015")}
+        status = NN.metric_table(N.metric_table(k, run.timeline)).status
     assert why == "capture：auto — 该运行已包含时间线部分，因此本章直接读取"
     assert notes["p000"] == "按位置识别；ncu 给出的名称不同"
     assert notes["p015"].startswith("同一内核在解码中被分析（grid 2x66x1") and "shapes pass" not in notes["p015"]
     assert set(status) == {"已分析"}
-    assert N.say("something new") == "something new"  # a text no template knows is shown as written
+    assert NN.status_text("something new") == "something new"  # a text no template knows is shown as written
 
 
 def test_stored_capture_text_of_every_bundled_run_is_shown_in_zh():

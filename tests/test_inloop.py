@@ -10,6 +10,7 @@ from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.load.run import load_run
+from kernelbook.narrate import ncu_report as NN
 
 EAGER = "data/runs/h100-deepseek-ocr-2"
 
@@ -45,10 +46,10 @@ def test_the_expert_gemm_reads_a_third_in_the_loop(eager, fid):
     assert row.in_loop_l2 and (row.cold_read_bytes, row.inloop_read_bytes) == (k.dram_read_bytes, k.dram_read_bytes_inloop)
     assert row.in_context.startswith("producer → consumer")
     assert f"{inr:.2f} MB read from DRAM against {cold:.2f} MB with caches flushed before the launch" in row.in_context
-    prose = N.fidelity_prose(fid)
+    prose = NN.fidelity_prose(fid)
     assert f"{cold:.2f} MB read from DRAM with caches flushed, {inr:.2f} MB in the loop" in prose
     assert "stay on the cold, flushed counters" in prose and "does not measure by how much" not in prose
-    note = N.cache_control_note(eager.manifest, "05", N.in_loop_l2(fid), fid)
+    note = NN.cache_control_note(eager.manifest, "05", N.in_loop_l2(fid), fid)
     assert f"{kid} {cold:.2f} MB flushed, {inr:.2f} MB in the loop" in note and "not measured by this capture" not in note
     bf = N.byte_fidelity(eager.ncu_kernels(), eager.timeline, eager.manifest, N.in_loop_l2(fid))
     assert f"{inr:.2f} MB read from DRAM against {cold:.2f} MB" in bf.set_index("kernel_id").loc[kid, "verdict"]
@@ -61,9 +62,9 @@ def test_what_the_range_pass_does_not_measure_is_named(eager, fid):
     measured = set(fid[fid.inloop_read_bytes.notna()].kernel_id)
     rest = sorted(in_loop - measured)
     assert rest and any(r.startswith(("p", "v")) for r in rest)
-    note = N.cache_control_note(eager.manifest, "05", in_loop, fid)
-    assert N.id_ranges(rest) in note and "the range pass measures decode kernels whose op call launches them alone" in note
-    assert "the range pass measures decode kernels" in N.fidelity_prose(fid)
+    note = NN.cache_control_note(eager.manifest, "05", in_loop, fid)
+    assert NN.id_ranges(rest) in note and "the range pass measures decode kernels whose op call launches them alone" in note
+    assert "the range pass measures decode kernels" in NN.fidelity_prose(fid)
 
 
 def test_chapter_05_says_the_class_uses_the_flushed_counters(eager, fid):
@@ -87,8 +88,8 @@ def test_a_run_without_the_column_keeps_the_old_wording(eager, fid):
     f = N.fidelity(old, eager.timeline, eager.manifest, eager.ncu_metrics())
     assert f.inloop_read_bytes.isna().all() and kid in N.in_loop_l2(f)
     assert "measured in the loop" not in f.set_index("kernel_id").loc[kid, "in_context"]
-    assert "this capture does not measure by how much" in N.fidelity_prose(f)
-    assert "not measured by this capture" in N.cache_control_note(eager.manifest, "05", N.in_loop_l2(f), f)
+    assert "this capture does not measure by how much" in NN.fidelity_prose(f)
+    assert "not measured by this capture" in NN.cache_control_note(eager.manifest, "05", N.in_loop_l2(f), f)
     k = R.profiled_kernels(eager).drop(columns=["dram_read_bytes_inloop"], errors="ignore")
     c = C.classify(k, 300.0, C.Rules(), N.in_loop_l2(f)).set_index("kernel_id")
     assert c.loc[kid, "counters"] == "cold-cache figure, in-loop traffic lower (producer → consumer)"

@@ -292,7 +292,7 @@ def test_the_reader_comes_from_the_wheel_and_its_absence_says_how_to_install_it(
 
 
 def test_chapters_say_what_cache_control_none_distorts(run):
-    from kernelbook.analyze.ncu_report import cache_control_note
+    from kernelbook.narrate.ncu_report import cache_control_note
 
     assert "flushed before each replay" in cache_control_note(run.manifest, "04")  # the bundled run: all
     none = {**run.manifest, "ncu": {**run.manifest["ncu"], "cache_control": "none"}}

@@ -13,6 +13,7 @@ from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.contract.shapes import elementwise_flops, tile_padding
 from kernelbook.load.run import load_run
+from kernelbook.narrate import ncu_report as NN
 from kernelbook.narrate import timeline as TN
 
 BUNDLED, GRAPHS = "data/runs/h100-deepseek-ocr-2", "data/runs/h100-variant-static-graphs"
@@ -81,7 +82,7 @@ def test_producer_consumer_kernel_is_flagged_from_the_runs_own_data(path):
     # the GEMVs that stream weights no launch wrote stay unflagged
     gemv = f[(f.category == "GEMV") & f.op_shapes.str.contains("1x1280;1280x1280|1x1280;1280x129280", na=False)]
     assert len(gemv) and not gemv.in_loop_l2.any()
-    note = N.cache_control_note(run.manifest, "05", N.in_loop_l2(f.reset_index()))
+    note = NN.cache_control_note(run.manifest, "05", N.in_loop_l2(f.reset_index()))
     assert "as a launch in the decode loop does" not in note and "d005" in note and "cold-cache figure" in note
     bf = N.byte_fidelity(run.ncu_kernels(), run.timeline, run.manifest, N.in_loop_l2(f.reset_index()))
     assert "cold-cache figure" in bf.set_index("kernel_id").loc["d005", "verdict"]
@@ -102,7 +103,7 @@ def test_cuda_core_router_is_not_explained_by_tensor_cores(graphs):
     assert d8.expected_flops == 2 * 1280 * 64 and d8.flops_ratio == pytest.approx(556032 / 163840)
     assert "tensor core" not in d8.flops_verdict and "MMA" not in d8.flops_verdict
     assert "163,840 FLOPs of FMA" in d8.flops_verdict and "392,192" in d8.flops_verdict
-    prose = N.fidelity_prose(f.reset_index())
+    prose = NN.fidelity_prose(f.reset_index())
     line = next(x for x in prose.splitlines() if x.startswith("- d008"))
     assert "MMA tile" not in line and "CUDA cores" in line
     # the tensor-core explanation goes only to kernels with tensor-pipe work, and chapter 01 follows
@@ -129,7 +130,7 @@ def test_every_flop_and_byte_discrepancy_has_a_verdict(eager):
     ncu_bytes = eager.ncu_kernels().set_index("kernel_id").loc["d003", "dram_bytes"]
     assert b3.dram_bytes == ncu_bytes == 29184 and b3.dram_bytes > 5 * 5376 and b3.verdict.startswith("a small launch")
     assert bf.verdict.str.len().gt(0).all() and len(bf) > 9  # pointwise launches are checked too
-    text = N.byte_fidelity_prose(bf.reset_index(), eager.manifest)
+    text = NN.byte_fidelity_prose(bf.reset_index(), eager.manifest)
     assert "d002–d003" in text or "d003" in text
 
 

@@ -8,6 +8,7 @@ from conftest import REPO
 from kernelbook.analyze import ncu_report as N
 from kernelbook.i18n import use_language
 from kernelbook.load.run import load_run
+from kernelbook.narrate import ncu_report as NN
 
 BUNDLED, GRAPHS = "data/runs/h100-deepseek-ocr-2", "data/runs/h100-variant-static-graphs"
 NO_VISION_NCU, NO_VISION = "data/runs/h100-long-generation-2048", "data/runs/qwen3-moe-h100"
@@ -100,7 +101,7 @@ def test_bundled_figures(run):
     assert vh["launches"] == len(big) == 16
     assert vh["pct"] == pytest.approx(100 * big.duration_ns.sum() / phase_ns)
     assert vh["hi_us"] == pytest.approx(big.duration_ns.max() / 1e3)
-    text = N.vision_prose(vh, run.ncu_kernels())
+    text = NN.vision_prose(vh, run.ncu_kernels())
     assert "`sam_encoder.layers.{2, 5, 8, 11}.attn`" in text and f"{vh['pct']:.1f} %" in text
 
 
@@ -129,10 +130,10 @@ def test_without_modules_the_groups_say_so():
     ht = N.heavy_tailed(run.ncu_kernels(), tl)
     hl = N.heavy_launches(ht, tl, run.manifest)
     assert len(hl) and hl.module.isna().all()
-    assert "records no module" in N.heavy_prose(ht, hl)
+    assert "records no module" in NN.heavy_prose(ht, hl)
     vh = N.vision_heavy(ht, hl, tl)
     assert vh["module"] is None
-    assert "no module in the timeline" in N.vision_prose(vh, run.ncu_kernels())
+    assert "no module in the timeline" in NN.vision_prose(vh, run.ncu_kernels())
 
 
 @pytest.mark.parametrize("path, state", [(NO_VISION_NCU, "not profiled"), (NO_VISION, "no phase")])
@@ -142,9 +143,9 @@ def test_runs_without_vision_ncu_show_nothing_without_error(path, state):
     assert not (ht.phase == "vision_encode").any()
     vh = N.vision_heavy(ht, hl, run.timeline)
     assert vh["state"] == state
-    text = N.vision_prose(vh, run.ncu_kernels())
+    text = NN.vision_prose(vh, run.ncu_kernels())
     assert ("did not profile it" if state == "not profiled" else "no vision encode phase") in text
-    prose = N.heavy_prose(ht, hl)
+    prose = NN.heavy_prose(ht, hl)
     if hl.empty:
         assert "nothing to show" in prose
     assert N.heavy_table(hl).columns.tolist() == [c for c in hl.columns if c not in ("total_ns", "modules")]
@@ -160,4 +161,4 @@ def test_qwen_has_nothing_heavy():
     d = tl[(tl.phase == worst.phase) & (tl.name == run.ncu_kernels().set_index("kernel_id").loc[worst.kernel_id, "name"])
            & (tl.kind == "kernel")].duration_ns
     assert worst.mean_over_median == pytest.approx(d.mean() / np.median(d))
-    assert "nothing to show" in N.heavy_prose(ht, hl)
+    assert "nothing to show" in NN.heavy_prose(ht, hl)

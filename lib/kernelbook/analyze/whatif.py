@@ -126,6 +126,8 @@ def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
     """The GPU that produced the run, as a design: devices.yaml spec peaks, L2 as the on-chip memory with
     chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null); `floor_us` the run's
     measured kernel floor (`kernel_floor_us_of`), which `build` fills in when it is None."""
+    from ..narrate import say  # the roofs' sources are phrases (analyze.roofline)
+
     l2 = roofs.bandwidth.get("l2")
     return Design(key=i18n.tr("{device} (this run's GPU)", device=device.key),
                   matrix_tflops={p: device.tflops[p] for p in ("bf16", "fp8") if device.tflops.get(p)},
@@ -135,7 +137,7 @@ def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
                   sram_keeps_weights=False,
                   source=i18n.tr("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
                                  "fitted on the run", device=device.key,
-                                 l2=roofs.sources.get("l2", i18n.tr("2 × DRAM (no estimate)"))))
+                                 l2=say(roofs.sources.get("l2", i18n.tr("2 × DRAM (no estimate)")))))
 
 
 def kernel_floor_us_of(timeline: pd.DataFrame) -> float:

@@ -25,6 +25,7 @@ params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) use
 from kernelbook import notebook as kb
 from kernelbook.analyze import provenance as V
 from kernelbook.analyze import setup as S
+from kernelbook.narrate import provenance as VN
 from kernelbook.narrate import setup as SN
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -91,10 +92,10 @@ kb.table(SN.book_params_table({"run_dir": run_dir, "language": language, "device
 # it and its wall time, and the software it ran with. This chapter's decision is first.
 
 # %%
-kb.md(V.decision(took, "setup"))
+kb.md(VN.decision(took, "setup"))
 
 # %%
-kb.table(V.steps(r.manifest), kb.tr("Capture steps"), empty=kb.tr("This run records no capture steps."))
+kb.table(VN.table(V.steps(r.manifest)), kb.tr("Capture steps"), empty=kb.tr("This run records no capture steps."))
 
 # %%
-kb.table(V.versions(r.manifest), kb.tr("Software and hardware of the capture"))
+kb.table(VN.table(V.versions(r.manifest)), kb.tr("Software and hardware of the capture"))

@@ -28,6 +28,8 @@ from kernelbook.analyze import provenance as V
 from kernelbook.analyze import steps as S
 from kernelbook.analyze import timeline as T
 from kernelbook.narrate import comm as CN
+from kernelbook.narrate import modules as MN
+from kernelbook.narrate import provenance as VN
 from kernelbook.narrate import steps as SN
 from kernelbook.narrate import timeline as TN
 from kernelbook.plots import figures as F
@@ -134,19 +136,19 @@ kb.table(types, kb.tr("Kernel time per step by phase and module type"),
          empty=kb.tr("This run was captured before kernels were tied to modules."))
 
 # %%
-kb.md(M.modules_prose(types))
+kb.md(MN.modules_prose(types))
 
 # %%
 layers = M.by_layer(r.timeline)
 F.layer_bars(layers) if len(layers) else None
 
 # %%
-ledger, ledger_says = M.run_ledger(r)
+ledger, ledger_says = MN.run_ledger(r)
 kb.table(ledger, kb.tr("Bytes ledger of one decode step, by module type"),
          empty=kb.tr("This run was captured before kernels were tied to modules."))
 
 # %%
-kb.md(ledger_says + "\n\n" + kb.tr(M.LEDGER_NOTE), fold=kb.tr("The ledger, module by module"))
+kb.md(ledger_says + "\n\n" + kb.tr(MN.LEDGER_NOTE), fold=kb.tr("The ledger, module by module"))
 
 # %% [markdown]
 # ## Categories per phase, and decode against the reference report
@@ -202,10 +204,10 @@ kb.table(tp.categories, kb.tr("Decode kernel time per step by category: one GPU 
 # profiler's overhead), and how each kernel got its aten shapes and its op call.
 
 # %%
-kb.md(V.decision(took, "timeline"))
+kb.md(VN.decision(took, "timeline"))
 
 # %%
-kb.table(V.timeline_account(r.manifest), kb.tr("Timeline capture"),
+kb.table(VN.table(V.timeline_account(r.manifest)), kb.tr("Timeline capture"),
          empty=kb.tr("This run records no timeline capture details."))
 
 # %% [markdown]

@@ -20,10 +20,11 @@ params_file: str = ""  # capture parameters (YAML, e.g. params/default.yaml) use
 
 # %%
 from kernelbook import notebook as kb
-from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import provenance as V
 from kernelbook.narrate import ncu_report as NN
+from kernelbook.narrate import modules as MN
+from kernelbook.narrate import provenance as VN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -41,10 +42,10 @@ kb.summary(NN.headline(cov, fid, r.manifest))
 # launches it profiled per selected kernel and what that cost.
 
 # %%
-kb.md(V.decision(took, "ncu"))
+kb.md(VN.decision(took, "ncu"))
 
 # %%
-kb.table(V.ncu_account(r.manifest), kb.tr("Nsight Compute capture"))
+kb.table(VN.table(V.ncu_account(r.manifest)), kb.tr("Nsight Compute capture"))
 
 # %% [markdown]
 # ## Coverage
@@ -62,7 +63,7 @@ kb.md(NN.coverage_prose(cov, kernels, r.manifest))
 # Percentages are of the device's sustained peak; bytes and FLOPs are per launch.
 
 # %%
-kb.table(NN.metric_table(M.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.timeline)),
+kb.table(NN.metric_table(MN.with_kernel_modules(N.metric_table(kernels, r.timeline), kernels, r.timeline)),
          kb.tr("Per-kernel metrics (one representative launch per kernel)"), notes=NN.METRIC_MISSING)
 
 # %% [markdown]

@@ -34,6 +34,7 @@ from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.devices import facts_table
 from kernelbook.narrate import ncu_report as NN
+from kernelbook.narrate import roofline as RN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -46,17 +47,17 @@ fid = N.fidelity(k, r.timeline, r.manifest, r.ncu_metrics())
 in_loop = N.in_loop_l2(fid)  # producer → consumer kernels: their DRAM points are the cold-cache figure
 # (the note on cache control gives their in-loop DRAM reads beside it, where the run measured the loop)
 bw_only = R.bandwidth_only(k, roofs)
-kb.summary(R.prose(pts, bw_only, roofs, phase).split("\n\n")[0])
+kb.summary(RN.prose(pts, bw_only, roofs, phase).split("\n\n")[0])
 
 # %% [markdown]
 # ## Roofs
 # Every roof drawn below, with its source.
 
 # %%
-kb.table(roofs.table(), kb.tr("Roofs"))
+kb.table(RN.table(roofs.table()), kb.tr("Roofs"))
 
 # %%
-kb.md("\n\n".join([*roofs.notes, NN.cache_control_note(r.manifest, "04", in_loop, fid)]))
+kb.md("\n\n".join([*RN.roof_notes(roofs), NN.cache_control_note(r.manifest, "04", in_loop, fid)]))
 
 # %% [markdown]
 # ## Normalized roofline
@@ -72,7 +73,7 @@ useful = R.useful_work(k, r.timeline)
 F.roofline_physical(pts, roofs, phase, useful)
 
 # %%
-kb.md("\n\n".join([R.useful_note(useful, phase), R.near_empty_note(k, phase), R.bypass_note(k, phase)]))
+kb.md("\n\n".join([RN.useful_note(useful, phase), RN.near_empty_note(k, phase), RN.bypass_note(k, phase)]))
 
 # %% [markdown]
 # ## Counted and useful FLOPs
@@ -80,12 +81,12 @@ kb.md("\n\n".join([R.useful_note(useful, phase), R.near_empty_note(k, phase), R.
 # with counted ÷ useful: the tensor pipe's padding.
 
 # %%
-kb.table(useful[useful.phase == phase].drop(columns="phase"),
+kb.table(RN.table(useful[useful.phase == phase].drop(columns="phase")),
          kb.tr("Counted and useful FLOPs of the {phase} matrix products and attention", phase=kb.phase_label(phase)),
          empty=kb.tr("No profiled {phase} kernel has shapes that give its work.", phase=kb.phase_label(phase)))
 
 # %%
-kb.md(R.prose(pts, bw_only, roofs, phase))
+kb.md(RN.prose(pts, bw_only, roofs, phase))
 
 # %% [markdown]
 # ## Points above a roof
@@ -93,7 +94,7 @@ kb.md(R.prose(pts, bw_only, roofs, phase))
 # from the data (it is also outlined red in the plots).
 
 # %%
-kb.table(R.above_roof_causes(pts, k, roofs, fid), kb.tr("Points above a roof"),
+kb.table(RN.table(R.above_roof_causes(pts, k, roofs, fid)), kb.tr("Points above a roof"),
          empty=kb.tr("No point lies more than {tol:.0f} % above its roof.", tol=R.ABOVE_TOLERANCE * 100 - 100))
 
 # %% [markdown]

@@ -37,13 +37,13 @@ kernel: str = ""  # kernel id (d000 … decode, p000 … prefill, v000 … visio
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import classify as C
-from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import why as W
 from kernelbook.devices import facts_table
 from kernelbook.load.twins import twins
+from kernelbook.narrate import modules as MN
 from kernelbook.narrate import ncu_report as NN
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
@@ -75,7 +75,7 @@ kb.summary(C.pair_headline(deployed_side, eager_side, phase))
 kb.table(C.class_counts(cp), kb.tr("Bottleneck classes of the profiled {phase} kernels", phase=kb.phase_label(phase)))
 
 # %%
-kb.table(M.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "category", "class", "roofline_side",
+kb.table(MN.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "category", "class", "roofline_side",
                                    "locality_issue", "counters", "reason"]], r.ncu_kernels(), r.timeline).drop(columns="phase"),
          kb.tr("Each kernel's class and why"))
 

@@ -34,13 +34,13 @@ language: str = "en"  # narrative language: en or zh (the book runner translates
 from kernelbook import notebook as kb
 from kernelbook.analyze import findings as FD
 from kernelbook.analyze import levers as L
-from kernelbook.analyze import modules as M
 from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.twins import twins
 from kernelbook.narrate import findings as FN
 from kernelbook.narrate import levers as NL
+from kernelbook.narrate import modules as MN
 from kernelbook.narrate import said, say
 from kernelbook.narrate import summary as NS
 from kernelbook.narrate import whatif as WN
@@ -104,7 +104,7 @@ kb.md(NS.limit_prose(limit))
 # module must move, and how much of the plain step is not kernel time at all.
 
 # %%
-kb.md(M.run_ledger(r)[1], fold=kb.tr("The ledger, module by module"))
+kb.md(MN.run_ledger(r)[1], fold=kb.tr("The ledger, module by module"))
 
 # %% [markdown]
 # ### Eager against deployed

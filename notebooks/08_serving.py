@@ -82,7 +82,7 @@ kb.table(SV.by_batch(ct, "share_pct", "pct"), kb.tr("Share of decode kernel time
 F.serving_roofline(kt, SV.roofs_of(st))
 
 # %%
-kb.table(kt, kb.tr("Profiled decode kernels per batch"))
+kb.table(NS.kernel_table(kt), kb.tr("Profiled decode kernels per batch"))
 
 # %%
 kb.table(tt, kb.tr("Kernel classes against their ridge per batch (time-weighted)"))

@@ -15,6 +15,7 @@ from kernelbook.analyze import whatif as W
 from kernelbook.contract.shapes import elementwise_work
 from kernelbook.devices import lookup
 from kernelbook.narrate import histograms as HN
+from kernelbook.narrate import roofline as RN
 
 
 @pytest.fixture(scope="module")
@@ -422,7 +423,7 @@ def test_roofline_drops_bypassed_levels_and_draws_every_point(k, roofs):
     assert d4.l1_bytes < 0.01 * d4.dram_bytes and d4.flops / d4.l1_bytes == pytest.approx(403237, rel=1e-5)
     p = R.points(k, roofs)
     assert set(p[p.kernel_id == "d004"].level) == {"DRAM", "L2"}
-    assert "d004" in R.bypass_note(k, "decode")
+    assert "d004" in RN.bypass_note(k, "decode")
     # small pointwise kernels keep their L1 points: d018's L1 holds 64 B of its 6.4 kB, 1 %, not under it
     assert "L1" in set(p[p.kernel_id == "d018"].level)
     d14 = row(k, "d014")
@@ -443,7 +444,7 @@ def test_roofline_says_its_tensor_flops_include_padding(run, k, roofs):
     assert u.loc["d008", "useful_flops"] == 4 * 10 * 1161 * 128
     assert u.loc["d008", "padding_ratio"] == pytest.approx(d8.flops / (4 * 10 * 1161 * 128))  # 18.0×
     assert u.loc["d008", "useful_intensity_dram"] == pytest.approx(4 * 10 * 1161 * 128 / d8.dram_bytes)
-    note = R.useful_note(u.reset_index(), "decode")
+    note = RN.useful_note(u.reset_index(), "decode")
     assert "8.00–18.02×" in note and "d008" in note and "d004" in note
     fig = F.roofline_physical(R.points(k, roofs), roofs, "decode", u.reset_index())
     hollow = [t for t in fig.data if t.marker.symbol == "circle-open"]
@@ -460,7 +461,7 @@ def test_near_empty_kernels_cache_points_are_marked_artifacts(k, roofs):
     assert not p.loc[("d019", "DRAM"), "artifact"]
     # real traffic keeps its points: d008's 10.7 MB at L2 is 1.8× its 6.0 MB from DRAM
     assert not p.loc[("d008", "L2"), "artifact"] and not p.loc[("d004", "L2"), "artifact"]
-    note = R.near_empty_note(k, "decode")
+    note = RN.near_empty_note(k, "decode")
     assert "1.42 MB–2.07 MB" in note and "d019" in note and "d008" not in note
 
 

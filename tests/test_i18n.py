@@ -227,6 +227,7 @@ def test_stored_capture_text_of_every_bundled_run_is_shown_in_zh():
     the capture stored in each manifest: every form the bundled runs hold is shown through the catalog in zh, a
     text no template knows as written."""
     from kernelbook.analyze import provenance as P
+    from kernelbook.narrate import provenance as VN
 
     seen = {}
     for path in sorted((REPO / "data" / "runs").glob("*/manifest.json")):
@@ -238,12 +239,12 @@ def test_stored_capture_text_of_every_bundled_run_is_shown_in_zh():
                 seen.setdefault(v, path.parent.name)
     assert {"auto: nsys unusable (nsys is not on PATH)", "1 generate(s)"} <= set(seen)
     with i18n.in_language("zh"):
-        shown = {v: i18n.text(P.stored(v)) for v in seen}
-        account = P.timeline_account(json.loads((REPO / "data" / "runs" / "h100-long-generation-2048" /
-                                                 "manifest.json").read_text()))
-        assert P.stored("auto: nsys unusable (nsys is not on PATH)") == "auto：nsys 不可用（PATH 中没有 nsys）"
-        assert P.stored("something new; asked for in params") == "something new；参数中指定"
-        assert P.stored("something new") == "something new"
+        shown = {v: i18n.text(VN.stored(v)) for v in seen}
+        account = VN.table(P.timeline_account(json.loads((REPO / "data" / "runs" / "h100-long-generation-2048" /
+                                                 "manifest.json").read_text())))
+        assert VN.stored("auto: nsys unusable (nsys is not on PATH)") == "auto：nsys 不可用（PATH 中没有 nsys）"
+        assert VN.stored("something new; asked for in params") == "something new；参数中指定"
+        assert VN.stored("something new") == "something new"
     english = {v: seen[v] for v, s in shown.items() if not CJK.search(s)}
     assert not english, f"stored text shown in English in zh: {english}"
     assert "torch.profiler 按窗口调度" in " ".join(account.value.astype(str))  # a long generation's sampling row

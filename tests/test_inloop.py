@@ -10,6 +10,7 @@ from kernelbook.analyze import modules as M
 from kernelbook.analyze import ncu_report as N
 from kernelbook.analyze import roofline as R
 from kernelbook.load.run import load_run
+from kernelbook.narrate import modules as MN
 from kernelbook.narrate import ncu_report as NN
 
 EAGER = "data/runs/h100-deepseek-ocr-2"
@@ -95,7 +96,7 @@ def test_a_run_without_the_column_keeps_the_old_wording(eager, fid):
     assert c.loc[kid, "counters"] == "cold-cache figure, in-loop traffic lower (producer → consumer)"
     ledger = M.bytes_ledger(eager.timeline, old, 3e12)
     assert ledger.attrs["moved_basis"] == "cold"
-    assert "DRAM reads measured in the loop" not in M.ledger_prose(ledger, None, (3e12, "x"))
+    assert "DRAM reads measured in the loop" not in MN.ledger_prose(ledger, None, (3e12, "x"))
 
 
 def test_the_ledger_moves_the_in_loop_reads(eager):
@@ -112,5 +113,5 @@ def test_the_ledger_moves_the_in_loop_reads(eager):
     per_launch = gemm.dram_bytes - gemm.dram_read_bytes_inloop
     saved = cold.loc["MoE experts", "moved_bytes"] - ledger.loc["MoE experts", "moved_bytes"]
     assert saved >= per_launch  # at least the expert GEMM's launch of the profiled shapes in each MoE layer
-    _, says = M.run_ledger(eager)
+    _, says = MN.run_ledger(eager)
     assert "DRAM reads measured in the loop (ncu's range pass" in says and "Reads only" in says

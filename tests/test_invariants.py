@@ -95,6 +95,7 @@ def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
     from kernelbook.analyze import summary as S
     from kernelbook.analyze import whatif as W
     from kernelbook.narrate import summary as NS
+    from kernelbook.narrate import modules as MN
     from kernelbook.narrate import whatif as WN
     from kernelbook.devices import lookup
 
@@ -108,9 +109,9 @@ def test_every_time_figure_in_the_headlines_and_prose_says_its_basis(run):
         "01 phases": TN.phase_prose(summary, run.manifest),
         "01 gaps": TN.gap_prose(T.kernel_gaps_us(run.timeline, "decode")),
         "01 steps": St.prose(run) + "\n" + St.check_prose(run),
-        "01 modules": M.modules_prose(M.by_module_type(run.timeline)),
-        "01 ledger": M.ledger_prose(M.bytes_ledger(run.timeline, run.ncu_kernels(), bw[0]),
-                                    T.plain_ms_per_step(run.manifest).get("decode"), bw),
+        "01 modules": MN.modules_prose(M.by_module_type(run.timeline)),
+        "01 ledger": MN.ledger_prose(M.bytes_ledger(run.timeline, run.ncu_kernels(), bw[0]),
+                                     T.plain_ms_per_step(run.manifest).get("decode"), bw),
         "06 headline": WN.headline(W.validation(tr_), tr_),
         "06 validation": WN.validation_prose(W.validation(tr_), tr_),
         "07 headline": NS.headline(S.phase_table(run), limit, S.variant_rows(tr_, gpu, run, [])),

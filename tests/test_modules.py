@@ -8,6 +8,7 @@ from conftest import REPO
 from kernelbook.analyze import modules as M
 from kernelbook.analyze import timeline as T
 from kernelbook.load.run import load_run
+from kernelbook.narrate import modules as MN
 
 BUNDLED = REPO / "data" / "runs" / "h100-deepseek-ocr-2"
 GRAPHS = REPO / "data" / "runs" / "h100-long-generation-2048-graphs"
@@ -64,7 +65,7 @@ def test_the_ledger_sets_weights_and_kv_against_what_the_kernels_moved():
     # (tests/test_inloop.py has the saving per expert GEMM launch)
     moved = body.loc["MoE experts", "moved_bytes"]
     assert must < moved < 2 * must
-    assert "MoE experts" in M.ledger_prose(led.reset_index(), T.plain_ms_per_step(r.manifest).get("decode"), (bw, "x"))
+    assert "MoE experts" in MN.ledger_prose(led.reset_index(), T.plain_ms_per_step(r.manifest).get("decode"), (bw, "x"))
 
 
 def test_fused_graph_kernels_are_named_as_such_not_put_outside_the_layers():
@@ -83,7 +84,7 @@ def test_fused_graph_kernels_are_named_as_such_not_put_outside_the_layers():
 def test_a_run_captured_before_module_ranges_says_so():
     r = load_run(REPO / "data" / "runs" / "llava-h100")
     assert not M.has_modules(r.timeline) and M.by_module_type(r.timeline).empty
-    assert "before kernels were tied to modules" in M.modules_prose(M.by_module_type(r.timeline))
+    assert "before kernels were tied to modules" in MN.modules_prose(M.by_module_type(r.timeline))
     assert M.bytes_ledger(r.timeline, r.ncu_kernels(), 3e12).empty
 
 

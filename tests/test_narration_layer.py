@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 ANALYZE = Path(__file__).resolve().parents[1] / "lib" / "kernelbook" / "analyze"
-FREE = ["comm", "findings", "histograms", "levers", "ncu_report", "setup", "steps", "summary", "timeline", "whatif"]
+FREE = ["comm", "compare", "findings", "histograms", "levers", "modules", "ncu_report", "provenance", "roofline",
+        "serving", "setup", "steps", "summary", "timeline", "whatif"]
 CATALOG = re.compile(r"\b(tr|N_)\(|from \.\.i18n import|from \.\. import i18n|from \.\.display import|"
                      r"from \.\. import display|import display")
 

@@ -55,6 +55,7 @@ def test_the_worker_profiles_inside_its_target_op_calls_only(monkeypatch):
 def test_chapter_02_says_that_ncu_profiled_inside_the_gate_only():
     from kernelbook.analyze.provenance import _worker
     from kernelbook.i18n import in_language
+    from kernelbook.narrate import say
 
     w = {"started_early": True, "warmup_generates": 1, "warmup_tokens": 1, "max_new_tokens": 33,
          "cudnn_free_decode_steps": 31, "profile_gate": True}
@@ -62,4 +63,4 @@ def test_chapter_02_says_that_ncu_profiled_inside_the_gate_only():
                                "op call")
     assert "profiler started" not in _worker({**w, "profile_gate": False})  # and in runs captured before it
     with in_language("zh"):
-        assert "启动分析器" in _worker(w) and "profiler" not in _worker(w)
+        assert "启动分析器" in say(_worker(w)) and "profiler" not in say(_worker(w))

@@ -93,8 +93,10 @@ def test_in_the_loop_the_expert_gemm_reads_a_third_of_its_flushed_bytes_and_weig
 
 @pytest.mark.parametrize("which", ["eager", "graphs"])
 def test_the_decode_step_measured_whole_reads_its_must_move_bytes_about_once(which, request):
+    from kernelbook.narrate import modules as MN
+
     run = request.getfixturevalue(which)
-    ledger, says = M.run_ledger(run)
+    ledger, says = MN.run_ledger(run)
     measured = M.step_measured(run.ncu_ranges())
     must = ledger[ledger.module_type == "step"].must_bytes.iloc[0]
     assert measured["step"] == run.info.ncu.phases["decode"].step
@@ -104,9 +106,11 @@ def test_the_decode_step_measured_whole_reads_its_must_move_bytes_about_once(whi
 
 
 def test_a_run_without_the_range_pass_says_nothing_of_it(graphs):
+    from kernelbook.narrate import modules as MN
+
     ledger, _ = M.run_ledger(graphs)
     assert M.step_measured(None) is None
-    assert "range pass" not in M.ledger_prose(ledger, None, (3e12, "x"))
+    assert "range pass" not in MN.ledger_prose(ledger, None, (3e12, "x"))
 
 
 def test_chapter_words_name_the_range_pass_for_its_in_loop_figures(eager):

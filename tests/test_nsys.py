@@ -258,8 +258,8 @@ def test_auto_reads_the_overhead_measured_on_the_gpu():
     import json
 
     from kernelbook import i18n
-    from kernelbook.analyze import provenance as V
     from kernelbook.capture.nsys import _measured_overhead
+    from kernelbook.narrate import provenance as V
 
     dev, n, t, where = _measured_overhead("NVIDIA H100 80GB HBM3")
     bench = json.loads((Path(__file__).resolve().parents[1] / "bench" / "measured" /

@@ -141,6 +141,7 @@ def test_an_early_ncu_is_only_for_one_worker_by_op_call(tmp_path):
 def test_chapter_02_says_when_the_ncu_worker_started_early():
     from kernelbook.analyze.provenance import _worker
     from kernelbook.i18n import in_language
+    from kernelbook.narrate import say
 
     w = {"started_early": True, "warmup_generates": 1, "warmup_tokens": 1, "max_new_tokens": 33,
          "cudnn_free_decode_steps": 31}
@@ -148,4 +149,4 @@ def test_chapter_02_says_when_the_ncu_worker_started_early():
                                "shapes pass")
     assert "started once" not in _worker({**w, "started_early": False})
     with in_language("zh"):
-        assert "形状采集轮" in _worker(w) and "started" not in _worker(w)
+        assert "形状采集轮" in say(_worker(w)) and "started" not in say(_worker(w))

@@ -21,16 +21,17 @@ import pandas as pd
 
 from ..contract import quantity
 from ..contract.manifest import Workload
-from ..i18n import N_, tr
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import phrase
 from .timeline import PHASE_ORDER, category_shares, phase_summary
 
 METRICS = ("duration_ns", "sm_pct", "dram_pct", "memory_pct", "achieved_occupancy_pct", "dram_bytes")
-# each metric as the reader reads it (a catalog key), its unit and the factor from the ncu table's column to it
-METRIC_SHOWN = {"duration_ns": (N_("duration"), "µs", 1e-3), "sm_pct": (N_("SM throughput"), "% of peak", 1.0),
-                "dram_pct": (N_("DRAM throughput"), "% of peak", 1.0),
-                "memory_pct": (N_("memory throughput"), "% of peak", 1.0),
-                "achieved_occupancy_pct": (N_("achieved occupancy"), "% of warps", 1.0),
-                "dram_bytes": (N_("DRAM bytes"), "bytes", 1.0)}
+# each metric as the reader reads it (a phrase), its unit and the factor from the ncu table's column to it
+METRIC_SHOWN = {"duration_ns": (phrase("duration"), "µs", 1e-3), "sm_pct": (phrase("SM throughput"), "% of peak", 1.0),
+                "dram_pct": (phrase("DRAM throughput"), "% of peak", 1.0),
+                "memory_pct": (phrase("memory throughput"), "% of peak", 1.0),
+                "achieved_occupancy_pct": (phrase("achieved occupancy"), "% of warps", 1.0),
+                "dram_bytes": (phrase("DRAM bytes"), "bytes", 1.0)}
 _TILE = re.compile(r",?\s*\d+x\d+(x\d+)?\s*tile")
 COMPILED = "compiled graph"
 _COMPILED_OP = re.compile(r"CompiledFxGraph|Torch-Compiled Region|CompiledFunction|cudaGraphLaunch")
@@ -180,9 +181,12 @@ def metrics(a, b) -> pd.DataFrame:
             if f"{c}_a" in r and f"{c}_b" in r:
                 label, unit, f = METRIC_SHOWN[c]
                 a, b = r[f"{c}_a"] * f, r[f"{c}_b"] * f
-                rows.append({"phase": r.phase, "op": r.op, "family": r.family, "metric": tr(label), "unit": unit,
+                rows.append({"phase": r.phase, "op": r.op, "family": r.family, "metric": label, "unit": unit,
                              "a": a, "b": b, "change": b - a})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if rows:
+        out["metric"] = phrase_column((r["metric"] for r in rows), out.index)  # the phrases kept
+    return out
 
 
 def coverage(run) -> str:
@@ -195,9 +199,10 @@ def coverage(run) -> str:
 
 
 def coverage_words(run) -> str:
-    """'ncu decode 19/20, …', or 'no ncu data' (once: the caller's own 'ncu' wrapped it as 'ncu no ncu data')."""
+    """'ncu decode 19/20, …', or 'no ncu data' (once: the caller's own 'ncu' wrapped it as 'ncu no ncu data'): a
+    phrase."""
     c = coverage(run)
-    return tr("ncu {coverage}", coverage=c) if c else tr("no ncu data")
+    return phrase("ncu {coverage}", coverage=c) if c else phrase("no ncu data")
 
 
 # What the model computes: runs that differ in one of these ran different work, and their times differ for that

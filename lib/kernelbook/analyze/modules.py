@@ -2,7 +2,8 @@
 capture's shapes pass, see capture.phases), its type (attention, MoE experts, norm, ...) and its layer.
 
 A run captured before module attribution has no `module` column: `has_modules` says so, and the tables are
-empty. Pure functions over the timeline; the chapters render what they return.
+empty. Pure functions over the timeline; the chapters render what they return, and `narrate.modules` says what
+the tables and the ledger mean.
 """
 from __future__ import annotations
 
@@ -11,19 +12,20 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..display import phase_label
-from ..i18n import N_, tr
 from ..contract.names import PROJECTOR_ATTRS, VISION_ATTRS, VISION_CLASS_WORDS
-from . import ncu_report
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import joined, phrase
 
 # in the order a reader meets them in a decoder layer; "residual" is a layer's own work between its submodules
 # (the residual adds), "outside layers" work of the model's own forwards outside every layer (masks, positions,
 # slicing the logits), "other" a module no rule names, "compiled step (fused)" a CUDA-graph node Inductor fused
 # from several modules' ops (it has no eager twin in the shapes pass)
-MODULE_TYPES = (N_("vision tower"), N_("projector"), N_("embedding"), N_("norm"), N_("attention"),
-                N_("rotary embedding"), N_("dense MLP"), N_("MoE router"), N_("MoE dispatch"), N_("MoE experts"),
-                N_("MoE shared experts"), N_("residual"), N_("lm_head"), N_("other"), N_("outside layers"),
-                N_("compiled step (fused)"))
+# (phrases: English the tables hold and compare, shown in the reader's language)
+MODULE_TYPES = (phrase("vision tower"), phrase("projector"), phrase("embedding"), phrase("norm"), phrase("attention"),
+                phrase("rotary embedding"), phrase("dense MLP"), phrase("MoE router"), phrase("MoE dispatch"),
+                phrase("MoE experts"), phrase("MoE shared experts"), phrase("residual"), phrase("lm_head"),
+                phrase("other"), phrase("outside layers"), phrase("compiled step (fused)"))
+_TYPE = {str(t): t for t in MODULE_TYPES}  # a module type's name → its phrase
 _LAYER = re.compile(r"\.(?:layers|layer|h|blocks|block)\.(\d+)(?:\.|$)")
 
 
@@ -192,12 +194,6 @@ def attributed_modules(kernels: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-LEDGER_NOTE = N_("must move: the weights a module's matrix products read (2 bytes per weight element, from each "
-               "launch's shapes) and the KV cache its attention reads (q, k, v and the output, from the shapes); "
-               "activations between modules are left out (they are small at batch 1). moved: ncu's DRAM bytes where "
-               "the launch is the profiled kernel's configuration, else the bytes the op's shapes imply.")
-
-
 MIN_FLOOR_BYTES = 1e6  # must-move bytes per step below which a module's DRAM floor is not shown
 
 
@@ -303,99 +299,86 @@ def _grid(g) -> str:
 
 
 def dram_bandwidth(run) -> tuple[float, str]:
-    """(bytes/s, source) for the floors: the run's measured device-to-device copy, else the device's spec."""
+    """(bytes/s, source: a phrase) for the floors: the run's measured device-to-device copy, else the device's spec."""
     mp = run.info.measured_peaks
     if mp and mp.d2d_copy_gbps:
-        return mp.d2d_copy_gbps * 1e9, N_("measured device-to-device copy")
+        return mp.d2d_copy_gbps * 1e9, phrase("measured device-to-device copy")
     from ..devices import UnknownDeviceError, lookup
 
     try:
-        return lookup(run.info.device or "").dram_bytes_per_s, N_("spec sheet")
+        return lookup(run.info.device or "").dram_bytes_per_s, phrase("spec sheet")
     except UnknownDeviceError:
-        return float("nan"), N_("unknown")
+        return float("nan"), phrase("unknown")
 
 
-def run_ledger(run) -> tuple[pd.DataFrame, str]:
-    """A run's bytes ledger of one decode step and what it says (chapters 01 and 07): the floors at the run's DRAM
-    bandwidth (`dram_bandwidth`), the step against the plain generate's."""
+def run_ledger(run) -> tuple[pd.DataFrame, dict | None]:
+    """A run's bytes ledger of one decode step and what it says (chapters 01 and 07, `narrate.modules`): the floors at
+    the run's DRAM bandwidth (`dram_bandwidth`), the step against the plain generate's (`ledger_reading`)."""
     bw = dram_bandwidth(run)
     ledger = bytes_ledger(run.timeline, run.ncu_kernels(), bw[0])
-    return ledger, ledger_prose(ledger, run.info.plain_ms_per_step().get("decode"), bw, step_measured(run.ncu_ranges()))
+    return ledger, ledger_reading(ledger, run.info.plain_ms_per_step().get("decode"), bw,
+                                  step_measured(run.ncu_ranges()))
 
 
 # the measured step's reads within this fraction of its must-move bytes: it reads what it must, once
 STEP_READS_TOLERANCE = 0.10
+EXCESS_SHOWN = 0.05  # a module's moved bytes beyond its must-move ones, as a fraction of the step's, worth naming
 
 
-def ledger_prose(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[float, str],
-                 measured: dict | None = None) -> str:
-    """What the ledger says about the distance between the step and its limit, module by module; `measured`
-    (`step_measured`): the whole step's DRAM bytes in the loop, set against the bytes it must move."""
+def ledger_reading(ledger: pd.DataFrame, plain_step_ms: float | None, bw: tuple[float, str],
+                   measured: dict | None = None) -> dict | None:
+    """What the ledger says about the distance between the step and its limit, module by module (None for an empty
+    ledger: a run captured before module attribution). MB, µs, ms and % as the keys say: the step's must-move and
+    moved bytes, its floor at `bw` (bytes/s, source) and its kernel time; `measured` (`step_measured`): the whole
+    step's DRAM reads and writes in the loop, set against the bytes it must move (`reads`: 'once' within
+    STEP_READS_TOLERANCE, else 'more' or 'less', by `reads_pct`); `inloop`: the moved bytes of profiled kernels are
+    their in-loop reads; `excess`: the module type that moved most beyond its must-move bytes, where that is over
+    EXCESS_SHOWN of the step's; `slowest`: the module type with the most kernel time; `host`: the plain step's time
+    that is not kernel time."""
     if ledger.empty:
-        return tr("This run was captured before kernels were tied to modules, so there is no bytes ledger: "
-                  "re-capture it to get one.")
+        return None
     step = ledger[ledger.module_type == "step"].iloc[0]
     body = ledger[ledger.module_type != "step"]
     excess = (body.moved_bytes - body.must_bytes).fillna(0.0)
     worst = body.loc[excess.idxmax()]
     slow = body.loc[body.kernel_us.idxmax()]
-    out = [tr("One decode step's kernels must move {must:.0f} MB (weights and the KV cache they read): {floor:.0f} µs "
-              "at {bw:.2f} TB/s ({src}). They moved {moved:.0f} MB ({ratio:.1f}× that) in {kernel:.0f} µs of kernel "
-              "time, {over:.1f}× the floor.", must=step.must_bytes / 1e6, floor=step.floor_us, bw=bw[0] / 1e12,
-              src=tr(bw[1]), moved=step.moved_bytes / 1e6, ratio=step.moved_bytes / max(step.must_bytes, 1.0),
-              kernel=step.kernel_us, over=step.time_over_floor)]
+    out = {"must_mb": step.must_bytes / 1e6, "floor_us": step.floor_us, "bw_tbps": bw[0] / 1e12, "source": bw[1],
+           "moved_mb": step.moved_bytes / 1e6, "moved_ratio": step.moved_bytes / max(step.must_bytes, 1.0),
+           "kernel_us": step.kernel_us, "time_over_floor": step.time_over_floor, "measured": None,
+           "inloop": ledger.attrs.get("moved_basis") == "inloop_reads", "excess": None,
+           "slowest": {"module": _TYPE.get(slow.module_type, slow.module_type), "us": slow.kernel_us,
+                       "launches": slow.launches_per_step}, "host": None}
     if measured:
         ratio = measured["read_bytes"] / max(step.must_bytes, 1.0)
-        verdict = (tr("it reads what it must, about once") if abs(ratio - 1) <= STEP_READS_TOLERANCE else
-                   tr("{pct:.0f} % more than it must: bytes read twice or beyond weights and KV cache",
-                      pct=100 * (ratio - 1)) if ratio > 1 else
-                   tr("{pct:.0f} % less than the ledger's must-move bytes: part of them stayed in L2 between steps",
-                      pct=100 * (1 - ratio)))
-        out.append(tr("Measured as one range (ncu's range pass: decode step {n} whole, caches flushed before it, not "
-                      "between its kernels), the step read {read:.0f} MB from DRAM, {ratio:.2f}× the {must:.0f} MB it "
-                      "must move ({verdict}), and wrote {write:.0f} MB, which the must-move bytes do not hold (a decode "
-                      "step must write only its new KV-cache entries and activations): {total:.0f} MB of DRAM traffic "
-                      "in all, against the {moved:.0f} MB summed kernel by kernel above.", n=measured["step"],
-                      read=measured["read_bytes"] / 1e6, ratio=ratio, must=step.must_bytes / 1e6, verdict=verdict,
-                      write=measured["write_bytes"] / 1e6,
-                      total=(measured["read_bytes"] + measured["write_bytes"]) / 1e6, moved=step.moved_bytes / 1e6))
-    if ledger.attrs.get("moved_basis") == "inloop_reads":
-        out.append(tr("Moved bytes of profiled kernels are their DRAM reads measured in the loop ({how}): what each "
-                      "fetched from DRAM after the launch before it, not the flushed-cache figure chapters 04 and 05 "
-                      "use. Reads only: a kernel's output reaches DRAM later, under another launch.",
-                      how=tr(ncu_report.INLOOP_HOW)))
-    if excess.max() > 0.05 * step.must_bytes:
-        out.append(tr("The largest excess is in {module}: {moved:.0f} MB moved against {must:.0f} MB it must move "
-                      "(+{extra:.0f} MB per step).", module=tr(worst.module_type), moved=worst.moved_bytes / 1e6,
-                      must=worst.must_bytes / 1e6, extra=(worst.moved_bytes - worst.must_bytes) / 1e6))
-    out.append(tr("The most kernel time is in {module}: {us:.0f} µs per step over {n:.0f} launches.",
-                  module=tr(slow.module_type), us=slow.kernel_us, n=slow.launches_per_step))
+        out["measured"] = {"step": measured["step"], "read_mb": measured["read_bytes"] / 1e6, "ratio": ratio,
+                           "reads": ("once" if abs(ratio - 1) <= STEP_READS_TOLERANCE else
+                                     "more" if ratio > 1 else "less"),
+                           "reads_pct": 100 * (ratio - 1) if ratio > 1 else 100 * (1 - ratio),
+                           "write_mb": measured["write_bytes"] / 1e6,
+                           "total_mb": (measured["read_bytes"] + measured["write_bytes"]) / 1e6}
+    if excess.max() > EXCESS_SHOWN * step.must_bytes:
+        out["excess"] = {"module": _TYPE.get(worst.module_type, worst.module_type), "moved_mb": worst.moved_bytes / 1e6,
+                         "must_mb": worst.must_bytes / 1e6, "extra_mb": (worst.moved_bytes - worst.must_bytes) / 1e6}
     if plain_step_ms:
-        out.append(tr("The plain step takes {plain:.2f} ms, so {host:.2f} ms of it ({pct:.0f} %) is not kernel time: "
-                      "the host between launches, which no module's bytes explain.", plain=plain_step_ms,
-                      host=plain_step_ms - step.kernel_us / 1e3,
-                      pct=100 * (1 - step.kernel_us / 1e3 / plain_step_ms)))
-    return " ".join(out)
+        out["host"] = {"plain_ms": plain_step_ms, "host_ms": plain_step_ms - step.kernel_us / 1e3,
+                       "pct": 100 * (1 - step.kernel_us / 1e3 / plain_step_ms)}
+    return out
 
 
-def modules_prose(types: pd.DataFrame) -> str:
-    if types.empty:
-        return tr("This run was captured before kernels were tied to modules (the capture's shapes pass records them "
-                  "now); re-capture it for the tables by module type and layer.")
+def leading_types(types: pd.DataFrame, n: int = 2) -> list[tuple[str, list[tuple[str, float]]]]:
+    """Per phase of `by_module_type`'s table (its order): the `n` module types with the most kernel time, each with
+    its share of the phase's kernel time (%)."""
     out = []
     for ph, g in types.groupby("phase", sort=False):
-        top = g.sort_values("us_per_step", ascending=False).head(2)
-        out.append(tr("{phase}: {first} {p1:.0f} %, {second} {p2:.0f} % of kernel time.", phase=phase_label(ph),
-                      first=tr(top.iloc[0].module_type), p1=top.iloc[0].share_pct,
-                      second=tr(top.iloc[1].module_type) if len(top) > 1 else "-",
-                      p2=top.iloc[1].share_pct if len(top) > 1 else 0.0))
-    return " ".join(out)
+        top = g.sort_values("us_per_step", ascending=False).head(n)
+        out.append((ph, [(_TYPE.get(t, t), p) for t, p in zip(top.module_type, top.share_pct)]))
+    return out
 
 
 def kernel_modules(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     """Each ncu kernel's modules: `module`, the one that launched its profiled launch (phase, `profiled_step`,
     `op_index`; else the module of most of its launches), and `module_types`, the module types of all its launches
-    in the phase by share of its time ("attention 62 %, MoE shared experts 38 %"). Empty without module
+    in the phase by share of its time ("attention 62 %, MoE shared experts 38 %", a phrase). Empty without module
     attribution."""
     cols = ["phase", "kernel_id", "module", "module_types"]
     if kernels is None or not len(kernels) or not has_modules(timeline):
@@ -414,9 +397,11 @@ def kernel_modules(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFram
         module = (at if len(at) else mine).groupby("module").size().idxmax()
         share = mine.groupby("module_type").duration_ns.sum().sort_values(ascending=False)
         share = 100 * share / share.sum()
-        types = ", ".join(f"{tr(t)} {v:.0f} %" for t, v in share.items() if v >= 0.5)
+        types = joined(*(joined(_TYPE.get(t, t), f" {v:.0f} %") for t, v in share.items() if v >= 0.5), sep=", ")
         rows.append((r.phase, r.kernel_id, module, types))
-    return pd.DataFrame(rows, columns=cols)
+    out = pd.DataFrame(rows, columns=cols)
+    out["module_types"] = phrase_column((r[3] for r in rows), out.index)  # the phrases kept
+    return out
 
 
 def with_kernel_modules(table: pd.DataFrame, kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:

@@ -8,6 +8,8 @@ kernel that loads L2 most, a lower bound on the true peak) and no L1 roof is dra
 
 A kernel's compute roof is the tensor-core peak of its dtype when it issues tensor FLOPs, else the
 CUDA-core fp32 peak. Attainable FLOP/s at intensity I on a level = min(compute roof, bandwidth × I).
+
+Labels and causes are English phrases (`contract.phrase`); `narrate.roofline` writes what the rooflines say.
 """
 from __future__ import annotations
 
@@ -17,28 +19,28 @@ import numpy as np
 import pandas as pd
 
 from ..contract.shapes import FLOPS_TOLERANCE, attention_work, expected_gemm_flops
-from ..display import eng, phase_label
-from ..i18n import N_, text, tr
 from .histograms import weighted_mean
 from ..contract.kernels import with_identity
 from ..contract.manifest import Manifest, read_manifest
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import phrase
 from .ncu_report import Launches, profiled_launch
-from ..escape import md
 
 LEVELS = ("dram", "l2", "l1")
 LEVEL_LABEL = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
 ABOVE_TOLERANCE = 1.05  # a point more than 5 % above its roof is flagged, never silently drawn
 RELIABLE_PCT = 20.0     # L2 % of peak needed before a bytes/% ratio is trusted as a roof estimate
+SPEC = phrase("devices.yaml (spec)")  # where a roof comes from when nothing better measured it
 
 
 @dataclass
 class Roofs:
     compute: dict[str, float]                 # label -> FLOP/s
     bandwidth: dict[str, float]               # level -> B/s (the roof used for points and flags)
-    measured: dict[str, float] = field(default_factory=dict)  # label -> FLOP/s or B/s, drawn dashed
-    notes: list[str] = field(default_factory=list)
-    sources: dict[str, str] = field(default_factory=dict)    # level -> where its bandwidth comes from
+    measured: dict[str, float] = field(default_factory=dict)  # label (a phrase) -> FLOP/s or B/s, drawn dashed
+    sources: dict[str, str] = field(default_factory=dict)    # level -> where its bandwidth comes from (a phrase)
     estimates: set[str] = field(default_factory=set)         # levels whose roof is an estimate
+    estimated_from: dict[str, tuple[str, float]] = field(default_factory=dict)  # level -> (kernel id, its % of peak)
 
     def ridge(self, compute: str = "tensor bf16") -> float:
         """FLOP/byte where `compute`'s roof meets the DRAM roof (the device's ridge, on the roofs drawn)."""
@@ -59,14 +61,17 @@ class Roofs:
         return "CUDA-core fp32", self.compute["CUDA-core fp32"]
 
     def table(self) -> pd.DataFrame:
-        spec = tr("devices.yaml (spec)")
-        rows = [{"roof": k, "value": v / 1e12, "unit": "TFLOP/s", "source": spec} for k, v in self.compute.items()]
-        rows += [{"roof": tr("{level} bandwidth", level=LEVEL_LABEL[k]), "value": v / 1e9, "unit": "GB/s",
-                  "source": self.sources.get(k, spec)} for k, v in self.bandwidth.items()]
+        """Every roof with its value, unit and source (roof and source: phrases or catalog keys)."""
+        rows = [{"roof": k, "value": v / 1e12, "unit": "TFLOP/s", "source": SPEC} for k, v in self.compute.items()]
+        rows += [{"roof": phrase("{level} bandwidth", level=LEVEL_LABEL[k]), "value": v / 1e9, "unit": "GB/s",
+                  "source": self.sources.get(k, SPEC)} for k, v in self.bandwidth.items()]
         rows += [{"roof": k, "value": v / (1e12 if "TFLOP" in k else 1e9),
-                  "unit": "TFLOP/s" if "TFLOP" in k else "GB/s", "source": tr("manifest (measured)")}
+                  "unit": "TFLOP/s" if "TFLOP" in k else "GB/s", "source": phrase("manifest (measured)")}
                  for k, v in self.measured.items()]
-        return pd.DataFrame(rows)
+        out = pd.DataFrame(rows)
+        for c in ("roof", "source"):
+            out[c] = phrase_column((r[c] for r in rows), out.index)
+        return out
 
 
 def roofs(device, manifest: Manifest | dict, kernels: pd.DataFrame, metrics: pd.DataFrame | None = None,
@@ -77,37 +82,31 @@ def roofs(device, manifest: Manifest | dict, kernels: pd.DataFrame, metrics: pd.
                if device.tflops.get(p)}
     compute["CUDA-core fp32"] = device.peak_flops("fp32")
     bw = {"dram": device.dram_bytes_per_s}
-    sources = {"dram": tr((device_sources or {}).get("dram_gbps", "devices.yaml (spec)"))}
-    notes, estimates = [], set()
+    sources = {"dram": (device_sources or {}).get("dram_gbps", SPEC)}  # devices.for_run's: a catalog key
+    estimates, estimated_from = set(), {}
     mp = read_manifest(manifest).measured_peaks
     measured = {}
     if mp and mp.bf16_gemm_tflops:
         # labels are catalog keys: English in the data (chapter 07 reads the DRAM one), shown translated
-        measured[N_("bf16 GEMM (TFLOP/s, measured)")] = mp.bf16_gemm_tflops * 1e12
+        measured[phrase("bf16 GEMM (TFLOP/s, measured)")] = mp.bf16_gemm_tflops * 1e12
     if mp and mp.d2d_copy_gbps:
-        measured[N_("DRAM copy (GB/s, measured)")] = mp.d2d_copy_gbps * 1e9
+        measured[phrase("DRAM copy (GB/s, measured)")] = mp.d2d_copy_gbps * 1e9
     for lvl, peak_metric, clock_metric in (("l2", "lts__t_bytes.sum.peak_sustained", "lts__cycles_elapsed.avg.per_second"),
                                            ("l1", "l1tex__t_bytes.sum.peak_sustained",
                                             "l1tex__cycles_elapsed.avg.per_second")):
         v = _ncu_peak(metrics, peak_metric, clock_metric)
         if v:
             bw[lvl] = v
-            sources[lvl] = tr("ncu {metric} × unit clock (median over results)", metric=peak_metric)
+            sources[lvl] = phrase("ncu {metric} × unit clock (median over results)", metric=peak_metric)
     if "l2" not in bw:
         est = l2_roof_estimate(kernels)
         if est:
             bw["l2"], kid, pct = est
             estimates.add("l2")
-            sources["l2"] = tr("estimated: {kernel}'s L2 bytes/s ÷ its L2 throughput ({pct:.0f} %), a lower bound",
-                               kernel=kid, pct=pct)
-            notes.append(tr("The L2 roof ({tbps:.1f} TB/s) is estimated from {kernel}, the kernel that loads L2 most "
-                            "({pct:.0f} % of peak): its L2 bytes/s ÷ that percentage. This capture predates the L2 "
-                            "peak counter; newer captures read the roof from ncu directly.", tbps=bw["l2"] / 1e12,
-                            kernel=md(kid), pct=pct))
-    if "l1" not in bw:
-        notes.append(tr("No L1 roof: this capture lacks ncu's L1 peak counter, and L1 throughput % mixes shared-memory "
-                        "and texture traffic, so bytes ÷ % is not a bandwidth. L1 points are drawn without a roof."))
-    return Roofs(compute, bw, measured, notes, sources, estimates)
+            estimated_from["l2"] = (kid, pct)
+            sources["l2"] = phrase("estimated: {kernel}'s L2 bytes/s ÷ its L2 throughput ({pct:.0f} %), a lower bound",
+                                   kernel=kid, pct=pct)
+    return Roofs(compute, bw, measured, sources, estimates, estimated_from)
 
 
 def _ncu_peak(metrics: pd.DataFrame | None, peak_metric: str, clock_metric: str) -> float | None:
@@ -169,36 +168,35 @@ def useful_work(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
     for _, k in kernels[(kernels.status == "profiled") & (kernels.flops > 0)].iterrows():
         _, op, shp = profiled_launch(k, ix)
         if k.category in ("GEMM", "GEMV"):
-            useful, basis = expected_gemm_flops(shp), N_("2·M·N·K")
+            useful, basis = expected_gemm_flops(shp), phrase("2·M·N·K")
         elif k.category == "attention" and shp:
             att = attention_work(shp)
             # a prefill's causal mask skips up to half of it, which the shapes do not say
-            useful, basis = (att[0] if att else np.nan), (N_("4·B·H·Sq·Sk·D (attention)") if "x1x" in shp.split(";")[0]
-                                                          else N_("4·B·H·Sq·Sk·D (attention, no causal mask assumed)"))
+            useful, basis = (att[0] if att else np.nan), (phrase("4·B·H·Sq·Sk·D (attention)")
+                                                          if "x1x" in shp.split(";")[0] else
+                                                          phrase("4·B·H·Sq·Sk·D (attention, no causal mask assumed)"))
         else:
             continue
         if not useful == useful or useful <= 0:
             continue
         dram = k.dram_bytes if k.dram_bytes and k.dram_bytes > 0 else np.nan
         rows.append({"phase": k.phase, "kernel_id": k.kernel_id, "friendly_name": k.get("friendly_name"),
-                     "category": k.category, "op_shapes": shp, "work_basis": text(basis), "counted_flops": k.flops,
+                     "category": k.category, "op_shapes": shp, "work_basis": basis, "counted_flops": k.flops,
                      "useful_flops": useful, "padding_ratio": k.flops / useful, "intensity_dram": k.flops / dram,
                      "useful_intensity_dram": useful / dram, "flops_per_s": k.flops_per_s,
                      "useful_flops_per_s": k.flops_per_s * useful / k.flops})
-    return pd.DataFrame(rows, columns=cols)
+    out = pd.DataFrame(rows, columns=cols)
+    out["work_basis"] = phrase_column((r["work_basis"] for r in rows), out.index)  # the phrases kept
+    return out
 
 
-def useful_note(u: pd.DataFrame, phase: str) -> str:
-    """What the points' FLOPs are, measured: the kernels of `phase` whose counted FLOPs exceed their useful
-    work (from `useful_work`), with the range of counted ÷ useful; empty when none does."""
+def padded(u: pd.DataFrame, phase: str) -> dict | None:
+    """What the points' FLOPs are, measured: the kernels of `phase` whose counted FLOPs exceed their useful work
+    (from `useful_work`): their ids and the range of counted ÷ useful; None when none does."""
     f = u[(u.phase == phase) & (u.padding_ratio > 1 + FLOPS_TOLERANCE)] if len(u) else u
     if f.empty:
-        return ""
-    return tr("The points are drawn with the FLOPs ncu counted, which include the MMA tile's padding: for {n} {phase} "
-              "kernels ({kernels}) that is {lo:.2f}–{hi:.2f}× the useful work of their shapes (2·M·N·K, or attention's "
-              "4·B·H·Sq·Sk·D). The table below gives both; the hollow markers in the physical roofline are the useful "
-              "work at DRAM.", n=len(f), phase=phase_label(phase), kernels=", ".join(md(x) for x in f.kernel_id),
-              lo=f.padding_ratio.min(), hi=f.padding_ratio.max())
+        return None
+    return {"kernels": list(f.kernel_id), "lo": f.padding_ratio.min(), "hi": f.padding_ratio.max()}
 
 
 # A near-empty kernel's L2 count is ncu's per-launch floor, not its traffic: every profiled kernel counts at
@@ -222,29 +220,16 @@ def _near_empty(row, floor: float) -> bool:
                 and l2 > FLOOR_OVER_DRAM * dram)
 
 
-def near_empty_note(kernels: pd.DataFrame, phase: str) -> str:
-    """One sentence naming the near-empty kernels of `phase` whose L2 and L1 points are artifacts."""
+def near_empty(kernels: pd.DataFrame, phase: str) -> dict | None:
+    """The near-empty kernels of `phase`, whose L2 and L1 points are artifacts: their ids, the most DRAM bytes any of
+    them read, the fewest and most L2 bytes they counted and the run's L2 floor (`l2_floor`, B); None without any."""
     floor = l2_floor(kernels)
     k = kernels[(kernels.status == "profiled") & (kernels.flops > 0) & (kernels.phase == phase)] if len(kernels) else kernels
     k = k[[_near_empty(r, floor) for _, r in k.iterrows()]] if len(k) else k
     if k.empty:
-        return ""
-    return tr("{n} {phase} kernels ({kernels}) read at most {dram} from DRAM, yet ncu counts {lo}–{hi} at L2 for each, against a "
-              "floor of {floor} that every profiled launch shows: their L2 count is the floor, not their traffic, and "
-              "their L1 count a handful of sectors. Their L2 and L1 points are drawn grey and marked as artifacts in "
-              "the table; only their DRAM point describes the kernel.", n=len(k), phase=phase_label(phase),
-              kernels=", ".join(md(x) for x in k.kernel_id), dram=eng(k.dram_bytes.max(), "B"), lo=eng(k.l2_bytes.min(), "B"),
-              hi=eng(k.l2_bytes.max(), "B"), floor=eng(floor, "B"))
-
-
-def bypass_note(kernels: pd.DataFrame, phase: str) -> str:
-    """One sentence per level point left out of the rooflines, with its bytes; empty when none is."""
-    b = bypassed_levels(kernels, phase)
-    return "\n".join(tr("- {kernel} {name}: no {level} point — {level} counted {level_bytes} against {dram_bytes} from "
-                        "DRAM, so its loads went around {level} (asynchronous copies into shared memory) and "
-                        "FLOPs ÷ those bytes would be an artifact.", kernel=md(r.kernel_id), name=md(r.friendly_name),
-                        level=r.level, level_bytes=eng(r.level_bytes, "B"), dram_bytes=eng(r.dram_bytes, "B"))
-                     for r in b.itertuples())
+        return None
+    return {"kernels": list(k.kernel_id), "dram_bytes": k.dram_bytes.max(), "l2_min_bytes": k.l2_bytes.min(),
+            "l2_max_bytes": k.l2_bytes.max(), "floor_bytes": floor}
 
 
 def points(kernels: pd.DataFrame, r: Roofs) -> pd.DataFrame:
@@ -305,19 +290,21 @@ def above_roof_causes(p: pd.DataFrame, kernels: pd.DataFrame, r: Roofs,
         k = kk.loc[q.kernel_id]
         rr = ratio.get(q.kernel_id, np.nan)
         if rr == rr and rr > 1 + FLOPS_TOLERANCE:
-            cause = tr("tensor FLOPs are {ratio:.0f}× 2·M·N·K: the MMA tile pads the small dimension, so counted "
-                       "FLOP/s include padding work", ratio=rr)
+            cause = phrase("tensor FLOPs are {ratio:.0f}× 2·M·N·K: the MMA tile pads the small dimension, so counted "
+                           "FLOP/s include padding work", ratio=rr)
         elif q.level == "DRAM" and (k.get("l2_hit_pct") or 0) > 80:
-            cause = tr("DRAM bytes undercounted: L2 hit {pct:.0f} % under ncu replay with --cache-control none keeps "
-                       "the data L2-resident, so DRAM intensity is inflated", pct=k.l2_hit_pct)
+            cause = phrase("DRAM bytes undercounted: L2 hit {pct:.0f} % under ncu replay with --cache-control none "
+                           "keeps the data L2-resident, so DRAM intensity is inflated", pct=k.l2_hit_pct)
         elif q.level == "L2" and r.estimated("l2"):
-            cause = tr("the L2 roof is a lower-bound estimate")
+            cause = phrase("the L2 roof is a lower-bound estimate")
         else:
-            cause = tr("clock above the spec table's assumption, or a roof value too low for this part (check "
-                       "devices.yaml)")
+            cause = phrase("clock above the spec table's assumption, or a roof value too low for this part (check "
+                           "devices.yaml)")
         rows.append({"kernel_id": q.kernel_id, "friendly_name": q.friendly_name, "level": q.level,
                      "pct_of_roof": q.pct_of_roof, "likely_cause": cause})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out["likely_cause"] = phrase_column((r["likely_cause"] for r in rows), out.index)  # the phrases kept
+    return out
 
 
 def normalized(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -330,46 +317,28 @@ def normalized(kernels: pd.DataFrame) -> pd.DataFrame:
                          "duration_us": k.duration_ns / 1e3}).reset_index(drop=True)
 
 
-def prose(p: pd.DataFrame, bw_only: pd.DataFrame, r: Roofs, phase: str = "decode") -> str:
-    """What the rooflines say, computed: time-weighted % of roof, how many points are memory-side."""
+def figures(p: pd.DataFrame, bw_only: pd.DataFrame, phase: str = "decode") -> dict:
+    """What the rooflines say, computed (`narrate.roofline.prose`): `points` False without any point, `dram` False
+    without a DRAM point of `phase`; else the DRAM points' count, time-weighted mean and median % of roof, how many
+    are memory-side, the largest by time (id, name, share %, % of roof, intensity), the bandwidth-only kernels of the
+    phase (count, share %, median % of the DRAM roof; None without any), and the points above their roof with the
+    tolerance (%)."""
     if p.empty:
-        return tr("No profiled kernel issues FLOPs, so no roofline points can be drawn.")
-    name = phase_label(phase)
+        return {"points": False}
     d = p[(p.level == "DRAM") & (p.phase == phase)]
     if d.empty:
-        return tr("No profiled {phase} kernel has DRAM bytes and FLOPs.", phase=name)
-    wmean = weighted_mean(d.pct_of_roof, d.share)
-    mem = d[d.bound == "memory"]
+        return {"points": True, "dram": False}
     worst = d.sort_values("share", ascending=False).iloc[0]
-    parts = [tr("In {phase}, the {n} profiled kernels with FLOPs reach on average **{wmean:.1f} %** of their DRAM "
-                "roof, weighted by time ({median:.1f} % unweighted median); {n_memory} of them sit left of the ridge "
-                "(memory side at DRAM intensity).", phase=name, n=len(d), wmean=wmean,
-                median=d.pct_of_roof.median(), n_memory=len(mem)),
-             tr("The largest by time, {kernel} ({share:.1f} % of {phase} kernel time), reaches {pct:.1f} % of its roof "
-                "at {intensity:,.1f} FLOP/B.", kernel=md(worst.friendly_name), share=100 * worst.share, phase=name,
-                pct=worst.pct_of_roof, intensity=worst.intensity)]
+    out = {"points": True, "dram": True, "n": len(d), "wmean": weighted_mean(d.pct_of_roof, d.share),
+           "median": d.pct_of_roof.median(), "n_memory": len(d[d.bound == "memory"]),
+           "largest": {"name": worst.friendly_name, "share": 100 * worst.share, "pct": worst.pct_of_roof,
+                       "intensity": worst.intensity}, "bandwidth_only": None,
+           "n_above": int(p.above_roof.sum()), "tol": 100 * ABOVE_TOLERANCE - 100}
     if len(bw_only):
         b = bw_only[bw_only.phase == phase]
         if len(b):
-            values = dict(n=len(b), share=100 * b.share.sum(), phase=name, median=b.dram_pct_of_roof.median())
-            parts.append(
-                tr("One profiled kernel issues no FLOPs (copies, gathers, casts; {share:.1f} % of {phase} kernel "
-                   "time): it appears in the table of bandwidth-only kernels, at {median:.1f} % of the DRAM roof.",
-                   **values) if len(b) == 1 else
-                tr("{n} profiled kernels issue no FLOPs (copies, gathers, casts; {share:.1f} % of {phase} kernel "
-                   "time): they appear in the table of bandwidth-only kernels, at a median {median:.1f} % of the "
-                   "DRAM roof.", **values))
-    n_above = int(p.above_roof.sum())
-    tol = 100 * ABOVE_TOLERANCE - 100
-    if n_above == 0:
-        parts.append(tr("No point lies more than {tol:.0f} % above its roof.", tol=tol))
-    elif n_above == 1:
-        parts.append(tr("One point lies more than {tol:.0f} % above its roof and is listed with the likely cause "
-                        "below.", tol=tol))
-    else:
-        parts.append(tr("{n} points lie more than {tol:.0f} % above their roof and are listed with the likely cause "
-                        "below.", n=n_above, tol=tol))
-    return "\n\n".join(parts)
+            out["bandwidth_only"] = {"n": len(b), "share": 100 * b.share.sum(), "median": b.dram_pct_of_roof.median()}
+    return out
 
 
 def for_run(run, kernels: pd.DataFrame | None = None) -> tuple[object, dict, Roofs]:

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from ..load.study import StudyPoint, StudyRuns
-from ..i18n import N_
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import phrase
 from . import roofline as R
 from . import timeline as T
 from . import whatif as W
@@ -80,8 +81,11 @@ def kernel_table(st: StudyRuns) -> pd.DataFrame:
                         "flops": row.flops, "dram_mb": row.dram_bytes / 1e6, "intensity": ai,
                         "dram_roof_pct": 100 * row.dram_bytes / (row.duration_ns * 1e-9) / roofs.bandwidth["dram"],
                         "roof": label, "ridge": ridge,
-                        "binds": N_("compute roof") if ai == ai and ai >= ridge else N_("DRAM roof")})
-    return pd.DataFrame(out)
+                        "binds": phrase("compute roof") if ai == ai and ai >= ridge else phrase("DRAM roof")})
+    t = pd.DataFrame(out)
+    if out:
+        t["binds"] = phrase_column((r["binds"] for r in out), t.index)  # the phrases kept
+    return t
 
 
 def turn_table(kt: pd.DataFrame) -> pd.DataFrame:

@@ -1,10 +1,17 @@
-"""The serving chapter's sentences (chapter 08), from `analyze.serving`'s tables."""
+"""The serving chapter's sentences (chapter 08), from `analyze.serving`'s tables, and its words in the reader's
+language."""
 from __future__ import annotations
 
 import pandas as pd
 
 from ..i18n import tr
 from ..load.study import StudyRuns
+from . import said
+
+
+def kernel_table(kt: pd.DataFrame) -> pd.DataFrame:
+    """`analyze.serving.kernel_table` with the roof that binds each kernel in the reader's language."""
+    return said(kt, ["binds"]) if len(kt) else kt
 
 
 def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> str:

@@ -203,7 +203,7 @@ def limit_prose(limit: DecodeLimit | None) -> str:
 
 
 def comparison_note(pair: tuple | None) -> str:
-    from ..analyze.compare import coverage_words
+    from .compare import coverage_words
 
     if pair is None:
         return tr("No `baseline_run` given and no variant run to compare with.")

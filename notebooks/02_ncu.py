@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 02 · Nsight Compute: the kernels that matter, counted
 #
-# Which kernels did Nsight Compute profile, how much of each phase's GPU time do they explain, and do its counters agree with the shapes?
+# Which kernels did Nsight Compute profile, how much GPU time do they explain, and do its counters agree with the shapes?
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)

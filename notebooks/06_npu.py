@@ -58,9 +58,10 @@ cross_note = WN.cross_run_note(r, cross)
 tr_x = W.for_run(cross)[0] if cross is not None and not cross_note else None
 xd = W.cross_device(tr, tr_x) if tr_x is not None else None
 xerr, env = (W.cross_device_error(xd), W.envelope(tr, tr_x)) if xd is not None else (None, None)
-kb.summary((NS.as_deployed_headline(WN.headline(dep_val, tr_dep), dep, r, WN.headline(val, tr))
-            if dep is not None else WN.headline(val, tr))
-           + (WN.cross_device_headline(xd) if xd is not None else ""))
+kb.summary(WN.answer(dep_val, tr_dep, xd) if dep is not None else WN.answer(val, tr, xd))
+kb.md((NS.as_deployed_headline(WN.headline(dep_val, tr_dep), dep, r, WN.headline(val, tr))
+       if dep is not None else WN.headline(val, tr))
+      + (WN.cross_device_headline(xd) if xd is not None else ""), fold=kb.tr("The model's checks in full"))
 
 # %%
 kb.missing_note(run_dir, "ncu")

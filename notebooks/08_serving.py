@@ -40,6 +40,7 @@ tt = SV.turn_table(kt)
 traces = SV.traces_of(st)
 wt, wc = SV.whatif_table(st, traces)
 kb.summary(NS.headline(st, dt, ct, tt, wt))
+kb.paragraph(NS.headline_rest(st, dt, ct, tt, wt))
 kb.md(NS.points_note(st))
 
 # %% [markdown]

@@ -41,3 +41,27 @@ def test_the_count_fails_a_page_over_its_budget():
     """The count itself: 1,501 words are over a chapter's budget, 1,500 are not; zh counts characters."""
     assert count("word " * 1501, "en") > BUDGET["en"] >= count("word " * 1500, "en")
     assert count("解码步耗时 2.05 ms", "zh") == 5 + 2
+
+
+def opening(nb: dict) -> str:
+    """What a chapter opens with: the sentence under its title (the question it answers) and its one-line summary
+    (the answer, `kb.summary`), as the executed notebook holds them."""
+    first = "".join(nb["cells"][0]["source"]).split("\n", 1)[1]
+    answer = [("".join(o["data"]["text/markdown"])) for c in nb["cells"] for o in c.get("outputs", [])
+              if o.get("metadata", {}).get("kb-summary")]
+    return " ".join([first.strip(), *answer]).replace("**", "")
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_each_chapter_opens_with_its_question_and_answer_in_60_words(rendered_book, language):
+    """Issue 43 point 3: a chapter opens with what it answers and its answer in at most 60 words (zh: 120
+    characters), on the bundled book."""
+    import json
+
+    report = rendered_book(language)
+    words = {}
+    for stem in CHAPTERS:
+        text = opening(json.loads((report / f"{stem}.ipynb").read_text()))
+        words[stem] = count(text, language)
+        assert "?" in text or "？" in text, (stem, text)  # the question
+    assert all(8 < n <= (60 if language == "en" else 120) for n in words.values()), words

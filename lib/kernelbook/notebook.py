@@ -212,6 +212,14 @@ def summary(text: str):
     display(Markdown(f"**{text.replace('**', '').strip()}**"), metadata={"kb-summary": True})
 
 
+def paragraph(text: str) -> None:
+    """Display `text` (markdown the package wrote) now, in the middle of a cell; nothing where it is empty."""
+    from IPython.display import Markdown, display
+
+    if text.strip():
+        display(Markdown(text))
+
+
 def findings(page_html: str, report_md: str = ""):
     """The run's first page (`narrate.findings`: the findings, each phase's bound, the top levers), shown here; the book
     runner lifts it onto the index and opens report.md with `report_md`."""

@@ -1197,6 +1197,12 @@ def cross_device_bounds(xd: pd.DataFrame) -> dict | None:
     return {"pair": list(dict.fromkeys(t.fitted_on)), "pct": t.error_pct.abs().max(), "gain": t.gain_error.abs().max()}
 
 
+def worst_held_out_pct(val: pd.DataFrame) -> float:
+    """The largest |device-time error| (%) over the phases of `validation`'s table, each held out of the fit: chapter
+    06's answer in one number."""
+    return float(val.device_error_pct.abs().max())
+
+
 VALIDATION_TARGET_PCT = 25.0  # the held-out device-time error the model aims within
 
 

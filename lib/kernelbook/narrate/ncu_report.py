@@ -99,13 +99,15 @@ def id_ranges(ids: list[str]) -> str:
 
 
 def headline(cov: pd.DataFrame, fid: pd.DataFrame, manifest: dict) -> str:
-    parts = [tr("{phase}: {profiled}/{selected} kernels profiled ({coverage:.0f} %), explaining {explained:.0f} % of "
-                "its kernel time", phase=phase_label(c.phase), profiled=c.profiled, selected=c.selected,
-                coverage=c.coverage_pct, explained=c.explained_time_pct) for c in cov.itertuples()]
+    """Chapter 02's answer in one line: each phase's profiled kernels and the share of its kernel time they hold, and
+    how ncu's durations compare with the loop's."""
+    parts = [tr("{phase} {profiled}/{selected} kernels, {explained:.0f} % of its time",
+                phase=phase_label(c.phase), profiled=c.profiled, selected=c.selected,
+                explained=c.explained_time_pct) for c in cov.itertuples()]
     if len(fid):
-        parts.append(tr("median ncu/timeline duration ratio {ratio:.2f} (per launch shape)",
+        parts.append(tr("ncu/timeline duration ratio {ratio:.2f} (median per launch shape)",
                         ratio=N.context_figures(fid)["median"]))
-    return tr("; ").join(parts)
+    return tr("Profiled: {parts}.", parts=tr("; ").join(parts))
 
 
 def coverage_prose(cov: pd.DataFrame, kernels: pd.DataFrame, manifest: Manifest | dict) -> str:

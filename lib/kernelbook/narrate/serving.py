@@ -15,10 +15,22 @@ def kernel_table(kt: pd.DataFrame) -> pd.DataFrame:
 
 
 def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> str:
-    """One paragraph: the step and throughput from the smallest to the largest batch, the GPU's busy share, the class
-    that grows most, whether any profiled class reaches its ridge, and the what-if's error at the other batches."""
+    """The chapter's answer: the step, throughput and the GPU's busy share from the smallest to the largest batch."""
+    return headline_parts(st, dt, ct, tt, wt)[0]
+
+
+def headline_rest(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> str:
+    """What follows the answer: the class that grows most, whether any profiled class reaches its ridge, and the
+    what-if's error at the other batches."""
+    return " ".join(headline_parts(st, dt, ct, tt, wt)[1:])
+
+
+def headline_parts(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> list:
+    """The step and throughput from the smallest to the largest batch, the GPU's busy share, the class that grows
+    most, whether any profiled class reaches its ridge, and the what-if's error at the other batches: one sentence
+    each."""
     if dt.empty:
-        return tr("No point of study {study} holds a run yet.", study=st.study_id)
+        return [tr("No point of study {study} holds a run yet.", study=st.study_id)]
     a, b = dt.iloc[0], dt.iloc[-1]
     parts = [tr("Decode under CUDA graphs, batch {b0} → {b1}: the plain step grows {s0:.2f} → {s1:.2f} ms while "
                 "throughput grows {t0:,.0f} → {t1:,.0f} tokens/s ({gain:.1f}×); the GPU is busy {p0:.0f} → {p1:.0f} % of "
@@ -46,7 +58,7 @@ def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame
         parts.append(tr("The what-if fitted at batch {b0} predicts the other batches' plain step within {e:.1f} % "
                         "(device time within {d:.1f} %).", b0=int(wt.fitted_at.iloc[0]),
                         e=other.step_error_pct.abs().max(), d=other.device_error_pct.abs().max()))
-    return " ".join(parts)
+    return parts
 
 
 def points_note(st: StudyRuns) -> str:

@@ -73,10 +73,10 @@ def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_o
     return "\n\n".join(out)
 
 
-def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
-             deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> str:
-    """The chapter's one line: the biggest phase, decode against its limit (the plain eager step and, with a
-    deployment-shaped variant, the step as deployed), the best measured variant. `other_host`: the runs whose
+def headline_parts(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
+                   deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> list[str]:
+    """The chapter's line in parts: the biggest phase, decode against its limit (the plain eager step and, with a
+    deployment-shaped variant, the step as deployed, first), the best measured variant. `other_host`: the runs whose
     host differs from their baseline's (`host_control` names a phase): their measured gain says so."""
     top = phases.sort_values("wall_ms", ascending=False).iloc[0]
     recorded, of = phases.attrs.get("decode_steps", (None, None))
@@ -84,8 +84,7 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
               share=top.share_pct)
            + (tr(" (the profiler recorded {n} of its {total:,} decode steps)", n=recorded, total=of)
               if top.phase == "decode" and recorded and of and recorded < of else "")]
-    if (limit is not None and deploy is not None and len(deploy) > 1
-            and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0]):
+    if _deployed_first(limit, deploy):
         # the run as deployed first: the book's conclusions are about it; HF's eager loop beside it
         g, e = step_quantities(deploy, 1), step_quantities(deploy, 0)
         out.insert(0, tr("as deployed (CUDA graphs, {run}) a plain decode step takes {wall:.2f} ms, {x:.1f}× the "
@@ -120,7 +119,33 @@ def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame
                       pred=pred)
                    + (tr(", on another host than its baseline (see the host control below)")
                       if best.run in other_host else ""))
-    return tr("; ").join(out) + tr(".")
+    return out
+
+
+def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
+             deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> str:
+    """The chapter's one line (`headline_parts`): with a deployment-shaped variant only the step as deployed against
+    its limit, HF's eager loop beside it (the chapter's answer; `headline_rest` says the rest)."""
+    parts = headline_parts(phases, limit, rows, deploy, other_host)
+    return tr("; ").join(parts[:1] if _deployed_first(limit, deploy) else parts) + tr(".")
+
+
+def headline_rest(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
+                  deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> str:
+    """What `headline` leaves out of the answer where the run as deployed leads it: the biggest phase and the best
+    measured variant; empty otherwise."""
+    if not _deployed_first(limit, deploy):
+        return ""
+    parts = headline_parts(phases, limit, rows, deploy, other_host)[1:]
+    if not parts:
+        return ""
+    text = tr("; ").join(parts) + tr(".")
+    return text[:1].upper() + text[1:]
+
+
+def _deployed_first(limit, deploy) -> bool:
+    return (limit is not None and deploy is not None and len(deploy) > 1
+            and deploy.plain_ms.iloc[0] == deploy.plain_ms.iloc[0])
 
 
 def twins_note(tw, base) -> str:

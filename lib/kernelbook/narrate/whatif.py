@@ -76,6 +76,24 @@ def headline(val: pd.DataFrame, trace: W.Trace) -> str:
               errors=errs, host_us=W.host_time_per_launch_us(trace))
 
 
+def answer(val: pd.DataFrame, trace: W.Trace, xd: pd.DataFrame | None = None) -> str:
+    """Chapter 06's answer in one sentence: how far the model is trusted (each phase held out of the fit, and across
+    GPUs where the workload ran on another) and what of the decode step hardware can move (`decode_reading`)."""
+    b = W.cross_device_bounds(xd) if xd is not None else None
+    out = tr("Held out of its fit, the model predicts each phase's device time within {pct:.0f} %",
+             pct=W.worst_held_out_pct(val))
+    if b is not None:
+        out += tr(" ({across:.0f} % across {pair})", across=b["pct"], pair=tr(" ↔ ").join(b["pair"]))
+    reading = W.decode_reading(val, trace)
+    if reading == "graph":
+        q = W.replay_quantities(trace)
+        return out + tr("; {busy:.2f} ms of the {step:.2f} ms decode step is kernel work that hardware can move.",
+                        busy=q["busy"], step=q["step"])
+    if reading == "device":
+        return out + tr("; decode is device-bound, so hardware moves it.")
+    return out + tr("; decode is host-bound, so no hardware moves it until launches are batched.")
+
+
 def cross_device_headline(xd: pd.DataFrame) -> str:
     """Chapter 06's line for the cross-device check: the worst device-time and gain errors of both directions
     (`analyze.whatif.cross_device_bounds`)."""

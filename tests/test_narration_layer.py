@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ANALYZE = Path(__file__).resolve().parents[1] / "lib" / "kernelbook" / "analyze"
-FREE = ["comm", "findings", "histograms", "levers", "setup", "steps", "summary", "timeline"]
+FREE = ["classify", "comm", "findings", "histograms", "levers", "setup", "steps", "summary", "timeline", "why"]
 CATALOG = re.compile(r"\b(tr|N_)\(|from \.\.i18n import|from \.\. import i18n|from \.\.display import|"
                      r"from \.\. import display|import display")
 

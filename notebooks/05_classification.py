@@ -45,6 +45,8 @@ from kernelbook.devices import facts_table
 from kernelbook.load.twins import twins
 from kernelbook.narrate import modules as MN
 from kernelbook.narrate import ncu_report as NN
+from kernelbook.narrate import classify as NC
+from kernelbook.narrate import why as NW
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, phase=phase, high_pct=high_pct, low_pct=low_pct,
@@ -65,7 +67,7 @@ tw = twins(r, open_run=kb.open_run)
 mine = (r, c, opps)
 twin = (tw.other, *C.classified(tw.other, rules)) if tw.other is not None else None
 deployed_side, eager_side = (mine, twin) if r is tw.deployed else (twin, mine)
-kb.summary(C.pair_headline(deployed_side, eager_side, phase))
+kb.summary(NC.pair_headline(deployed_side, eager_side, phase))
 
 # %% [markdown]
 # ## Classes
@@ -75,12 +77,13 @@ kb.summary(C.pair_headline(deployed_side, eager_side, phase))
 kb.table(C.class_counts(cp), kb.tr("Bottleneck classes of the profiled {phase} kernels", phase=kb.phase_label(phase)))
 
 # %%
-kb.table(MN.with_kernel_modules(cp[["phase", "kernel_id", "friendly_name", "category", "class", "roofline_side",
-                                   "locality_issue", "counters", "reason"]], r.ncu_kernels(), r.timeline).drop(columns="phase"),
+kb.table(MN.with_kernel_modules(NC.reasons(cp[["phase", "kernel_id", "friendly_name", "category", "class",
+                                               "roofline_side", "locality_issue", "counters", "reason"]]),
+                                r.ncu_kernels(), r.timeline).drop(columns="phase"),
          kb.tr("Each kernel's class and why"))
 
 # %%
-kb.md(C.class_prose(cp, rules, dev.ridge("bf16"), phase, r.info.ncu.cache_control))
+kb.md(NC.class_prose(cp, rules, dev.ridge("bf16"), phase, r.info.ncu.cache_control))
 
 # %%
 kb.md(NN.cache_control_note(r.manifest, "05", in_loop, fid), fold=kb.tr("Where the DRAM counters come from"))
@@ -90,11 +93,11 @@ kb.md(NN.cache_control_note(r.manifest, "05", in_loop, fid), fold=kb.tr("Where t
 # The reference report's table: plain means over kernels, then means weighted by time.
 
 # %%
-kb.table(C.class_table(cp, weighted=False), kb.tr("Metrics per class: plain mean over kernels (each kernel counts once)"),
+kb.table(NC.class_table(cp, weighted=False), kb.tr("Metrics per class: plain mean over kernels (each kernel counts once)"),
          notes=kb.tr("— : no kernel of this class has the metric"))
 
 # %%
-kb.table(C.class_table(cp, weighted=True),
+kb.table(NC.class_table(cp, weighted=True),
          kb.tr("Metrics per class: mean weighted by each kernel's share of {phase} kernel time", phase=kb.phase_label(phase)),
          notes=kb.tr("— : no kernel of this class has the metric"))
 
@@ -107,7 +110,7 @@ kb.table(C.class_table(cp, weighted=True),
 
 # %%
 metrics = r.ncu_metrics()
-kb.table(W.top_stalls_wide(W.top_stalls(cp, metrics)), kb.tr("Top 3 stall reasons per kernel (share of its stall cycles)"))
+kb.table(NW.top_stalls_wide(W.top_stalls(cp, metrics)), kb.tr("Top 3 stall reasons per kernel (share of its stall cycles)"))
 
 # %%
 kb.table(W.class_stalls(cp, metrics), kb.tr("Top stall reasons per class, each kernel weighted by its share of {phase} kernel time",
@@ -120,10 +123,10 @@ kb.table(W.class_stalls(cp, metrics), kb.tr("Top stall reasons per class, each k
 
 # %%
 occ = W.occupancy(cp, metrics)
-kb.table(occ, kb.tr("Occupancy limits, theoretical vs achieved"))
+kb.table(NW.occupancy(occ), kb.tr("Occupancy limits, theoretical vs achieved"))
 
 # %%
-kb.md(W.occupancy_prose(occ))
+kb.md(NW.occupancy_prose(occ))
 
 # %% [markdown]
 # ## The SM clock each kernel ran at
@@ -133,7 +136,7 @@ kb.md(W.occupancy_prose(occ))
 kb.table(W.clocks(cp, metrics, dev.sm_clock_max_mhz), kb.tr("SM clock per kernel"))
 
 # %%
-kb.md(W.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_name, r.info.ncu.clock_control),
+kb.md(NW.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_name, r.info.ncu.clock_control),
       fold=kb.tr("How the clock was read, and what it means"))
 
 # %% [markdown]
@@ -143,10 +146,10 @@ kb.md(W.clock_prose(W.clock_summary(metrics, dev.sm_clock_max_mhz), dev.display_
 
 # %%
 nv = W.nvidia_rules(cp, r.ncu_results())
-kb.table(nv, kb.tr("NVIDIA's verdict and advice per kernel"), empty=kb.tr(W.NO_RULES))
+kb.table(NW.nvidia_rules(nv), kb.tr("NVIDIA's verdict and advice per kernel"), empty=kb.tr(NW.NO_RULES))
 
 # %%
-kb.md(W.rules_prose(nv))
+kb.md(NW.rules_prose(nv))
 
 # %% [markdown]
 # ## Metric health
@@ -154,10 +157,10 @@ kb.md(W.rules_prose(nv))
 # active is ncu's `sm__pipe_tensor_cycles_active` (% of peak), for kernels that issue tensor FLOPs.
 
 # %%
-kb.styler_table(C.health_styled(C.health(cp)), kb.tr("Metric health per kernel (shaded: unhealthy; — : does not apply)"))
+kb.styler_table(NC.health_styled(C.health(cp)), kb.tr("Metric health per kernel (shaded: unhealthy; — : does not apply)"))
 
 # %%
-kb.md(kb.tr(C.THRESHOLD_SOURCES), fold=kb.tr("Where the healthy levels come from"))
+kb.md(kb.tr(NC.THRESHOLD_SOURCES), fold=kb.tr("Where the healthy levels come from"))
 
 # %% [markdown]
 # ## Device facts used here
@@ -178,7 +181,7 @@ waves = C.wave_table(cp, r.ncu_metrics(), dev.sm_count)
 kb.table(waves, kb.tr("Waves on {sms} SMs", sms=dev.sm_count))
 
 # %%
-kb.md(C.wave_prose(waves, dev.sm_count))
+kb.md(NC.wave_prose(waves, dev.sm_count))
 
 # %% [markdown]
 # ## Tiles of the GEMM/GEMV kernels
@@ -192,7 +195,7 @@ tiles = C.tile_table(cp, dev, rules)
 kb.table(tiles, kb.tr("Tiles decoded from the kernel names"), empty=kb.tr("No GEMM/GEMV kernel name carries its tile shape."))
 
 # %%
-kb.md(C.tile_prose(tiles, rules))
+kb.md(NC.tile_prose(tiles, rules))
 
 # %% [markdown]
 # ## Bytes in flight (memory-bound kernels)
@@ -212,17 +215,17 @@ kb.table(C.littles_law(cp, dev, rules), kb.tr("Bytes in flight per SM (Little's 
 # to gain in serving; the eager run's follow, as what HF's eager loop adds.
 
 # %%
-kb.table(deployed_side[2].get(phase), kb.tr("Top opportunities in {phase}: {run}", phase=kb.phase_label(phase),
-                                            run=deployed_side[0].run_id),
+kb.table(NC.opportunities(deployed_side[2].get(phase)),
+         kb.tr("Top opportunities in {phase}: {run}", phase=kb.phase_label(phase), run=deployed_side[0].run_id),
          empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase))) if deployed_side else None
 
 # %%
-kb.table(eager_side[2].get(phase), kb.tr("Top opportunities in {phase}: {run}", phase=kb.phase_label(phase),
-                                         run=eager_side[0].run_id),
+kb.table(NC.opportunities(eager_side[2].get(phase)),
+         kb.tr("Top opportunities in {phase}: {run}", phase=kb.phase_label(phase), run=eager_side[0].run_id),
          empty=kb.tr("No profiled kernels in {phase}.", phase=kb.phase_label(phase))) if eager_side else None
 
 # %%
-kb.source(C.contract_markdown(r, summary, c, opps, rules), fold=kb.tr("report.md, as written"))
+kb.source(NC.contract_markdown(r, summary, c, opps, rules), fold=kb.tr("report.md, as written"))
 
 # %% [markdown]
 # ## Kernel explorer
@@ -232,5 +235,5 @@ kb.source(C.contract_markdown(r, summary, c, opps, rules), fold=kb.tr("report.md
 
 # %%
 every = C.phase_first(c, phase)
-why = W.kernel_why(every, metrics, dev.sm_clock_max_mhz, r.ncu_results())
-kb.explorer(C.kernel_cards(every, R.points(k, roofs), why), first=kernel)
+why = NW.kernel_why(every, metrics, dev.sm_clock_max_mhz, r.ncu_results())
+kb.explorer(NC.kernel_cards(every, R.points(k, roofs), why), first=kernel)

@@ -66,7 +66,7 @@ limit = S.decode_limit(tr, r, roofs)
 rows = S.variant_rows(tr, gpu, r, variants)
 deploy = S.deployed(r, limit, variants)
 controls = {v.run_id: S.host_control(r, v) for v, _ in variants}
-stages, sections = S.contract(r, k, roofs)
+stages, sections = NS.contract(r, k, roofs)
 tr_dep = S.trace_of(tw.deployed, variants)
 lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
 other_host = {rid for rid, c in controls.items() if len(c)}
@@ -74,7 +74,7 @@ kb.summary(NS.headline(phases, limit, rows, deploy, other_host))
 kb.paragraph(NS.headline_rest(phases, limit, rows, deploy, other_host))
 found = FD.first(FD.findings(r, tw.deployed, limit, deploy, lev))
 # each phase's bound on the first page is the deployed run's, where there is one: what serving would meet
-dep_stages = S.contract(tw.deployed, *W.for_run(tw.deployed)[:-3:-1])[0] if tw.deployed is not None else stages
+dep_stages = NS.contract(tw.deployed, *W.for_run(tw.deployed)[:-3:-1])[0] if tw.deployed is not None else stages
 kb.findings(FN.html(found, dep_stages, FD.top_levers(lev)), FN.markdown(found))
 kb.md(NS.twins_note(tw, r), fold=kb.tr("Which runs this chapter reads"))
 

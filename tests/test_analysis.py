@@ -14,6 +14,7 @@ from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.contract.shapes import elementwise_work
 from kernelbook.devices import lookup
+from kernelbook.narrate import classify as NC
 from kernelbook.narrate import histograms as HN
 from kernelbook.narrate import roofline as RN
 
@@ -177,7 +178,7 @@ def test_memory_bound_kernels_are_not_called_latency_bound(k, dev):
     assert "d005" in high and t.loc["d005", "stages_ok"]
     # its reason prints the number that put it over the line (61.9), not a rounded 62 % beside "high ≥ 60"
     assert f"memory {d005.memory_pct:.1f} %" in d005.reason and f"memory {d005.memory_pct:.0f} %" not in d005.reason
-    assert "fewer stages than S_min" not in C.tile_prose(t.reset_index(), rules)
+    assert "fewer stages than S_min" not in NC.tile_prose(t.reset_index(), rules)
     ll = C.littles_law(cp, dev).set_index("kernel_id").loc["d004"]
     # nvjet 384x8, BK 64, 4 stages: 4 · (384 + 8) · 64 · 2 B of stage buffers filled by async copies
     assert ll.stage_buffer_bytes_per_sm == 4 * (384 + 8) * 64 * 2
@@ -213,7 +214,7 @@ def test_report_md_defines_its_classes_and_gives_gains_as_speedups_on_the_plain_
     import re
 
     run_dir = REPO / "data" / "runs" / "h100-deepseek-ocr-2"
-    text = C.report_for_run(run_dir)
+    text = NC.report_for_run(run_dir)
     man = json.loads((run_dir / "manifest.json").read_text())
     plain = man["timeline_info"]["plain_phases"]
     rows = {ln.split("|")[1].strip().replace("\\", ""): [x.strip() for x in ln.split("|")[2:8]]
@@ -233,7 +234,7 @@ def test_report_md_defines_its_classes_and_gives_gains_as_speedups_on_the_plain_
     named = named_classes(text)
     assert {"compute-bound", "balanced", "latency-bound"} <= named  # vision encode is profiled: compute-bound
     # a run whose ncu stage lacks vision encode (phases decode and prefill only) names and defines 'not profiled'
-    lacking = C.report_for_run(REPO / "data" / "runs" / "h100-long-generation-2048")
+    lacking = NC.report_for_run(REPO / "data" / "runs" / "h100-long-generation-2048")
     assert "not profiled" in named_classes(lacking)
     for t, cls in [(text, c) for c in named] + [(lacking, c) for c in named_classes(lacking)]:
         assert len(re.findall(rf"^- \*\*{re.escape(cls)}\*\*: .+$", t, re.M)) == 1, cls

@@ -42,12 +42,13 @@ def test_chapter_05s_conclusions_are_the_same_from_either_run():
     """Chapter 05's headline leads with the run as deployed and sets the eager run beside it, whichever the book
     was given; the deployed decode's first opportunity is not CUDA graphs (it runs as graphs)."""
     from kernelbook.analyze import classify as C
+    from kernelbook.narrate import classify as NC
 
     lines = []
     for given in (EAGER, GRAPHS):
         t = twins(load_run(given))
         dep = (t.deployed, *C.classified(t.deployed))
         eag = (t.eager, *C.classified(t.eager))
-        lines.append(C.pair_headline(dep, eag, "decode"))
+        lines.append(NC.pair_headline(dep, eag, "decode"))
         assert "graph" not in dep[2]["decode"].opportunity.iloc[0].lower().replace("graph replays", "")
     assert lines[0] == lines[1] and lines[0].startswith(f"As deployed ({GRAPHS.name})")

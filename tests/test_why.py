@@ -10,6 +10,7 @@ from kernelbook.analyze import classify as C
 from kernelbook.analyze import roofline as R
 from kernelbook.analyze import why as Y
 from kernelbook.devices import lookup
+from kernelbook.narrate import why as YN
 
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 
@@ -117,7 +118,7 @@ def test_clock_readings_and_their_explanation(run, cp, metrics, dev):
     assert clk.sm_clock_mhz.idxmax() == "d019" and clk.loc["d019", "duration_us"] == pytest.approx(us[rid])
     assert clk.loc["d019", "sm_clock_mhz"] == pytest.approx(sm[rid]) == pytest.approx(2241.7, abs=0.1)
     assert clk.loc["d019", "gpc_clock_mhz"] == pytest.approx(gpc[rid]) == pytest.approx(1986.2, abs=0.1)
-    prose = Y.clock_prose(s, dev.display_name, "none")
+    prose = YN.clock_prose(s, dev.display_name, "none")
     assert "41 are above" in prose and "1995 MHz" in prose and "29 launches reading more than 0.5 %" in prose
     assert "10.0 µs or less" in prose and "The other 12 read within that" in prose and "1274.6 µs" in prose
 
@@ -130,7 +131,7 @@ def test_runs_captured_before_the_rules_column_say_nothing_of_them(dev):
     old = load_run(REPO / "data" / "runs" / "llava-h100")
     c = C.classify(R.profiled_kernels(old), dev.ridge("bf16"))
     assert "rules" not in old.ncu_results().columns
-    assert Y.nvidia_rules(c[c.phase == "decode"], old.ncu_results()) is None and Y.rules_prose(None) == ""
+    assert Y.nvidia_rules(c[c.phase == "decode"], old.ncu_results()) is None and YN.rules_prose(None) == ""
 
 
 def test_nvidia_rules_beside_the_book_class_on_the_bundled_run(run, cp):
@@ -144,7 +145,7 @@ def test_nvidia_rules_beside_the_book_class_on_the_bundled_run(run, cp):
     # agreement is the verdict's classes holding the book's class, kernel by kernel
     for kid, r in rules.iterrows():
         assert r.agrees == (r["class"] in Y.RULE_CLASSES[("SOLBottleneck", r.nvidia_verdict)])
-    assert "agrees with the book's class for 20 of 20 kernels" in Y.rules_prose(rules.reset_index())
+    assert "agrees with the book's class for 20 of 20 kernels" in YN.rules_prose(rules.reset_index())
 
 
 def test_nvidia_rules_beside_the_book_class_on_the_fixture(fixture_report):
@@ -167,7 +168,7 @@ def test_nvidia_rules_beside_the_book_class_on_the_fixture(fixture_report):
     # largest estimate first; a rule without a title goes by its name
     assert nv.loc["r0", "nvidia_advice"].startswith("Issue Slot Utilization (≤ 75 %); Theoretical Occupancy (≤ 75 %)")
     assert f"Small Grid (≤ {first['LaunchConfiguration']['speedup_pct']:.0f} %)" in nv.loc["r0", "nvidia_advice"]
-    prose = Y.rules_prose(nv.reset_index())
+    prose = YN.rules_prose(nv.reset_index())
     assert "agrees with the book's class for 3 of 4 kernels" in prose
     assert "NVIDIA says “Latency Issue”, the book says balanced" in prose
     # the card of a kernel shows NVIDIA's verdict

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import escape
-from .analyze.classify import CLASS_DEFINITIONS
+from .narrate.classify import CLASS_DEFINITIONS
 from .i18n import HTML_LANG, N_, catalog, language, tr
 
 FILE = "glossary.html"

@@ -557,7 +557,7 @@ def _render(cfg: BookConfig, books, only, language, run_dir, run_id, capture_ste
     if only and not failed and earlier is not None:
         results = _keep_other_chapters(out, stage, results)
     if not failed and any(r.stem == "05_classification" and not r.kept for r in results):
-        from .analyze.classify import report_for_run
+        from .narrate.classify import report_for_run
 
         rules = _rules(cfg)
         with in_language(language):

@@ -8,6 +8,9 @@ threshold adds a locality flag, for kernels whose work reuses its operands (GEMM
 one query): a GEMV, a copy or a decode step's attention touches each byte once, so a low hit rate is what
 streaming gives, not a locality problem. "Compute %" is ncu's SM throughput (the max over SM pipes, tensor
 included) and "memory %" its memory throughput (the max over DRAM, L2 and L1), both % of peak.
+
+Numbers, tables and English phrases (`contract.phrase`) only: the chapter's sentences, and its tables in the reader's
+language, are `narrate.classify`'s.
 """
 from __future__ import annotations
 
@@ -19,11 +22,10 @@ import numpy as np
 import pandas as pd
 
 from ..contract import quantity
-from ..display import phase_label
-from ..i18n import N_, text, tr
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import joined, phrase
 from .histograms import weighted_mean
 from .ncu_report import inloop_measured
-from ..escape import md
 from ..contract.manifest import Manifest, read_manifest
 from .steps import graph_node_gaps
 from .timeline import plain_ms_per_step
@@ -40,15 +42,26 @@ class Rules:
     mem_latency_cycles: float = 800.0  # global-memory latency assumed for S_min and Little's law
 
 
-# class names are machine values (report.md's Bottleneck column, the logic below) and catalog keys:
-# the display layer shows a text cell that is a catalog key translated, and the prose uses class_label
-CLASSES = (N_("memory-bound"), N_("compute-bound"), N_("latency-bound"), N_("balanced"), N_("unknown"))
-SIDES = (N_("memory"), N_("compute"), N_("no FLOPs"))
+# class names are machine values (report.md's Bottleneck column, the logic below) and catalog keys: the display
+# layer shows a text cell that is a catalog key translated, the prose uses narrate.classify.class_label
+CLASSES = (phrase("memory-bound"), phrase("compute-bound"), phrase("latency-bound"), phrase("balanced"),
+           phrase("unknown"))
+SIDES = (phrase("memory"), phrase("compute"), phrase("no FLOPs"))
+_CLASS_PHRASES = {str(p): p for p in CLASSES}
+
+# a phase as a reader names it (display.PHASE_LABEL's catalog keys), a phrase shown in the reader's language
+PHASE_NAMES = {"vision_encode": phrase("vision encode"), "prefill": phrase("prefill"), "decode": phrase("decode"),
+               "other": phrase("other")}
 
 
-def class_label(cls: str) -> str:
-    """A bottleneck class as the reader reads it, in the narrative language."""
-    return text(str(cls))
+def class_phrase(cls: str):
+    """A bottleneck class (a machine value) as a phrase, which the narration shows in the reader's language."""
+    return _CLASS_PHRASES.get(str(cls), str(cls))
+
+
+def phase_phrase(phase: str):
+    """A phase (a machine value) as a reader names it, a phrase shown in the reader's language."""
+    return PHASE_NAMES.get(str(phase), str(phase))
 
 
 def classify_row(sm_pct: float, mem_pct: float, rules: Rules = Rules()) -> str:
@@ -76,25 +89,25 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
     reuse = reuses_operands(k)
     low_hit = k.l2_hit_pct < rules.l2_hit_min_pct
     k["locality_issue"] = low_hit & reuse
-    k["reason"] = [
-        tr("SM {sm:.1f} %, memory {mem:.1f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m, high=rules.high_pct,
-           low=rules.low_pct)
-        + ((tr("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
-            tr("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "")
-        for s, m, h, lo, r in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct, low_hit, reuse)]
-    def counters(r) -> str:
+    k["reason"] = phrase_column((joined(
+        phrase("SM {sm:.1f} %, memory {mem:.1f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m,
+               high=rules.high_pct, low=rules.low_pct),
+        (phrase("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
+         phrase("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "")
+        for s, m, h, lo, r in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct, low_hit, reuse)), k.index)
+    def counters(r):
         if not (in_loop and r.kernel_id in in_loop):
-            return tr("cold cache, as in the loop")
+            return phrase("cold cache, as in the loop")
         m = inloop_measured(r)
         if m is None:
-            return tr("cold-cache figure, in-loop traffic lower (producer → consumer)")
+            return phrase("cold-cache figure, in-loop traffic lower (producer → consumer)")
         # the class stays on the flushed counters, the basis of every other kernel's class; the loop's own traffic,
         # measured by ncu's range pass, stands beside it
-        return tr("cold-cache figure (the class uses the flushed counters): {cold:.2f} MB read from DRAM; in the loop "
-                  "(measured) {inr:.2f} MB (producer → consumer)", cold=m["cold_read_bytes"] / 1e6,
-                  inr=m["inloop_read_bytes"] / 1e6)
+        return phrase("cold-cache figure (the class uses the flushed counters): {cold:.2f} MB read from DRAM; in the "
+                      "loop (measured) {inr:.2f} MB (producer → consumer)", cold=m["cold_read_bytes"] / 1e6,
+                      inr=m["inloop_read_bytes"] / 1e6)
 
-    k["counters"] = [counters(r) for r in k.itertuples()]
+    k["counters"] = phrase_column((counters(r) for r in k.itertuples()), k.index)
     return k
 
 
@@ -108,9 +121,11 @@ def reuses_operands(k: pd.DataFrame) -> pd.Series:
     return cat.eq("GEMM") | (cat.eq("attention") & phase.ne("decode"))
 
 
-CLASS_METRICS = {N_("SM throughput %"): "sm_pct", N_("DRAM throughput %"): "dram_pct",
-                 N_("memory throughput %"): "memory_pct", N_("achieved occupancy %"): "achieved_occupancy_pct",
-                 N_("L1 hit %"): "l1_hit_pct", N_("L2 hit %"): "l2_hit_pct", N_("mean duration µs"): "duration_us"}
+CLASS_METRICS = {phrase("SM throughput %"): "sm_pct", phrase("DRAM throughput %"): "dram_pct",
+                 phrase("memory throughput %"): "memory_pct", phrase("achieved occupancy %"): "achieved_occupancy_pct",
+                 phrase("L1 hit %"): "l1_hit_pct", phrase("L2 hit %"): "l2_hit_pct",
+                 phrase("mean duration µs"): "duration_us"}
+OVERALL = phrase("overall")  # class_table's column of every kernel
 
 
 def class_counts(c: pd.DataFrame) -> pd.DataFrame:
@@ -121,12 +136,13 @@ def class_counts(c: pd.DataFrame) -> pd.DataFrame:
 
 
 def class_table(c: pd.DataFrame, weighted: bool) -> pd.DataFrame:
-    """The reference report's per-class table: rows are metrics, columns are classes + overall.
+    """The reference report's per-class table: rows are metrics (`CLASS_METRICS`' labels), columns are classes +
+    `OVERALL` (English; `narrate.classify.class_table` shows them in the reader's language).
     `weighted`: means weighted by each kernel's share of phase kernel time (else plain means)."""
     cols = {}
-    for name, grp in list(c.groupby("class")) + [(tr("overall"), c)]:
+    for name, grp in list(c.groupby("class")) + [(OVERALL, c)]:
         w = grp.share if weighted else pd.Series(1.0, index=grp.index)
-        cols[class_label(name)] = {text(label): weighted_mean(grp[col], w) for label, col in CLASS_METRICS.items()}
+        cols[name] = {label: weighted_mean(grp[col], w) for label, col in CLASS_METRICS.items()}
     return pd.DataFrame(cols).rename_axis("metric")
 
 
@@ -136,32 +152,52 @@ def dominant_class(cp: pd.DataFrame) -> tuple[str, float]:
     return str(t.idxmax()), float(t.max() / t.sum())
 
 
-# Where the healthy levels come from, shown under the health table and chapter 03's captions.
-THRESHOLD_SOURCES = N_(
-    "The healthy levels are the project's own rules of thumb, carried over from the reference report's profiling "
-    "notes (not a published source), each with its reason: tensor pipe active > 60 % and DRAM throughput > 70 % — a "
-    "kernel below them leaves most of that unit's peak unused (60 % is also where Nsight Compute's own "
-    "SOLBottleneck rule starts calling a unit busy); achieved occupancy > 25 % — on Hopper 16 of 64 warp slots, "
-    "about what a memory-bound kernel needs to keep loads in flight; L2 hit > 80 % — for kernels that reuse "
-    "operands, lower means they are re-read from DRAM; no spilling; more than one wave, and a grid of at least 4× "
-    "the SM count — NVIDIA's CUDA optimization training gives the direction (more blocks than SMs, several per "
-    "SM), the factor 4 is ours: with 4 waves a part-empty last wave costs at most a quarter of the time. They are "
-    "guides for reading the table, not pass/fail limits.")
+def lead(cp: pd.DataFrame) -> dict:
+    """The class that holds most of a phase's profiled kernel time (`class`), its share of that time (`pct`, %), its
+    kernels (`kernels`) and the phase's profiled kernels (`of`)."""
+    top, frac = dominant_class(cp)
+    return {"class": top, "pct": 100 * frac, "kernels": (cp["class"] == top).sum(), "of": len(cp)}
 
+
+def class_figures(cp: pd.DataFrame, rules: Rules, cache_control: str) -> dict:
+    """What chapter 05's paragraph on the classes says (`narrate.classify.class_prose`): each class's share of
+    profiled time, largest first (`shares`: (class, %, kernels)); the latency-bound kernels' median duration (µs),
+    blocks and fill of one wave (%) (`latency`, None without any); the GEMV/GEMM kernels the counters show not
+    memory-bound at DRAM < 5 % under cache control `none`, their weights left in L2 (`warm`: (kernels, highest DRAM
+    %), else None); the compute-bound kernels on the roofline's memory side (`disagree`); the kernels that reuse
+    their operands and hit L2 below `rules.l2_hit_min_pct` (`locality`: (kernels, % of profiled time)) and those that
+    stream (`streaming`, the same; None without any)."""
+    t = cp.groupby("class").share.sum() / cp.share.sum()
+    shares = [(cls, 100 * v, int((cp["class"] == cls).sum())) for cls, v in t.sort_values(ascending=False).items()]
+    disagree = cp[(cp["class"] == "compute-bound") & (cp.roofline_side == "memory")]
+    lat = cp[cp["class"] == "latency-bound"]
+    warm = cp[cp.category.isin(["GEMV", "GEMM"]) & (cp["class"] != "memory-bound") & (cp.dram_pct < 5)]
+    loc = cp[cp.locality_issue]
+    stream = cp[(cp.l2_hit_pct < rules.l2_hit_min_pct) & ~cp.locality_issue]
+    return {"shares": shares,
+            "latency": (lat.duration_ns.median() / 1e3, lat.grid_size.median(), lat.waves_per_sm.median() * 100)
+            if len(lat) else None,
+            "warm": (len(warm), warm.dram_pct.max()) if len(warm) and cache_control == "none" else None,
+            "disagree": len(disagree), "locality": (len(loc), 100 * loc.share.sum() / cp.share.sum()),
+            "streaming": (len(stream), 100 * stream.share.sum() / cp.share.sum()) if len(stream) else None}
+
+
+# Where the healthy levels come from: `narrate.classify.THRESHOLD_SOURCES`, under the health table and chapter 03's
+# captions.
 HEALTH = {  # label (a catalog key: the table's header): (column, healthy test)
-    N_("tensor pipe active > 60 %"): ("tensor_pipe_pct", lambda v: v > 60),
-    N_("DRAM > 70 %"): ("dram_pct", lambda v: v > 70),
-    N_("achieved occupancy > 25 %"): ("achieved_occupancy_pct", lambda v: v > 25),
-    N_("L2 hit > 80 %"): ("l2_hit_pct", lambda v: v > 80),
-    N_("spilling = 0 B"): ("spill_bytes", lambda v: v == 0),
-    N_("waves per SM > 1"): ("waves_per_sm", lambda v: v > 1),
+    phrase("tensor pipe active > 60 %"): ("tensor_pipe_pct", lambda v: v > 60),
+    phrase("DRAM > 70 %"): ("dram_pct", lambda v: v > 70),
+    phrase("achieved occupancy > 25 %"): ("achieved_occupancy_pct", lambda v: v > 25),
+    phrase("L2 hit > 80 %"): ("l2_hit_pct", lambda v: v > 80),
+    phrase("spilling = 0 B"): ("spill_bytes", lambda v: v == 0),
+    phrase("waves per SM > 1"): ("waves_per_sm", lambda v: v > 1),
 }
 
 
 def health(c: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel: each health metric's value and whether it is healthy (`THRESHOLD_SOURCES` says where the
-    levels come from). Tensor pipe activity (`tensor_pipe_pct`, `roofline.with_tensor_pipe`) applies only to kernels that
-    issue tensor FLOPs."""
+    """Per kernel: each health metric's value and whether it is healthy (`narrate.classify.THRESHOLD_SOURCES` says
+    where the levels come from; `narrate.classify.health_styled` shows the table). Tensor pipe activity
+    (`tensor_pipe_pct`, `roofline.with_tensor_pipe`) applies only to kernels that issue tensor FLOPs."""
     out = c[["kernel_id", "friendly_name"]].copy()
     for label, (col, ok) in HEALTH.items():
         v = c[col].astype(float) if col in c else pd.Series(np.nan, index=c.index)
@@ -170,24 +206,6 @@ def health(c: pd.DataFrame) -> pd.DataFrame:
         out[label] = v
         out[f"{label} ok"] = v.map(lambda x, ok=ok: bool(ok(x)) if x == x else None)
     return out.reset_index(drop=True)
-
-
-def health_styled(h: pd.DataFrame):
-    """Health values with unhealthy cells highlighted (a pandas Styler, rendered in the HTML); the
-    health headers in the narrative language."""
-    labels = list(HEALTH)
-    shown = {lab: text(lab) for lab in labels}
-    show = h[["kernel_id", "friendly_name"] + labels].rename(columns=shown)
-    back = {v: k for k, v in shown.items()}
-
-    def colour(col):
-        key = back.get(col.name, col.name)
-        okc = h[f"{key} ok"] if f"{key} ok" in h else None
-        if okc is None:
-            return [""] * len(col)
-        return ["background-color: #f8d0cc" if o is False else ("color: #999" if o is None else "") for o in okc]
-
-    return show.style.apply(colour, subset=list(shown.values())).format(precision=1, na_rep="n/a")
 
 
 def wave_table(c: pd.DataFrame, metrics: pd.DataFrame | None, sm_count: int, family: str = "hopper") -> pd.DataFrame:
@@ -300,7 +318,8 @@ def littles_law(c: pd.DataFrame, device, rules: Rules = Rules(), family: str = "
 
 def wall_basis(summary_row, overhead_ratio: float | None = None, plain_ms: float | None = None, run_id: str = "",
                phase: str = "") -> tuple[float, float, str]:
-    """(wall ms per step, GPU-busy ms per step, the basis in words) of a phase, for its idle share.
+    """(wall ms per step, GPU-busy ms per step, the basis in words: an English phrase) of a phase, for its idle
+    share.
 
     The timeline was captured under the profiler, which stretches the host's gaps between kernels, not the
     kernels: the wall is the plain run's step (`plain_ms`, the capture's unprofiled timing of the phase)
@@ -311,11 +330,11 @@ def wall_basis(summary_row, overhead_ratio: float | None = None, plain_ms: float
     busy = quantity.q(run_id, f"{phase}.gpu_busy_step_ms", summary_row.gpu_busy_ms / steps)
     prof = summary_row.wall_ms / steps
     if plain_ms:
-        return quantity.q(run_id, f"{phase}.plain_step_ms", plain_ms), busy, tr("plain run, no profiler")
+        return quantity.q(run_id, f"{phase}.plain_step_ms", plain_ms), busy, phrase("plain run, no profiler")
     if overhead_ratio:
         return (quantity.q(run_id, f"{phase}.plain_step_estimate_ms", prof / overhead_ratio), busy,
-                tr("profiled wall ÷ {ratio:.2f} profiler overhead", ratio=overhead_ratio))
-    return quantity.q(run_id, f"{phase}.profiled_step_ms", prof), busy, tr("under the profiler")
+                phrase("profiled wall ÷ {ratio:.2f} profiler overhead", ratio=overhead_ratio))
+    return quantity.q(run_id, f"{phase}.profiled_step_ms", prof), busy, phrase("under the profiler")
 
 
 def speedup(gain_pct: float) -> float:
@@ -346,7 +365,8 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
       share split into the gaps between the graph's kernels and the host's time between replays;
     - per category of profiled kernels: time above the kernel's roof, i.e. duration − max(FLOPs ÷ compute
       roof, bytes ÷ bandwidth at each level), scaled to the category's share of the phase's kernel time.
-    Gains are upper bounds, each alone: they assume the roof is reachable and nothing else moves."""
+    Gains are upper bounds, each alone: they assume the roof is reachable and nothing else moves. `opportunity` and
+    `trigger` are English phrases (`narrate.classify.opportunities` shows them in the reader's language)."""
     rows = []
     wall, busy, basis = wall_basis(summary_row, overhead_ratio, plain_ms, run_id, phase)
     busy_frac = min(1.0, busy / wall) if wall else 0.0
@@ -357,27 +377,28 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
         inside_ms, median_us = graph_gaps
         inside = min(idle, inside_ms / wall) if wall else 0.0
         host = idle - inside
-        rows.append({"opportunity": tr("Cut the host's time between graph replays (the generate loop)"),
+        rows.append({"opportunity": phrase("Cut the host's time between graph replays (the generate loop)"),
                      "gain_pct": 100 * host,
-                     "trigger": tr("decode already runs as CUDA graphs; of the {wall:.2f} ms step ({basis}) the GPU is "
-                                   "busy {busy:.2f} ms, gaps inside the graph replay take {inside:.3f} ms, and the "
-                                   "other {host:.2f} ms ({pct:.1f} %) lie between replays, on the host", wall=wall,
-                                   basis=basis, busy=busy, inside=quantity.q(run_id, "decode.node_gaps_ms", inside_ms),
-                                   host=quantity.q(run_id, "decode.host_between_replays_ms", host * wall),
-                                   pct=100 * host)})
-        rows.append({"opportunity": tr("Fewer graph nodes: fuse kernels (gaps between a graph's kernels)"),
+                     "trigger": phrase("decode already runs as CUDA graphs; of the {wall:.2f} ms step ({basis}) the "
+                                       "GPU is busy {busy:.2f} ms, gaps inside the graph replay take {inside:.3f} ms, "
+                                       "and the other {host:.2f} ms ({pct:.1f} %) lie between replays, on the host",
+                                       wall=wall, basis=basis, busy=busy,
+                                       inside=quantity.q(run_id, "decode.node_gaps_ms", inside_ms),
+                                       host=quantity.q(run_id, "decode.host_between_replays_ms", host * wall),
+                                       pct=100 * host)})
+        rows.append({"opportunity": phrase("Fewer graph nodes: fuse kernels (gaps between a graph's kernels)"),
                      "gain_pct": 100 * inside,
-                     "trigger": tr("{inside:.3f} ms per step between the graph's kernels (median gap {median:.2f} µs, "
-                                   "{launches:.0f} kernels per step)", inside=inside_ms, median=median_us,
-                                   launches=summary_row.get("launches_per_step", float("nan")))})
+                     "trigger": phrase("{inside:.3f} ms per step between the graph's kernels (median gap {median:.2f} "
+                                       "µs, {launches:.0f} kernels per step)", inside=inside_ms, median=median_us,
+                                       launches=summary_row.get("launches_per_step", float("nan")))})
     elif idle > 0:
-        rows.append({"opportunity": tr("Cut launch overhead: CUDA graphs / fused decode step") if phase == "decode"
-                     else tr("Cut launch overhead: CUDA graphs / fewer, fused kernels"),
+        rows.append({"opportunity": phrase("Cut launch overhead: CUDA graphs / fused decode step") if phase == "decode"
+                     else phrase("Cut launch overhead: CUDA graphs / fewer, fused kernels"),
                      "gain_pct": 100 * idle,
-                     "trigger": tr("GPU idle {idle:.1f} % of the {phase} step: {busy:.2f} ms busy in {wall:.2f} ms "
-                                   "({basis}), {launches:.0f} launches per step", idle=100 * idle,
-                                   phase=phase_label(phase), busy=busy, wall=wall, basis=basis,
-                                   launches=summary_row.get("launches_per_step", float("nan")))})
+                     "trigger": phrase("GPU idle {idle:.1f} % of the {phase} step: {busy:.2f} ms busy in {wall:.2f} ms "
+                                       "({basis}), {launches:.0f} launches per step", idle=100 * idle,
+                                       phase=phase_phrase(phase), busy=busy, wall=wall, basis=basis,
+                                       launches=summary_row.get("launches_per_step", float("nan")))})
     pc = c[c.phase == phase]
     if len(pc):
         roof_t = pc.apply(lambda k: roof_time_ns(k, roofs), axis=1)
@@ -388,28 +409,31 @@ def opportunities(phase: str, summary_row, c: pd.DataFrame, timeline_share: pd.S
             f = weighted_mean(grp.frac_above, grp.share)
             gain = 100 * busy_frac * cat_share * f
             top = grp.sort_values("share", ascending=False).iloc[0]
-            rows.append({"opportunity": tr("Bring {category} kernels to their roof ({hint})", category=cat,
-                                           hint=_hint(cat, grp)),
+            rows.append({"opportunity": phrase("Bring {category} kernels to their roof ({hint})", category=cat,
+                                               hint=_hint(cat, grp)),
                          "gain_pct": gain,
-                         "trigger": tr("{category} {share:.0f} % of kernel time at {pct:.0f} % of roof (time-weighted); "
-                                       "e.g. {kernel}: SM={sm:.1f} %, DRAM={dram:.1f} %, occupancy={occ:.0f} %",
-                                       category=cat, share=100 * cat_share, pct=100 * (1 - f), kernel=top.friendly_name,
-                                       sm=top.sm_pct, dram=top.dram_pct, occ=top.achieved_occupancy_pct)})
+                         "trigger": phrase("{category} {share:.0f} % of kernel time at {pct:.0f} % of roof "
+                                           "(time-weighted); e.g. {kernel}: SM={sm:.1f} %, DRAM={dram:.1f} %, "
+                                           "occupancy={occ:.0f} %", category=cat, share=100 * cat_share,
+                                           pct=100 * (1 - f), kernel=top.friendly_name, sm=top.sm_pct,
+                                           dram=top.dram_pct, occ=top.achieved_occupancy_pct)})
     out = pd.DataFrame(rows, columns=["opportunity", "gain_pct", "trigger"])
+    for col in ("opportunity", "trigger"):  # the cells' phrases kept
+        out[col] = phrase_column((r[col] for r in rows), out.index)
     out.insert(2, "speedup", [speedup(g) for g in out.gain_pct])
     return out.sort_values("gain_pct", ascending=False).reset_index(drop=True)
 
 
-def _hint(cat: str, grp: pd.DataFrame) -> str:
+def _hint(cat: str, grp: pd.DataFrame):
     if cat in ("GEMV", "GEMM") and (grp.intensity_dram.fillna(0) > 0).any():
-        return tr("fuse projections / batch tokens so weights are read once for more work")
+        return phrase("fuse projections / batch tokens so weights are read once for more work")
     if cat in ("elementwise", "copy/cast", "reduction/norm"):
-        return tr("fuse the chain into neighbouring kernels")
+        return phrase("fuse the chain into neighbouring kernels")
     if cat == "gather/index":
-        return tr("fuse indexing into the consumer kernel")
+        return phrase("fuse indexing into the consumer kernel")
     if cat == "attention":
-        return tr("decode-specialised attention (split-KV)")
-    return tr("specialise the kernel for this shape")
+        return phrase("decode-specialised attention (split-KV)")
+    return phrase("specialise the kernel for this shape")
 
 
 def roof_time_ns(k, roofs) -> float:
@@ -428,60 +452,16 @@ def roof_time_ns(k, roofs) -> float:
 CONTRACT_HEADER = "| Stage | Duration (us) | TC% | DRAM% | Occ% | Bottleneck | Key Issue |"
 
 
-# one line per class, wherever report.md or chapter 07 names one (the Bottleneck column, the sections)
-CLASS_DEFINITIONS = {
-    "memory-bound": N_("memory throughput ≥ {high:.0f} % and SM throughput < {high:.0f} %: the kernel waits on bytes."),
-    "compute-bound": N_("SM throughput ≥ {high:.0f} % and memory throughput < {high:.0f} %: the kernel waits on its "
-                        "pipes."),
-    "latency-bound": N_("SM and memory throughput both < {low:.0f} %: too little work in flight to load either; "
-                        "launch and dependency latency set the time."),
-    "balanced": N_("neither memory-, compute- nor latency-bound: SM and memory throughput both ≥ {high:.0f} %, or "
-                   "both < {high:.0f} % with at least one ≥ {low:.0f} %: no single unit is saturated alone (one of "
-                   "them may be nearly idle, as in a GEMV just under the memory threshold)."),
-    "unknown": N_("ncu recorded no SM or memory throughput for the kernel."),
-    "not profiled": N_("no kernel of the stage was profiled by ncu."),
-}
-
-
-def class_definitions(classes, rules: Rules = Rules()) -> list[str]:
-    """One Markdown bullet per class named in `classes` (machine values; in CLASS_DEFINITIONS' order): its
-    rule with the thresholds of `rules` (ncu's SM and memory throughput, % of peak)."""
-    out = []
-    used = set(classes)
-    for cls in CLASS_DEFINITIONS:
-        if cls in used:
-            out.append(f"- **{md(class_label(cls))}**: "
-                       + tr(CLASS_DEFINITIONS[cls], high=rules.high_pct, low=rules.low_pct))
-    return out
-
-
-def contract_legend(manifest: Manifest | dict, summary: pd.DataFrame, rows: list[list[str]],
-                    rules: Rules = Rules()) -> str:
-    """What the Stages table's cells are: the Duration basis (plain run, µs, per decode step), the
-    percentage columns, and each class its Bottleneck column names, defined in one line."""
+def legend_figures(manifest: Manifest | dict, summary: pd.DataFrame, rows: list[list[str]]) -> dict:
+    """What the Stages table's legend (`narrate.classify.contract_legend`) says of its `rows`: each stage's wall time
+    in µs under the profiler (`profiled`: (stage, µs, True where per step: decode; per call for the others)), whether
+    the capture timed every stage plainly (`plain`), and the classes its Bottleneck column names (`classes`)."""
     plain = plain_ms_per_step(manifest)
     stages = [r[0] for r in rows]
     s = summary.set_index("phase")
-    prof = tr(", ").join(
-        tr("{phase} {us:.0f} µs per step", phase=md(ph), us=1e3 * s.loc[ph].wall_ms / max(1, int(s.loc[ph].steps or 1)))
-        if ph == "decode" else tr("{phase} {us:.0f} µs", phase=md(ph), us=1e3 * s.loc[ph].wall_ms) for ph in stages)
-    if all(ph in plain for ph in stages):
-        lines = [tr("Duration (us): each stage's wall time in µs in the plain generate call (no profiler; the median "
-                    "of the capture's timing trials), per step for decode and per call for the others. Under the "
-                    "profiler the same stages took {profiled}.", profiled=prof)]
-    else:
-        lines = [tr("Duration (us): each stage's wall time in µs under the profiler (this run has no plain per-stage "
-                    "timings; the profiler stretches the host's gaps), per step for decode and per call for the "
-                    "others.")]
-    lines += ["", tr("TC%: tensor pipe active, % of peak (ncu's `sm__pipe_tensor_cycles_active`), every profiled "
-                     "kernel of the stage counted, one without tensor work at 0 % (— where the run's counters lack the "
-                     "metric); DRAM%: DRAM throughput, % of peak; Occ%: achieved occupancy, % of the SM's warp "
-                     "slots. Each is a mean over the stage's profiled kernels weighted by their share of its kernel "
-                     "time. Bottleneck: the class that holds the most of that time; Key Issue: the stage's first "
-                     "opportunity below."),
-              "", tr("Bottleneck classes, from ncu's SM and memory throughput (% of peak; high ≥ {high:.0f}, low < "
-                     "{low:.0f}):", high=rules.high_pct, low=rules.low_pct), ""]
-    return "\n".join(lines + class_definitions([r[5] for r in rows], rules))
+    profiled = [(ph, 1e3 * s.loc[ph].wall_ms / max(1, int(s.loc[ph].steps or 1)), True) if ph == "decode"
+                else (ph, 1e3 * s.loc[ph].wall_ms, False) for ph in stages]
+    return {"profiled": profiled, "plain": all(ph in plain for ph in stages), "classes": [r[5] for r in rows]}
 
 
 def _duration_us(phase: str, s, plain_ms: float | None = None) -> str:
@@ -489,28 +469,6 @@ def _duration_us(phase: str, s, plain_ms: float | None = None) -> str:
     steps = max(1, int(s.get("steps", 1) or 1))
     per_step_ms = plain_ms if plain_ms else s.wall_ms / steps
     return f"{1e3 * per_step_ms:.0f} per step" if phase == "decode" else f"{1e3 * per_step_ms * steps:.0f}"
-
-
-def contract_markdown(run, summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
-                      rules: Rules = Rules()) -> str:
-    """The profiler output contract (the reference report's format), one block for the run, stages = phases. The tables'
-    header lines and their stage and class values are the contract a tool reads: they stay as they
-    are in every language; the prose around them (what each column and class means) is in the narrative
-    language."""
-    m = run.info
-    inputs = m.timeline_info.inputs
-    p = m.params
-    rows = contract_stage_rows(summary, c, opps, m)
-    lines = [tr("Profile: {model} [{run}]", model=md(p.get("model", "?")), run=md(run.run_id)), "",
-             tr("## Configuration"), "", "| b | s | t | dtype |", "|---|---|---|---|",
-             "| " + " | ".join(md(v) for v in (p.get("batch_size", "?"), inputs.get("prompt_tokens", "?"),
-                                               p.get("max_new_tokens", "?"), p.get("dtype", "bfloat16"))) + " |", "",
-             tr("b: batch size; s: prompt tokens ({image} of them image tokens); t: new tokens generated; dtype: of "
-                "the weights and activations.", image=md(inputs.get("image_tokens_per_prompt", "?"))),
-             "", tr("## Stages"), "", CONTRACT_HEADER, "|---|---|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines + ["", contract_legend(m, summary, rows, rules), "",
-                              contract_sections(summary, c, opps, m)])
 
 
 def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
@@ -543,38 +501,43 @@ def contract_stage_rows(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, 
     return rows
 
 
-def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
-                      manifest: Manifest | dict | None = None) -> str:
-    """The contract's per-phase sections: bottleneck, root cause, top 3 opportunities (narrative language).
-    Idle shares and gains are on `wall_basis`'s basis: the plain run's step where `manifest` timed it."""
+@dataclass(frozen=True)
+class Section:
+    """One phase's block of the contract (`narrate.classify.contract_sections` writes it): the class that holds most
+    of its profiled kernel time (`bottleneck`) and its share of that time (`pct`, %); the step's wall and GPU-busy ms
+    on `basis` (`wall_basis`: the plain run's step where the capture timed it) and its GPU-idle share (`idle_pct`,
+    %); the idle share of the profiled step (`profiled_idle_pct`, %); `timed`: the wall is the plain run's or
+    corrected for the profiler's overhead, not the profiled step's; `top`: its three largest opportunities
+    (`opportunities`)."""
+    phase: str
+    bottleneck: str
+    pct: float
+    wall: float
+    busy: float
+    basis: str
+    idle_pct: float
+    profiled_idle_pct: float
+    timed: bool
+    top: pd.DataFrame
+
+
+def sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
+             manifest: Manifest | dict | None = None) -> list[Section]:
+    """The contract's per-phase sections, one per phase of `opps` (those with profiled kernels). Idle shares and
+    gains are on `wall_basis`'s basis: the plain run's step where `manifest` timed it."""
     info = read_manifest(manifest or {})
     plain = info.plain_ms_per_step()
     ratio = info.timeline_info.overhead_ratio
-    lines = []
+    out = []
     for ph, o in opps.items():
         s = summary.set_index("phase").loc[ph]
-        pc = c[c.phase == ph]
-        bott, frac = dominant_class(pc)  # opps holds only phases with profiled kernels
+        bott, frac = dominant_class(c[c.phase == ph])  # opps holds only phases with profiled kernels
         wall, busy, basis = wall_basis(s, ratio, plain.get(ph), info.run_id or "", ph)
-        idle = 100 * max(0.0, 1 - busy / wall) if wall else float("nan")
-        prof_idle = 100 * (1 - s.gpu_busy_ms / s.wall_ms)
-        where = (tr("{busy:.2f} ms busy in a step of {wall:.2f} ms, {basis}; {prof:.0f} % under the profiler, which "
-                    "stretches the host's gaps", busy=busy, wall=wall, basis=basis, prof=prof_idle)
-                 if plain.get(ph) or ratio else tr("measured under the profiler"))
-        lines += [f"## {md(ph)}", "", tr("Bottleneck: {cls}", cls=class_label(bott).capitalize()), "",
-                  tr("Root cause: the GPU is idle {idle:.0f} % of {phase} wall time between kernels ({where}), and "
-                     "the kernels that run are mostly {cls} ({pct:.0f} % of profiled kernel time).", idle=idle,
-                     phase=phase_label(ph), where=where, cls=class_label(bott), pct=100 * frac), "",
-                  tr("Top 3 Opportunities (ranked by estimated impact)"), "",
-                  tr("Each gain is the share of {phase} wall time ({basis}) the change could remove at most, alone "
-                     "and with the roof reached, and the speedup that gives: 1 ÷ (1 − share).",
-                     phase=phase_label(ph), basis=basis), ""]
-        for _, r in o.head(3).iterrows():
-            lines.append(tr("- {opportunity} — est. ≤ {gain:.1f} % of {phase} wall time, up to {speedup}× faster "
-                            "— trigger: {trigger}", opportunity=md(r.opportunity), gain=r.gain_pct,
-                            phase=phase_label(ph), speedup=times(r.speedup), trigger=md(r.trigger)))
-        lines.append("")
-    return "\n".join(lines)
+        out.append(Section(ph, bott, 100 * frac, wall, busy, basis,
+                           idle_pct=100 * max(0.0, 1 - busy / wall) if wall else float("nan"),
+                           profiled_idle_pct=100 * (1 - s.gpu_busy_ms / s.wall_ms),
+                           timed=bool(plain.get(ph) or ratio), top=o.head(3)))
+    return out
 
 
 def all_opportunities(run, summary: pd.DataFrame, c: pd.DataFrame, roofs) -> dict[str, pd.DataFrame]:
@@ -608,122 +571,31 @@ def classified(run, rules: Rules = Rules()) -> tuple[pd.DataFrame, dict[str, pd.
     return c, all_opportunities(run, phase_summary(run.timeline, run.phases), c, roofs)
 
 
-def pair_headline(deployed: tuple | None, eager: tuple | None, phase: str) -> str:
-    """Chapter 05's line for a workload captured eager and as deployed: the deployed run's classes and first
-    opportunity (the book's subject), then the eager run's as what HF's eager loop adds. Each side is
-    (run, classes, opportunities) or None."""
-    def side(x):
-        run, c, opps = x
-        return headline(c[c.phase == phase], opps.get(phase), phase)
-
-    if deployed is None or eager is None:
-        return side(deployed or eager)
-    return deployed_beside_eager(deployed[0], side(deployed), eager[0], side(eager))
-
-
-def deployed_beside_eager(dep, deployed_line: str, eager, eager_line: str) -> str:
-    """A chapter's line on a workload captured as deployed and eager (chapters 05 and 06): the deployed run's
-    finding first, the book's subject, then the eager run's as what HF's eager loop adds."""
-    return tr("As deployed ({dep}): {dline}. Eager ({eager}, what HF's eager loop adds): {eline}", dep=md(dep.run_id),
-              dline=deployed_line[:1].lower() + deployed_line[1:], eager=md(eager.run_id),
-              eline=eager_line[:1].lower() + eager_line[1:])
-
-
-def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
-    top, frac = dominant_class(cp)
-    first = "" if opps is None or not len(opps) else tr(
-        "; first to try: {what} (est. ≤ {gain:.1f} % of {phase} wall time, up to {speedup}× faster)",
-        what=md(re.split("[:：]", opps.iloc[0].opportunity)[0].lower()), gain=opps.iloc[0].gain_pct,
-        speedup=times(opps.iloc[0].speedup),
-        phase=phase_label(phase))
-    return tr("{phase}: {pct:.0f} % of profiled kernel time is {cls} ({n_cls} of {n} kernels){first}",
-              phase=phase_label(phase), pct=100 * frac, cls=class_label(top), n_cls=(cp["class"] == top).sum(),
-              n=len(cp), first=first)
-
-
-def _pct_text(pct: float) -> str:
-    """A percentage as prose prints it: whole numbers, '< 1' for a positive share that would print as 0."""
-    return "< 1" if 0 < pct < 0.5 else f"{pct:.0f}"
-
-
-def class_prose(cp: pd.DataFrame, rules: Rules, ridge: float, phase: str, cache_control: str) -> str:
-    t = cp.groupby("class").share.sum() / cp.share.sum()
-    def share(cls, v):
-        n = int((cp["class"] == cls).sum())
-        return (tr("**{cls}** {pct:.0f} % of profiled time (1 kernel)", cls=class_label(cls), pct=100 * v) if n == 1
-                else tr("**{cls}** {pct:.0f} % of profiled time ({n} kernels)", cls=class_label(cls), pct=100 * v, n=n))
-
-    parts = [tr("{classes}.", classes=tr(", ").join(share(cls, v) for cls, v in t.sort_values(ascending=False).items()))]
-    disagree = cp[(cp["class"] == "compute-bound") & (cp.roofline_side == "memory")]
-    lat = cp[cp["class"] == "latency-bound"]
-    if len(lat):
-        parts.append(tr("The latency-bound kernels run a median {us:.1f} µs with {blocks:.0f} blocks on {wave_pct} % of "
-                        "one wave: too little work per launch to load either the SMs or the memory system — fusing "
-                        "them into their neighbours, not tuning them, is what removes their time.",
-                        us=lat.duration_ns.median() / 1e3, blocks=lat.grid_size.median(),
-                        wave_pct=_pct_text(lat.waves_per_sm.median() * 100)))
-    warm = cp[cp.category.isin(["GEMV", "GEMM"]) & (cp["class"] != "memory-bound") & (cp.dram_pct < 5)]
-    if len(warm) and cache_control == "none":
-        parts.append(tr("{n} of the GEMV/GEMM kernels are not memory-bound by these counters (DRAM {dram:.1f} % at "
-                        "most) even though a batch-1 decode GEMV streams its weights once: under ncu replay with cache "
-                        "control `none` their weight slices stay in L2, so the counters show the L2-resident case. In "
-                        "the decode loop the weights come from DRAM every token.", n=len(warm),
-                        dram=warm.dram_pct.max()))
-    parts.append(tr("Roofline check: a kernel with FLOPs is on the memory side when its DRAM intensity is below the "
-                    "bf16 ridge ({ridge:.0f} FLOP/B). ", ridge=ridge)
-                 + (tr("{n} compute-bound kernel(s) sit on the memory side.", n=len(disagree)) if len(disagree)
-                    else tr("No kernel's class contradicts its roofline side in a way that matters (compute-bound on "
-                            "the memory side).")))
-    loc = cp[cp.locality_issue]
-    stream = cp[(cp.l2_hit_pct < rules.l2_hit_min_pct) & ~cp.locality_issue]
-    parts.append(tr("{n} kernels whose work reuses its operands ({pct:.0f} % of profiled time) have an L2 hit rate "
-                    "below {min:.0f} %: a locality issue.", n=len(loc), pct=100 * loc.share.sum() / cp.share.sum(),
-                    min=rules.l2_hit_min_pct)
-                 + (tr(" {n_stream} more ({stream_pct:.0f} %) hit less but use each byte once (GEMV weights, copies, a "
-                       "decode step's KV cache): streaming, which L2 cannot help.", n_stream=len(stream),
-                       stream_pct=100 * stream.share.sum() / cp.share.sum()) if len(stream) else ""))
-    return "\n\n".join(parts)
-
-
-def wave_prose(w: pd.DataFrame, sm_count: int) -> str:
+def wave_figures(w: pd.DataFrame, sm_count: int) -> dict:
+    """What the wave table (`wave_table`) says (`narrate.classify.wave_prose`): the kernels that launch less than
+    one wave (`under`) of all (`n`) and their share of profiled time (`pct`, %), the SM count (`sms`), the kernels
+    under 4 × SMs blocks (`small`; `blocks` = 4 × SMs) and the time-weighted tail efficiency (`tail`, %)."""
     under = w[w.waves < 1]
     small = w[~w.meets_4x_sms]
-    tw = weighted_mean(w.tail_efficiency_pct, w.share)
-    return tr("{n_under} of {n} kernels launch less than one wave ({pct:.0f} % of profiled time): part of the {sms} SMs "
-              "sits idle for the whole kernel. {n_small} launch fewer than 4 × {sms} = {blocks} blocks. Time-weighted "
-              "tail efficiency is {tail:.0f} %.", n_under=len(under), n=len(w),
-              pct=100 * under.share.sum() / w.share.sum(), sms=sm_count, n_small=len(small), blocks=4 * sm_count, tail=tw)
+    return {"under": len(under), "n": len(w), "pct": 100 * under.share.sum() / w.share.sum(), "sms": sm_count,
+            "small": len(small), "blocks": 4 * sm_count, "tail": weighted_mean(w.tail_efficiency_pct, w.share)}
 
 
-_SAME_ENDS = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)–\1(?![\d.])")  # '1–1' reads as '1'
-
-
-def tile_prose(t: pd.DataFrame, rules: Rules) -> str:
-    """What the decoded tiles say; a range whose ends print the same ('1–1 block(s)') prints as one value."""
-    return _SAME_ENDS.sub(r"\1", _tile_prose(t, rules))
-
-
-def _tile_prose(t: pd.DataFrame, rules: Rules) -> str:
+def tile_figures(t: pd.DataFrame, rules: Rules) -> dict | None:
+    """What the decoded tiles (`tile_table`) say (`narrate.classify.tile_prose`); None when no GEMM/GEMV kernel name
+    carries its tile. The tiled kernels (`n`), their tile intensity's range (`lo`, `hi`, FLOP/B) and its highest %
+    of the ridge (`pct`; `below`: every tile under the ridge), the % whose stage buffers fit the launch's shared
+    memory (`fit`), a stage's cycles (`c_lo`, `c_hi`), the latency covered (`latency`, cycles), the ranges of S_min
+    (`s_lo`, `s_hi`), of the stages used (`st_lo`, `st_hi`) and of the blocks per SM registers allow (`r_lo`, `r_hi`),
+    and the kernels with fewer stages than S_min (`short`)."""
     if t.empty:
-        return tr("No GEMM/GEMV kernel name carries its tile shape.")
-    fit = (t.smem_stages_bytes <= t.smem_launch_bytes).mean() * 100
-    short = t[~t.stages_ok]
+        return None
     stage = np.maximum(t.t_tile_cycles, t.t_load_cycles)
-    below = t.tile_vs_ridge.max() < 1
-    return (tr("{n} GEMM/GEMV kernels decode to tiles; their tile intensity is {lo:.1f}–{hi:.1f} FLOP/B, {pct:.0f} % of "
-               "the ridge at most", n=len(t), lo=t.tile_intensity.min(), hi=t.tile_intensity.max(),
-               pct=100 * t.tile_vs_ridge.max())
-            + (tr(": below the ridge, so the tile shape alone keeps them memory-side. ") if below else tr(". "))
-            + tr("The decoded stages' A+B buffers fit in the launch's shared memory for {fit:.0f} % of them (a check "
-                 "that the name was decoded right). A stage takes {c_lo:.0f}–{c_hi:.0f} cycles, the longer of its tile's "
-                 "compute and its load at the SM's share of DRAM bandwidth, so covering {latency:.0f} cycles of "
-                 "latency needs S_min = {s_lo}–{s_hi} stages in flight; the kernels use {st_lo}–{st_hi} stages, "
-                 "and registers allow {r_lo}–{r_hi} block(s) per SM. ", fit=fit,
-                 c_lo=stage.min(), c_hi=stage.max(), latency=rules.mem_latency_cycles,
-                 s_lo=t.s_min.min(), s_hi=t.s_min.max(), st_lo=t.stages.min(), st_hi=t.stages.max(),
-                 r_lo=t.regs_fit_blocks.min(), r_hi=t.regs_fit_blocks.max())
-            + (tr("{n_short} of {n} have fewer stages than S_min: latency, not bandwidth, bounds them.",
-                  n_short=len(short), n=len(t)) if len(short) else tr("All have at least S_min stages.")))
+    return {"n": len(t), "lo": t.tile_intensity.min(), "hi": t.tile_intensity.max(), "pct": 100 * t.tile_vs_ridge.max(),
+            "below": t.tile_vs_ridge.max() < 1, "fit": (t.smem_stages_bytes <= t.smem_launch_bytes).mean() * 100,
+            "c_lo": stage.min(), "c_hi": stage.max(), "latency": rules.mem_latency_cycles, "s_lo": t.s_min.min(),
+            "s_hi": t.s_min.max(), "st_lo": t.stages.min(), "st_hi": t.stages.max(), "r_lo": t.regs_fit_blocks.min(),
+            "r_hi": t.regs_fit_blocks.max(), "short": len(t[~t.stages_ok])}
 
 
 def phase_first(c: pd.DataFrame, phase: str) -> pd.DataFrame:
@@ -735,32 +607,38 @@ def phase_first(c: pd.DataFrame, phase: str) -> pd.DataFrame:
 def kernel_cards(cp: pd.DataFrame, pts: pd.DataFrame, why: dict[str, pd.DataFrame] | None = None) -> dict[str, dict]:
     """Per kernel: the tables the explorer shows (metrics, roofline points, name, class and reason) and,
     given `why` (kernel_id → table, `why.kernel_why`), why it is slow: stalls, occupancy, clock, NVIDIA's rules.
-    Phases in the order `cp` holds them (the chapter's phase first), each phase's kernels by time share."""
+    Phases in the order `cp` holds them (the chapter's phase first), each phase's kernels by time share. Labels,
+    units and the class are English phrases (`narrate.classify.kernel_cards` shows them in the reader's language)."""
     cards = {}
     order = {p: i for i, p in enumerate(pd.unique(cp.phase))} if "phase" in cp else {}
     ranked = cp.assign(_order=cp.phase.map(order)) if order else cp.assign(_order=0)
     for _, k in ranked.sort_values(["_order", "share"], ascending=[True, False], kind="stable").iterrows():
+        names = pd.Index([phrase("duration"), phrase("time share"), phrase("SM throughput"), phrase("DRAM throughput"),
+                          phrase("memory throughput"), phrase("L1 hit"), phrase("L2 hit"), phrase("achieved occupancy"),
+                          phrase("waves per SM"), phrase("registers"), phrase("FLOPs (tensor + CUDA core)"),
+                          phrase("DRAM bytes")], dtype=object)
         metrics = pd.DataFrame({"value": [k.duration_ns / 1e3, 100 * k.share, k.sm_pct, k.dram_pct, k.memory_pct,
                                           k.l1_hit_pct, k.l2_hit_pct, k.achieved_occupancy_pct, k.waves_per_sm,
                                           k.registers, k.flops, k.dram_bytes],
-                                "unit": ["µs", tr("% of phase kernel time"), tr("% of peak"), tr("% of peak"),
-                                         tr("% of peak"), "%", "%", "%", tr("waves"), tr("registers/thread"), "FLOP",
-                                         "bytes"]},
-                               index=[tr("duration"), tr("time share"), tr("SM throughput"), tr("DRAM throughput"),
-                                      tr("memory throughput"), tr("L1 hit"), tr("L2 hit"), tr("achieved occupancy"),
-                                      tr("waves per SM"), tr("registers"), tr("FLOPs (tensor + CUDA core)"),
-                                      tr("DRAM bytes")]).rename_axis("metric")
+                                "unit": phrase_column(["µs", phrase("% of phase kernel time"), phrase("% of peak"),
+                                                       phrase("% of peak"), phrase("% of peak"), "%", "%", "%",
+                                                       phrase("waves"), phrase("registers/thread"), "FLOP", "bytes"],
+                                                      names)},
+                               index=names).rename_axis("metric")
         p = pts[pts.kernel_id == k.kernel_id][["level", "intensity", "flops_per_s", "roof_flops_per_s",
                                                 "pct_of_roof", "bound"]]
         cards[f"{k.kernel_id} {k.friendly_name}"] = {
-            "kernel_id": k.kernel_id, "class": tr("{cls}: {reason}", cls=class_label(k["class"]), reason=k.reason),
+            "kernel_id": k.kernel_id, "class": phrase("{cls}: {reason}", cls=class_phrase(k["class"]),
+                                                      reason=k.reason),
             "name": k["name"], "metrics": metrics, "roofline": p,
             "why": (why or {}).get(k.kernel_id)}
     return cards
 
 
-def report_for_run(run_dir, rules: Rules = Rules()) -> str | None:
-    """`report.md`: the profiler output contract for a run, or None when it has no profiled kernels."""
+def report_inputs(run_dir, rules: Rules = Rules()) -> tuple | None:
+    """What `report.md`, the profiler output contract for a run (`narrate.classify.report_for_run`), is written
+    from: (the run, its phase summary, its classified kernels, the ranked opportunities per phase); None when it has
+    no profiled kernels."""
     from ..load.run import load_run
     from .roofline import for_run, profiled_kernels
     from .timeline import phase_summary
@@ -772,4 +650,4 @@ def report_for_run(run_dir, rules: Rules = Rules()) -> str | None:
     dev, _, roofs = for_run(run, k)  # the device and roofs chapters 04-07 use
     c = classify(k, dev.ridge("bf16"), rules)
     summary = phase_summary(run.timeline, run.phases)
-    return contract_markdown(run, summary, c, all_opportunities(run, summary, c, roofs), rules) + "\n"
+    return run, summary, c, all_opportunities(run, summary, c, roofs)

@@ -85,8 +85,8 @@ def bin_labels(lo, hi) -> list[str]:
 
 def captions(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per metric: unweighted median, time-weighted median, and the time share at or above the
-    threshold (the project's rule-of-thumb "healthy" level where there is one: classify.THRESHOLD_SOURCES); metric
-    and unit in English (`narrate.histograms.captions` adds the caption and shows them in the reader's language)."""
+    threshold (the project's rule-of-thumb "healthy" level where there is one: narrate.classify.THRESHOLD_SOURCES);
+    metric and unit in English (`narrate.histograms.captions` adds the caption and shows them in the reader's language)."""
     rows = []
     for col, title, unit, thr, v, w in samples(kernels):
         row = {"metric": title, "column": col, "unit": unit, "kernels": len(v), "median": float(v.median()),

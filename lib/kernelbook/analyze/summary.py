@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -419,10 +418,11 @@ def x_limit(step: Q, limit: Q) -> Q:
     return quantity.ratio(step, limit, f"{step.key}_x_limit")
 
 
-def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
+def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, tuple | str]:
     """The profiler output contract (`report.md`) as chapter 07 shows it: its Stages table as a frame
-    (bound and key issue per phase) and, as Markdown, what its cells and classes mean and its per-phase
-    sections (root cause, top 3 opportunities)."""
+    (bound and key issue per phase; the key issue an English phrase) and what `narrate.summary.contract` writes
+    around it, what its cells and classes mean and its per-phase sections: (the phase summary, the classes, the
+    opportunities per phase, the Stages rows), or a phrase saying why there is none."""
     from . import classify as C
 
     if not len(k):
@@ -434,8 +434,8 @@ def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
     header = [x.strip() for x in C.CONTRACT_HEADER.strip("|").split("|")]
     rows = C.contract_stage_rows(summary, c, opps, run.manifest)
     stages = pd.DataFrame(rows, columns=header)
-    text = C.contract_legend(run.manifest, summary, rows) + "\n\n" + C.contract_sections(summary, c, opps, run.manifest)
-    return stages, re.sub(r"^## ", "#### ", text, flags=re.M)
+    stages["Key Issue"] = phrase_column((r[-1] for r in rows), stages.index)  # the key issues' phrases kept
+    return stages, (summary, c, opps, rows)
 
 
 def comparison_pair(baseline_run, run, variants: list) -> tuple | None:

@@ -10,6 +10,9 @@ cycles a warp spends stalled on <reason> per instruction issued (NVIDIA's CPISta
 "each warp spends 4.7 cycles being stalled waiting for ... L1TEX"). A reason's share is its cycles over
 the sum of all reasons but `selected` (the cycle in which the warp issues: not a stall). Stalls cost time
 only when the scheduler has no other warp to issue; a kernel that issues on most cycles hides them.
+
+Numbers, tables and English phrases (`contract.phrase`) only: the chapter's sentences on them, and the tables in the
+reader's language, are `narrate.why`'s.
 """
 from __future__ import annotations
 
@@ -19,43 +22,57 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..escape import md
-from ..i18n import N_, text, tr
+from ..contract.phrase import column as phrase_column
+from ..contract.phrase import joined, phrase
+from .classify import class_phrase
 from .histograms import weighted_mean
 
 STALL_METRIC = re.compile(r"^smsp__average_warps_issue_stalled_(.+)_per_issue_active\.ratio$")
 NOT_A_STALL = "selected"
 
-# reason (the metric's middle) → how a reader names it: what the warp waits on, so the fix can be read off
+# reason (the metric's middle) → how a reader names it (a catalog key): what the warp waits on, so the fix can be read
+# off
 STALLS = {
-    "long_scoreboard": N_("long scoreboard: waiting on global/local memory loads (L1TEX)"),
-    "short_scoreboard": N_("short scoreboard: waiting on shared memory or special-math results (MIO)"),
-    "wait": N_("wait: fixed latency between dependent instructions"),
-    "math_pipe_throttle": N_("math pipe throttle: the math pipe it needs is busy"),
-    "mio_throttle": N_("MIO throttle: shared-memory / special-instruction queue full"),
-    "lg_throttle": N_("LG throttle: global/local memory instruction queue full"),
-    "tex_throttle": N_("TEX throttle: texture / L1TEX queue full"),
-    "barrier": N_("barrier: waiting for the block's other warps (__syncthreads)"),
-    "membar": N_("memory barrier: waiting on a memory fence"),
-    "branch_resolving": N_("branch resolving: waiting for a branch target"),
-    "dispatch_stall": N_("dispatch stall: the picked instruction could not be dispatched"),
-    "drain": N_("drain: waiting at exit for its stores to drain"),
-    "gmma": N_("GMMA: waiting on a warpgroup matrix multiply (wgmma)"),
-    "imc_miss": N_("IMC miss: immediate-constant cache miss"),
-    "no_instruction": N_("no instruction: instruction cache miss or fetch after a jump"),
-    "not_selected": N_("not selected: ready, but another warp issued"),
-    "sleeping": N_("sleeping: warp put to sleep (nanosleep / yield)"),
-    "misc": N_("misc: other reasons"),
-    "selected": N_("selected: issuing (not a stall)"),
+    "long_scoreboard": phrase("long scoreboard: waiting on global/local memory loads (L1TEX)"),
+    "short_scoreboard": phrase("short scoreboard: waiting on shared memory or special-math results (MIO)"),
+    "wait": phrase("wait: fixed latency between dependent instructions"),
+    "math_pipe_throttle": phrase("math pipe throttle: the math pipe it needs is busy"),
+    "mio_throttle": phrase("MIO throttle: shared-memory / special-instruction queue full"),
+    "lg_throttle": phrase("LG throttle: global/local memory instruction queue full"),
+    "tex_throttle": phrase("TEX throttle: texture / L1TEX queue full"),
+    "barrier": phrase("barrier: waiting for the block's other warps (__syncthreads)"),
+    "membar": phrase("memory barrier: waiting on a memory fence"),
+    "branch_resolving": phrase("branch resolving: waiting for a branch target"),
+    "dispatch_stall": phrase("dispatch stall: the picked instruction could not be dispatched"),
+    "drain": phrase("drain: waiting at exit for its stores to drain"),
+    "gmma": phrase("GMMA: waiting on a warpgroup matrix multiply (wgmma)"),
+    "imc_miss": phrase("IMC miss: immediate-constant cache miss"),
+    "no_instruction": phrase("no instruction: instruction cache miss or fetch after a jump"),
+    "not_selected": phrase("not selected: ready, but another warp issued"),
+    "sleeping": phrase("sleeping: warp put to sleep (nanosleep / yield)"),
+    "misc": phrase("misc: other reasons"),
+    "selected": phrase("selected: issuing (not a stall)"),
 }
 
 OCCUPANCY_LIMITS = {  # ncu's resident-blocks-per-SM limit → what a reader calls it
-    "launch__occupancy_limit_registers": N_("registers"),
-    "launch__occupancy_limit_shared_mem": N_("shared memory"),
-    "launch__occupancy_limit_blocks": N_("blocks per SM"),
-    "launch__occupancy_limit_warps": N_("warps"),
-    "launch__occupancy_limit_barriers": N_("barriers"),
+    "launch__occupancy_limit_registers": phrase("registers"),
+    "launch__occupancy_limit_shared_mem": phrase("shared memory"),
+    "launch__occupancy_limit_blocks": phrase("blocks per SM"),
+    "launch__occupancy_limit_warps": phrase("warps"),
+    "launch__occupancy_limit_barriers": phrase("barriers"),
 }
+
+COMMA, SEMICOLON = phrase(", "), phrase("; ")  # a list's separators, in the reader's language
+
+
+def listed(items, sep=COMMA):
+    """`items` (phrases or plain text) one after another with `sep` (a phrase) between them: one phrase, empty
+    without items."""
+    parts = []
+    for x in items:
+        parts += [sep, x] if parts else [x]
+    return joined(*parts)
+
 
 SM_CLOCK = "sm__cycles_elapsed.avg.per_second"
 GPC_CLOCK = "gpc__cycles_elapsed.avg.per_second"
@@ -98,16 +115,24 @@ def top_stalls(c: pd.DataFrame, metrics: pd.DataFrame, n: int = 3) -> pd.DataFra
     return j[j["rank"] <= n].drop(columns=["reason", "result_id"]).reset_index(drop=True)
 
 
+_STALL_PHRASES = {str(p): p for p in STALLS.values()}
+
+
 def top_stalls_wide(top: pd.DataFrame) -> pd.DataFrame:
-    """`top_stalls` as one row per kernel for reading: `stall_1`…`stall_n`, each 'reason — 62 %'."""
+    """`top_stalls` as one row per kernel for reading: `stall_1`…`stall_n`, each 'reason — 62 %' (an English
+    phrase, `narrate.why.top_stalls_wide` shows it in the reader's language)."""
     rows = []
     for kid, g in top.groupby("kernel_id", sort=False):
         r = {"kernel_id": kid, "friendly_name": g.friendly_name.iloc[0], "class": g["class"].iloc[0],
              "share": g.share.iloc[0]}
         for _, x in g.iterrows():
-            r[f"stall_{x['rank']}"] = tr("{stall} — {pct:.0f} %", stall=text(x.stall), pct=x.stall_share_pct)
+            r[f"stall_{x['rank']}"] = phrase("{stall} — {pct:.0f} %", stall=_STALL_PHRASES.get(x.stall, x.stall),
+                                             pct=x.stall_share_pct)
         rows.append(r)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for c in [c for c in out if c.startswith("stall_")]:  # the cells' phrases kept
+        out[c] = phrase_column((r.get(c, np.nan) for r in rows), out.index)
+    return out
 
 
 def class_stalls(c: pd.DataFrame, metrics: pd.DataFrame, n: int = 3) -> pd.DataFrame:
@@ -132,7 +157,8 @@ def occupancy(c: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     `limiter` (the resource(s) with the fewest blocks: what caps occupancy), `blocks_per_sm`, theoretical and
     achieved occupancy (% of the SM's warp slots) and `occupancy_gap_pct` (theoretical − achieved: warps
     the launch allows but the SM did not keep resident, from a tail, imbalance or too few blocks).
-    `limits_occupancy` is False where theoretical occupancy is already 100 %."""
+    `limits_occupancy` is False where theoretical occupancy is already 100 %. `limiter` is an English phrase
+    (`narrate.why.occupancy` shows it in the reader's language)."""
     m = metrics[metrics.metric.isin(OCCUPANCY_LIMITS)]
     lim = m.pivot_table(index="result_id", columns="metric", values="value", aggfunc="first")
     k = c.dropna(subset=["result_id"])
@@ -145,7 +171,7 @@ def occupancy(c: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
             row[f"{metric.rsplit('_limit_', 1)[1]}_blocks"] = have.get(metric, np.nan)
         if len(have):
             low = have.min()
-            row["limiter"] = tr(", ").join(text(OCCUPANCY_LIMITS[mm]) for mm in OCCUPANCY_LIMITS if have.get(mm) == low)
+            row["limiter"] = listed(OCCUPANCY_LIMITS[mm] for mm in OCCUPANCY_LIMITS if have.get(mm) == low)
             row["blocks_per_sm"] = low
         else:
             row["limiter"], row["blocks_per_sm"] = None, np.nan
@@ -154,26 +180,26 @@ def occupancy(c: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
         row["occupancy_gap_pct"] = x.theoretical_occupancy_pct - x.achieved_occupancy_pct
         row["limits_occupancy"] = bool(x.theoretical_occupancy_pct < 100)
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["limiter"] = phrase_column((r["limiter"] for r in rows), out.index)  # the phrases kept
+    return out
 
 
-def occupancy_prose(occ: pd.DataFrame) -> str:
-    """Which resource caps occupancy, by share of profiled time, and the achieved-vs-theoretical gap."""
+def occupancy_figures(occ: pd.DataFrame) -> dict | None:
+    """What the occupancy table (`occupancy`) says (`narrate.why.occupancy_prose`); None where ncu recorded no
+    occupancy limits. The kernels whose launch caps their occupancy (`capped`) of all (`of`) and their share of
+    profiled time (`pct`, %); what caps them (`by`: (limiter phrase, % of profiled time), largest first); the
+    time-weighted gap between theoretical and achieved occupancy (`gap`, points)."""
     if occ.empty or occ.limiter.isna().all():
-        return tr("ncu recorded no occupancy limits for these kernels.")
+        return None
     capped = occ[occ.limits_occupancy & occ.limiter.notna()]
     total = occ.share.sum()
-    parts = [tr("{n} of {total} kernels ({pct:.0f} % of profiled time) cannot reach full occupancy by their launch "
-                "alone.", n=len(capped), total=len(occ), pct=100 * capped.share.sum() / total)]
-    if len(capped):
-        by = capped.groupby("limiter").share.sum().sort_values(ascending=False)
-        parts.append(tr("What caps them: {list}.", list=tr(", ").join(
-            tr("{what} ({pct:.0f} % of profiled time)", what=w, pct=100 * v / total) for w, v in by.items())))
-    gap = weighted_mean(occ.occupancy_gap_pct, occ.share)
-    parts.append(tr("Achieved occupancy trails theoretical by {gap:.0f} points (time-weighted): warps the launch "
-                    "allows that the SM did not keep resident, because the grid is smaller than the GPU or its last "
-                    "wave runs part-empty.", gap=gap))
-    return " ".join(parts)
+    named = {str(v): v for v in capped.limiter}  # the limiters' phrases, by their English text
+    by = capped.groupby("limiter").share.sum().sort_values(ascending=False) if len(capped) else pd.Series(dtype=float)
+    return {"capped": len(capped), "of": len(occ), "pct": 100 * capped.share.sum() / total,
+            "by": [(named.get(str(w), w), 100 * v / total) for w, v in by.items()],
+            "gap": weighted_mean(occ.occupancy_gap_pct, occ.share)}
 
 
 def clocks(c: pd.DataFrame, metrics: pd.DataFrame, boost_mhz: float) -> pd.DataFrame:
@@ -205,7 +231,8 @@ def clock_summary(metrics: pd.DataFrame, boost_mhz: float) -> dict:
     clock and how long those kernels last (`above`, `above_max_us`), the GPC clock readings' maximum, the SM − GPC
     cycle difference (median, range), and the readings beyond what any clock counter reached (`far`: more than
     `CLOCK_SLACK` above the highest GPC reading or the maximum, whichever is higher; `far_mhz` that level,
-    `far_max_us` the longest of them). Clocks in MHz, durations in µs."""
+    `far_max_us` the longest of them; `near` those above the maximum within it), and what `narrate.why.clock_prose`
+    sets beside them. Clocks in MHz, durations in µs."""
     w = _wide(metrics, [SM_CLOCK, GPC_CLOCK, DURATION]).dropna(subset=[SM_CLOCK])
     sm = w[SM_CLOCK] / 1e6
     above = w[sm > boost_mhz]
@@ -223,48 +250,14 @@ def clock_summary(metrics: pd.DataFrame, boost_mhz: float) -> dict:
     far = w[sm > level * (1 + CLOCK_SLACK)]
     out.update(far=len(far), far_mhz=level * (1 + CLOCK_SLACK),
                far_max_us=far[DURATION].max() / 1e3 if len(far) else np.nan)
+    # what the prose sets beside them: the GPC maximum over the device's (%), the shortest launch in cycles at the
+    # maximum clock and the median SM − GPC difference as a share of them (%), the readings above the maximum within
+    # the slack (`near`), and the slack in %
+    short_cycles = out["shortest_us"] * boost_mhz
+    out.update(gpc_over_pct=100 * (out["gpc_max_mhz"] / boost_mhz - 1), shortest_cycles=short_cycles,
+               diff_median_pct_of_shortest=100 * out["diff_median_cycles"] / short_cycles,
+               near=out["above"] - out["far"], slack_pct=100 * CLOCK_SLACK)
     return out
-
-
-def clock_prose(s: dict, device: str, clock_control: str) -> str:
-    """What the SM clock reading means, with this run's numbers (see `clock_summary`)."""
-    parts = [tr("ncu's SM clock is `sm__cycles_elapsed.avg.per_second`: the cycles the SMs counted during the "
-                "kernel divided by its duration (`gpu__time_duration`). ncu ran with `--clock-control {cc}`{how}. "
-                "Over this run's {n} profiled launches it reads {lo:.0f}–{hi:.0f} MHz; {above} are above the "
-                "{device}'s maximum SM clock of {boost:.0f} MHz (the devices table).", cc=clock_control,
-                how=tr(", so the GPU set its own clock (boost)") if clock_control == "none" else
-                tr(", so ncu fixed the clock at the base clock"), n=s["results"], lo=s["sm_min_mhz"],
-                hi=s["sm_max_mhz"], above=s["above"], device=md(device), boost=s["boost_mhz"])]
-    if s["above"] and s["gpc_max_mhz"] == s["gpc_max_mhz"]:
-        parts.append(tr("Those readings are not the SMs running faster than their maximum: the same launches' GPC "
-                        "clock (`gpc__cycles_elapsed.avg.per_second`, the clock domain the SMs run in) never reads "
-                        "above {gpc:.0f} MHz, {over:.1f} % over the maximum. The SM cycle count differs from the GPC "
-                        "count by a median {med:.0f} cycles ({lo:.0f} to {hi:.0f}): on the shortest launch ({short:.1f} µs, "
-                        "about {short_cycles:.0f} cycles) the median alone is {short_pct:.0f} % of the reading.",
-                        gpc=s["gpc_max_mhz"], over=100 * (s["gpc_max_mhz"] / s["boost_mhz"] - 1),
-                        med=s["diff_median_cycles"], lo=s["diff_min_cycles"], hi=s["diff_max_cycles"],
-                        short=s["shortest_us"], short_cycles=s["shortest_us"] * s["boost_mhz"],
-                        short_pct=100 * s["diff_median_cycles"] / (s["shortest_us"] * s["boost_mhz"])))
-        far = s.get("far", s["above"])
-        if far:
-            parts.append(tr("The {far} launches reading more than {slack:.1f} % above the highest GPC reading (above "
-                            "{level:.0f} MHz) all last {us:.1f} µs or less.", far=far, slack=100 * CLOCK_SLACK,
-                            level=s.get("far_mhz", s["gpc_max_mhz"]), us=s.get("far_max_us", s["above_max_us"])))
-        if far < s["above"]:
-            parts.append(tr("The other {n} read within that, as the GPC clock itself did (the longest lasts {us:.1f} "
-                            "µs): there the clock itself ran that little above the devices table's maximum.",
-                            n=s["above"] - far, us=s["above_max_us"]))
-        parts.append(tr("Read the GPC clock as the clock the kernel ran at, and the SM reading of a kernel of a few µs "
-                        "as good to a few per cent."))
-    elif s["above"]:
-        parts.append(tr("This run has no GPC clock reading to check them against; the launches reading above the "
-                        "maximum all last {us:.1f} µs or less, where a few hundred cycles of counting error are "
-                        "several per cent.", us=s["above_max_us"]))
-    if s["slow"]:
-        parts.append(tr("{n} launches ran below 95 % of the maximum by both counters (down to {mhz:.0f} MHz): there "
-                        "the GPU did lower its clock, as it may under power or thermal limits when clocks are not "
-                        "locked.", n=s["slow"], mhz=s["slow_min_mhz"]))
-    return " ".join(parts)
 
 
 # --- NVIDIA's rules beside the book's classes ------------------------------------------------------
@@ -304,7 +297,8 @@ def nvidia_rules(c: pd.DataFrame, results: pd.DataFrame | None) -> pd.DataFrame 
     """Per kernel: the book's `class`, NVIDIA's bottleneck verdict (`nvidia_verdict`, the SOLBottleneck
     title), the classes it supports, `agrees` (the book's class is one of them; None without a verdict),
     and `nvidia_advice`: NVIDIA's optimization rules for it, largest estimated speedup first ('Small Grid
-    (≤ 39 %)'; the estimate is % of the kernel's time). None when the run has no rule results."""
+    (≤ 39 %)'; the estimate is % of the kernel's time). None when the run has no rule results. The supported classes
+    and the advice are English phrases (`narrate.why.nvidia_rules` shows them in the reader's language)."""
     rules = parse_rules(results)
     if rules is None:
         return None
@@ -318,47 +312,34 @@ def nvidia_rules(c: pd.DataFrame, results: pd.DataFrame | None) -> pd.DataFrame 
                         key=lambda a: -(a[1] or 0))
         rows.append({"kernel_id": x.kernel_id, "friendly_name": x.friendly_name, "class": x["class"],
                      "nvidia_verdict": verdict,
-                     "nvidia_supports": tr(", ").join(text(s) for s in supports) if supports else None,
+                     "nvidia_supports": listed(class_phrase(s) for s in supports) if supports else None,
                      "agrees": (x["class"] in supports) if supports else None,
-                     "nvidia_advice": tr("; ").join(
-                         tr("{title} (≤ {pct:.0f} %)", title=t, pct=p) if p is not None else str(t)
-                         for t, p in advice) or None})
-    return pd.DataFrame(rows)
+                     "nvidia_advice": listed((phrase("{title} (≤ {pct:.0f} %)", title=t, pct=p) if p is not None
+                                              else str(t) for t, p in advice), SEMICOLON) or None})
+    out = pd.DataFrame(rows)
+    for c in ("nvidia_supports", "nvidia_advice"):  # the cells' phrases kept
+        if len(out):
+            out[c] = phrase_column((r[c] for r in rows), out.index)
+    return out
 
 
-NO_RULES = N_("This run's ncu tables predate the rules column (NVIDIA's own rule results per kernel, kept by "
-              "captures made since), so NVIDIA's verdicts cannot be set beside the book's classes here.")
-
-
-def rules_prose(nv: pd.DataFrame | None) -> str:
-    """Empty when the run predates the rules column (the table says so in its one line, `NO_RULES`); else
-    how often NVIDIA's verdict and the book's class agree, the kernels where they differ, and the mapping."""
+def verdicts(nv: pd.DataFrame | None) -> dict | None:
+    """How NVIDIA's verdicts (`nvidia_rules`) and the book's classes agree (`narrate.why.rules_prose`); None when
+    the run predates the rules column. The kernels with a verdict (`judged`), those whose class it supports
+    (`agree`) and the rows where they differ (`differ`)."""
     if nv is None:
-        return ""
+        return None
     judged = nv[nv.agrees.notna()]
-    if judged.empty:
-        out = tr("NVIDIA's rules gave no bottleneck verdict for these kernels.")
-    else:
-        differ = judged[judged.agrees == False]  # noqa: E712 (an object column of True / False / None)
-        out = tr("NVIDIA's bottleneck verdict agrees with the book's class for {n} of {total} kernels.",
-                 n=len(judged) - len(differ), total=len(judged))
-        if len(differ):
-            out += " " + tr("They differ on: {list}.", list=tr("; ").join(
-                tr("{kernel}: NVIDIA says “{verdict}”, the book says {cls}", kernel=md(f"{k.kernel_id} {k.friendly_name}"),
-                   verdict=md(k.nvidia_verdict), cls=text(k["class"])) for _, k in differ.iterrows()))
-            out += " " + tr("ncu calls a kernel latency-bound (or small-grid, under one wave) when both sides are below "
-                            "60 % of peak and names a side only when it leads by 10 points; the book's thresholds are "
-                            "this chapter's parameters.")
-    mapping = tr("; ").join(tr("{rule} “{title}” → {classes}", rule=r, title=t, classes=tr(", ").join(text(x) for x in c))
-                            for (r, t), c in RULE_CLASSES.items())
-    return out + "\n\n" + tr("Which book class each NVIDIA verdict supports: {mapping}.", mapping=mapping)
+    differ = judged[judged.agrees == False]  # noqa: E712 (an object column of True / False / None)
+    return {"judged": len(judged), "agree": len(judged) - len(differ), "differ": differ}
 
 
 def kernel_why(c: pd.DataFrame, metrics: pd.DataFrame, boost_mhz: float,
                results: pd.DataFrame | None = None, n: int = 3) -> dict[str, pd.DataFrame]:
     """kernel_id → the explorer card's "why" table (long: `metric`, `value`, `unit`): top stalls, the
     occupancy limiter with theoretical and achieved occupancy, the SM and GPC clock against the device's
-    maximum, and NVIDIA's verdict where the run has rule results."""
+    maximum, and NVIDIA's verdict where the run has rule results. Its metric names and words are English phrases
+    (`narrate.why.kernel_why` shows them in the reader's language)."""
     top = top_stalls(c, metrics, n)
     occ = occupancy(c, metrics).set_index("kernel_id")
     clk = clocks(c, metrics, boost_mhz).set_index("kernel_id")
@@ -366,24 +347,25 @@ def kernel_why(c: pd.DataFrame, metrics: pd.DataFrame, boost_mhz: float,
     nv = nv.set_index("kernel_id") if nv is not None else None
     out = {}
     for kid in c.kernel_id:
-        rows = [(tr("stall {rank}: {stall}", rank=int(x["rank"]), stall=text(x.stall)), x.stall_share_pct,
-                 tr("% of stall cycles")) for _, x in top[top.kernel_id == kid].iterrows()]
+        rows = [(phrase("stall {rank}: {stall}", rank=int(x["rank"]), stall=_STALL_PHRASES.get(x.stall, x.stall)),
+                 x.stall_share_pct, phrase("% of stall cycles")) for _, x in top[top.kernel_id == kid].iterrows()]
         if kid in occ.index:
             o = occ.loc[kid]
-            rows += [(tr("occupancy limited by"), o.limiter if isinstance(o.limiter, str) else "—", ""),
-                     (tr("resident blocks per SM"), o.blocks_per_sm, "count"),
-                     (tr("theoretical occupancy"), o.theoretical_occupancy_pct, "%"),
-                     (tr("achieved occupancy"), o.achieved_occupancy_pct, "%")]
+            rows += [(phrase("occupancy limited by"), o.limiter if isinstance(o.limiter, str) else "—", ""),
+                     (phrase("resident blocks per SM"), o.blocks_per_sm, "count"),
+                     (phrase("theoretical occupancy"), o.theoretical_occupancy_pct, "%"),
+                     (phrase("achieved occupancy"), o.achieved_occupancy_pct, "%")]
         if kid in clk.index:
             k = clk.loc[kid]
-            rows += [(tr("SM clock (ncu SM counter)"), k.sm_clock_mhz, "MHz"),
-                     (tr("GPC clock (the SMs' clock domain)"), k.gpc_clock_mhz, "MHz"),
-                     (tr("device maximum SM clock"), k.boost_mhz, "MHz")]
+            rows += [(phrase("SM clock (ncu SM counter)"), k.sm_clock_mhz, "MHz"),
+                     (phrase("GPC clock (the SMs' clock domain)"), k.gpc_clock_mhz, "MHz"),
+                     (phrase("device maximum SM clock"), k.boost_mhz, "MHz")]
         if nv is not None and kid in nv.index:
             v = nv.loc[kid]
-            rows += [(tr("NVIDIA's bottleneck verdict"), v.nvidia_verdict or "—", ""),
-                     (tr("NVIDIA's advice (est. speedup)"), v.nvidia_advice or "—", "")]
-        out[kid] = pd.DataFrame(rows, columns=["metric", "value", "unit"])
+            rows += [(phrase("NVIDIA's bottleneck verdict"), v.nvidia_verdict or "—", ""),
+                     (phrase("NVIDIA's advice (est. speedup)"), v.nvidia_advice or "—", "")]
+        out[kid] = pd.DataFrame({name: phrase_column(r[i] for r in rows)  # object columns: the phrases kept
+                                 for i, name in enumerate(["metric", "value", "unit"])})
     return out
 
 

@@ -184,7 +184,7 @@ def deployed_missing(run, deployed_run: str) -> str:
 def as_deployed_headline(deployed_line: str, dep, eager, eager_line: str) -> str:
     """Chapter 06's line on a workload with a run as deployed: that run's model check first (the book's subject),
     then the eager run's, as what HF's eager loop adds (`classify.deployed_beside_eager`, chapter 05's too)."""
-    from ..analyze.classify import deployed_beside_eager
+    from .classify import deployed_beside_eager
 
     return deployed_beside_eager(dep, deployed_line, eager, eager_line)
 
@@ -235,3 +235,23 @@ def comparison_note(pair: tuple | None) -> str:
     a, b = pair
     return tr("A = `{a}` ({ca}), B = `{b}` ({cb}); ratios are B ÷ A.", a=md_code(a.run_id), ca=md(coverage_words(a)),
               b=md_code(b.run_id), cb=md(coverage_words(b)))
+
+
+def contract(run, k: pd.DataFrame, roofs) -> tuple[pd.DataFrame, str]:
+    """The profiler output contract (`report.md`) as chapter 07 shows it (`analyze.summary.contract`): its Stages
+    table as a frame (bound and key issue per phase, the key issue in the reader's language) and, as Markdown, what
+    its cells and classes mean and its per-phase sections (root cause, top 3 opportunities); a phrase in its place
+    where the run has no ncu counters."""
+    import re
+
+    from ..analyze.summary import contract as parts_of
+    from ..contract.phrase import Phrase
+    from . import classify as NC
+
+    stages, parts = parts_of(run, k, roofs)
+    if isinstance(parts, Phrase):
+        return stages, parts
+    summary, c, opps, rows = parts
+    text = NC.contract_legend(run.manifest, summary, rows) + "\n\n" + NC.contract_sections(summary, c, opps,
+                                                                                           run.manifest)
+    return NC.stages(stages), re.sub(r"^## ", "#### ", text, flags=re.M)

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 01 · Timeline: where generate's time goes
 #
-# Where does generate's time go: how long does each phase take on the wall clock and on the GPU, and which kernels hold it?
+# Where does generate's time go: how long each phase takes on the wall clock and the GPU, and which kernels hold it?
 
 # %% tags=["parameters"]
 run_dir: str = "data/runs/h100-deepseek-ocr-2"  # run directory the book reads (the bundled run by default)

@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 04 · Roofline: how far each kernel is from its roof
 #
-# How far is each profiled kernel from its roof, on ncu's normalized roofline and on the physical one at each memory level?
+# How far is each profiled kernel from its roof, on ncu's normalized roofline and the physical one per memory level?
 
 # %% [markdown]
 # <details><summary>How this chapter works</summary>

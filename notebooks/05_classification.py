@@ -68,6 +68,7 @@ mine = (r, c, opps)
 twin = (tw.other, *C.classified(tw.other, rules)) if tw.other is not None else None
 deployed_side, eager_side = (mine, twin) if r is tw.deployed else (twin, mine)
 kb.summary(NC.pair_headline(deployed_side, eager_side, phase))
+kb.paragraph(NC.pair_rest(deployed_side, eager_side, phase))
 
 # %% [markdown]
 # ## Classes

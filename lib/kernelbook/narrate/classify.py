@@ -193,16 +193,28 @@ def report_for_run(run_dir, rules: Rules = Rules()) -> str | None:
 
 
 def pair_headline(deployed: tuple | None, eager: tuple | None, phase: str) -> str:
-    """Chapter 05's line for a workload captured eager and as deployed: the deployed run's classes and first
-    opportunity (the book's subject), then the eager run's as what HF's eager loop adds. Each side is
-    (run, classes, opportunities) or None."""
+    """Chapter 05's answer for a workload captured eager and as deployed: the deployed run's classes and first
+    opportunity (the book's subject; `pair_rest` gives the eager run's). Each side is (run, classes, opportunities)
+    or None."""
     def side(x):
         run, c, opps = x
         return headline(c[c.phase == phase], opps.get(phase), phase)
 
     if deployed is None or eager is None:
         return side(deployed or eager)
-    return deployed_beside_eager(deployed[0], side(deployed), eager[0], side(eager))
+    line = side(deployed)
+    return tr("As deployed ({dep}): {dline}.", dep=md(deployed[0].run_id), dline=line[:1].lower() + line[1:])
+
+
+def pair_rest(deployed: tuple | None, eager: tuple | None, phase: str) -> str:
+    """What follows chapter 05's answer on a workload captured eager and as deployed: the eager run's classes and
+    first opportunity, as what HF's eager loop adds; empty without both runs."""
+    if deployed is None or eager is None:
+        return ""
+    run, c, opps = eager
+    line = headline(c[c.phase == phase], opps.get(phase), phase)
+    return tr("Eager ({eager}, what HF's eager loop adds): {eline}.", eager=md(run.run_id),
+              eline=line[:1].lower() + line[1:])
 
 
 def deployed_beside_eager(dep, deployed_line: str, eager, eager_line: str) -> str:
@@ -219,7 +231,9 @@ def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
     f = C.lead(cp)
     first = "" if opps is None or not len(opps) else tr(
         "; first to try: {what} (est. ≤ {gain:.1f} % of {phase} wall time, up to {speedup}× faster)",
-        what=md(re.split("[:：]", say(opps.iloc[0].opportunity))[0].lower()), gain=opps.iloc[0].gain_pct,
+        # the opportunity's name, without its parenthesis (the opportunities table gives the how)
+        what=md(re.sub(r"\s*[(（].*?[)）]", "", re.split("[:：]", say(opps.iloc[0].opportunity))[0]).lower()),
+        gain=opps.iloc[0].gain_pct,
         speedup=C.times(opps.iloc[0].speedup),
         phase=phase_label(phase))
     return tr("{phase}: {pct:.0f} % of profiled kernel time is {cls} ({n_cls} of {n} kernels){first}",

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .contract import quantity as qty  # `quantity` below is the display of a value in a unit
+from .contract.names import PHASE_NAMES
 from .digits import MISSING, count, eng, missing, sig  # noqa: F401  (the display layer's names for them)
 from .escape import html as esc_html
 from .load.trace import demangle  # noqa: F401  (the display layer's name for it)
@@ -381,8 +382,7 @@ COLUMNS: dict[str, Col] = {
     "decode bound": Col("Decode bound by", "text"),
 }
 
-PHASE_LABEL = {"vision_encode": N_("vision encode"), "prefill": N_("prefill"), "decode": N_("decode"),
-               "other": N_("other")}
+PHASE_LABEL = PHASE_NAMES  # contract.names: English phrases, catalog keys
 
 
 def phase_label(phase: str) -> str:

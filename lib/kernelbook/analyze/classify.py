@@ -27,6 +27,7 @@ from ..contract.phrase import joined, phrase
 from .histograms import weighted_mean
 from .ncu_report import inloop_measured
 from ..contract.manifest import Manifest, read_manifest
+from ..contract.names import PHASE_NAMES
 from .steps import graph_node_gaps
 from .timeline import plain_ms_per_step
 
@@ -49,9 +50,6 @@ CLASSES = (phrase("memory-bound"), phrase("compute-bound"), phrase("latency-boun
 SIDES = (phrase("memory"), phrase("compute"), phrase("no FLOPs"))
 _CLASS_PHRASES = {str(p): p for p in CLASSES}
 
-# a phase as a reader names it (display.PHASE_LABEL's catalog keys), a phrase shown in the reader's language
-PHASE_NAMES = {"vision_encode": phrase("vision encode"), "prefill": phrase("prefill"), "decode": phrase("decode"),
-               "other": phrase("other")}
 
 
 def class_phrase(cls: str):

@@ -1,7 +1,10 @@
 """Names capture writes into a run and load parses back: the phases, the range grammar of the profiler trace
 (`kb::<phase>#<step>`, `kbop#<i>`, `kbmod#<path>|<class>`), the NVTX range ncu is filtered on, and the module
-attributes that mark a model's vision tower and projector. Pure strings: no torch, nothing above the base floor."""
+attributes that mark a model's vision tower and projector, the phases' reader names. Pure strings: no torch, nothing above
+the base floor."""
 from __future__ import annotations
+
+from .phrase import phrase
 
 BUILTIN_MODELS = ("deepseek-ocr-2",)  # models capture builds from a published configuration (capture.models)
 PHASES = ("vision_encode", "prefill", "decode")
@@ -36,3 +39,9 @@ def parse_record_name(name: str) -> tuple[str, int] | None:
         return None
     phase, step = name[4:].rsplit("#", 1)
     return phase, int(step)
+
+
+# a phase as a reader names it: English phrases (catalog keys), shown in the reader's language by the narration and
+# by display.phase_label
+PHASE_NAMES = {"vision_encode": phrase("vision encode"), "prefill": phrase("prefill"), "decode": phrase("decode"),
+               "other": phrase("other")}

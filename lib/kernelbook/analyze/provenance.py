@@ -40,6 +40,8 @@ _STORED = [
      lambda **v: phrase("auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet "
                         "measured", **v)),
     _literal(phrase("auto: torch; tensor-parallel ranks run under the torch profiler only")),
+    _literal(phrase("auto: torch; tensor-parallel ranks under nsys take two torchruns (plain generates and the shapes "
+                    "pass, then nsys), the torch profiler one: ask for timeline_backend: nsys to get it")),
     _literal(phrase("auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only")),
     (re.compile(r"^auto: nsys; on (?P<dev>.*) its overhead was measured lower: (?P<n>[\d.]+)x against (?P<t>[\d.]+)x "
                 r"for the torch profiler \((?P<where>.*)\)$", re.S),
@@ -69,6 +71,8 @@ _STORED = [
      lambda **v: phrase("nsys {version} found at {path}", **v)),
     (re.compile(r"^(?P<n>\d+) generate\(s\)$"), lambda **v: phrase("{n} generate(s)", **v)),
     _literal(phrase("torch.profiler schedule over the windows; every step of the plain generates timed (steps.parquet)")),
+    _literal(phrase("nsys capture ranges (cudaProfilerStart/Stop) over the windows, one report each; every step of the "
+                    "plain generates timed (steps.parquet)")),
     _literal(phrase("by position: NVTX range around each selected kernel's op call, no name filter")),
     _literal(phrase("by name: --kernel-name filter per phase (timeline without op numbering)")),
     _literal(phrase("by graph node: the NVTX target range around the profiled step's graph replay, --graph-profiling "

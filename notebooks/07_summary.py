@@ -70,8 +70,9 @@ stages, sections = NS.contract(r, k, roofs)
 tr_dep = S.trace_of(tw.deployed, variants)
 lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
 other_host = {rid for rid, c in controls.items() if len(c)}
-kb.summary(NS.headline(phases, limit, rows, deploy, other_host))
-kb.paragraph(NS.headline_rest(phases, limit, rows, deploy, other_host))
+answer, rest = NS.opening(phases, limit, rows, deploy, other_host)
+kb.summary(answer)
+kb.paragraph(rest)
 found = FD.first(FD.findings(r, tw.deployed, limit, deploy, lev))
 # each phase's bound on the first page is the deployed run's, where there is one: what serving would meet
 dep_stages = NS.contract(tw.deployed, *W.for_run(tw.deployed)[:-3:-1])[0] if tw.deployed is not None else stages

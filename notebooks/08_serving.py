@@ -39,8 +39,9 @@ kt = SV.kernel_table(st)
 tt = SV.turn_table(kt)
 traces = SV.traces_of(st)
 wt, wc = SV.whatif_table(st, traces)
-kb.summary(NS.headline(st, dt, ct, tt, wt))
-kb.paragraph(NS.headline_rest(st, dt, ct, tt, wt))
+answer, rest = NS.opening(st, dt, ct, tt, wt)
+kb.summary(answer)
+kb.paragraph(rest)
 kb.md(NS.points_note(st))
 
 # %% [markdown]

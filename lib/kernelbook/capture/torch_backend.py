@@ -244,8 +244,6 @@ def _plain_and_shapes(params: CaptureConfig, run_dir: Path, progress, quiet=lamb
     info = _workload_info(wl, tracker, load_s, plain, plain_phases,
                           N_("the shapes pass (a whole generate, run first)") if shapes_first else
                           f"{params.warmup} generate(s)")
-    if shaped is not None:
-        info["shapes_order"] = "first, as the warmup" if shapes_first else "before the nsys pass"
     tracker.remove()
     del wl, tracker
     gc.collect()
@@ -261,11 +259,11 @@ def _nsys_joined(params: CaptureConfig, timeline, shaped, shapes_s, info: dict, 
 
     shapes = None
     info = dict(info)
-    order = info.pop("shapes_order", None)
     if shaped is not None:
         t = time.perf_counter()
         timeline, shapes = join_shapes(timeline, shaped, by_stem=True)
-        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t, order=order)
+        shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t,
+                      order="first, as the warmup" if _shapes_first(params, sampling) else "before the nsys pass")
     # a sampled generation's generate also holds the calls that end and start each window's capture range, where nsys
     # writes the window's report: the profiled generate is the rest
     profiled_s = nsys_info["generate_s"] - nsys_info["capture_toggle_s"]

@@ -16,13 +16,14 @@ def kernel_table(kt: pd.DataFrame) -> pd.DataFrame:
 
 def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> str:
     """The chapter's answer: the step, throughput and the GPU's busy share from the smallest to the largest batch."""
-    return headline_parts(st, dt, ct, tt, wt)[0]
+    return opening(st, dt, ct, tt, wt)[0]
 
 
-def headline_rest(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> str:
-    """What follows the answer: the class that grows most, whether any profiled class reaches its ridge, and the
-    what-if's error at the other batches."""
-    return " ".join(headline_parts(st, dt, ct, tt, wt)[1:])
+def opening(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> tuple[str, str]:
+    """(the chapter's answer, what follows it: the class that grows most, whether any profiled class reaches its
+    ridge, and the what-if's error at the other batches)."""
+    parts = headline_parts(st, dt, ct, tt, wt)
+    return parts[0], " ".join(parts[1:])
 
 
 def headline_parts(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> list:

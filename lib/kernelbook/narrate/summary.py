@@ -124,23 +124,20 @@ def headline_parts(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.Dat
 
 def headline(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
              deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> str:
-    """The chapter's one line (`headline_parts`): with a deployment-shaped variant only the step as deployed against
-    its limit, HF's eager loop beside it (the chapter's answer; `headline_rest` says the rest)."""
+    """The chapter's one line (`opening`'s answer)."""
+    return opening(phases, limit, rows, deploy, other_host)[0]
+
+
+def opening(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
+            deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> tuple[str, str]:
+    """(the chapter's answer, what follows it) from `headline_parts`: with a deployment-shaped variant the answer is
+    the step as deployed against its limit, HF's eager loop beside it, and the biggest phase and the best measured
+    variant follow; otherwise the answer holds every part and nothing follows."""
     parts = headline_parts(phases, limit, rows, deploy, other_host)
-    return tr("; ").join(parts[:1] if _deployed_first(limit, deploy) else parts) + tr(".")
-
-
-def headline_rest(phases: pd.DataFrame, limit: DecodeLimit | None, rows: pd.DataFrame,
-                  deploy: pd.DataFrame | None = None, other_host: set = frozenset()) -> str:
-    """What `headline` leaves out of the answer where the run as deployed leads it: the biggest phase and the best
-    measured variant; empty otherwise."""
     if not _deployed_first(limit, deploy):
-        return ""
-    parts = headline_parts(phases, limit, rows, deploy, other_host)[1:]
-    if not parts:
-        return ""
-    text = tr("; ").join(parts) + tr(".")
-    return text[:1].upper() + text[1:]
+        return tr("; ").join(parts) + tr("."), ""
+    rest = tr("; ").join(parts[1:]) + tr(".") if len(parts) > 1 else ""
+    return parts[0] + tr("."), rest[:1].upper() + rest[1:]
 
 
 def _deployed_first(limit, deploy) -> bool:

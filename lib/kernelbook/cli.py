@@ -340,12 +340,10 @@ def _worker(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    if args.mode == "nsys" and "WORLD_SIZE" in os.environ:  # a tensor-parallel rank: its process group ends with it
-        import torch.distributed as dist
+    if "WORLD_SIZE" in os.environ:  # a tensor-parallel rank (ncu or nsys): it ends with the other ranks
+        from .capture.torch_backend import end_rank
 
-        if dist.is_initialized():
-            dist.barrier()
-            dist.destroy_process_group()
+        end_rank()
     return 0
 
 

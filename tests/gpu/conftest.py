@@ -179,6 +179,14 @@ def run_kernelbook(name: str, args: list[str], log: Path, timeout_s: float, run:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             rc = None
+        except BaseException:  # pytest interrupted (Ctrl-C, timeout -s INT): the capture must not outlive it, holding
+            # the machine's profiling lock for the next one
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
     ran = Ran(name, run, rc, time.monotonic() - t, log, report)
     record(config=name, command=" ".join(["python -m kernelbook", *args]), rc=rc, wall_s=round(ran.wall_s, 1),
            **({"break": BREAK} if BREAK else {}))

@@ -61,8 +61,13 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     model is built and warmed up at once, the measured generate waits for the go file (the capture process finishes
     its own CPU work beside the build, and nothing of it runs beside the generate). A sampled long generation
     (`sample_window`) is recorded window by window: the profiler runs over each run of sampled steps."""
+    import faulthandler
+
     import torch
 
+    if mode == "ncu":  # a worker still running shortly before the stage's time limit writes where each of its
+        # threads is to its log (ncu.log), so a stall says where it happened
+        faulthandler.dump_traceback_later(max(10, params.ncu_timeout_s - 20), exit=False)
     ncu_target = op_targets = warmup_tokens = stop_after = None
     go, early = (early, None) if mode == "nsys" else (None, early)
     if early:

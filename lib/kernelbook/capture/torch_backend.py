@@ -466,12 +466,27 @@ def init_rank() -> int:
     return dist.get_rank()
 
 
+def end_rank() -> None:
+    """End this torchrun rank with the others: wait until its GPU has run what it queued (its collectives end only
+    when every rank has launched them), meet the other ranks, then close the process group. A rank that left
+    earlier (the ncu stage's plain rank, stopped past the last profiled step while the rank under ncu was still
+    replaying that step's kernels) tore its communicator down under collectives still queued, and the rank under
+    ncu then waited in them until the time limit (2x H100, session 21: the last 2 of 21-23 launches)."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    torch.cuda.synchronize()
+    dist.barrier()
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+
+
 def tp_rank_worker(params: CaptureConfig, out: str, mode: str = "tp-timeline") -> None:
     """One rank of `tp_timeline` (under torchrun): its GPU, its timeline pass, its tables in out/rank<N>. Mode
     `tp-shapes`: its part of `tp_nsys_timeline` instead: plain generates and the shapes pass, the shapes pass's
     timeline in out/rank<N>/shaped.parquet."""
-    import torch.distributed as dist
-
     rank = init_rank()
     d = rank_run(Path(out), rank)
     d.raw.mkdir(parents=True, exist_ok=True)
@@ -486,8 +501,7 @@ def tp_rank_worker(params: CaptureConfig, out: str, mode: str = "tp-timeline") -
         timeline.to_parquet(d.timeline, **PARQUET)
         phases.to_parquet(d.phases, **PARQUET)
     d.info.write_text(json.dumps(info, default=str))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_rank()
 
 
 def _export_ingest(prof, trace: Path, keep: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, float, float]:

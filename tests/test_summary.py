@@ -307,3 +307,37 @@ def test_the_limit_counts_each_expert_once_at_any_batch():
     assert got[8][0].experts_once is None and got[1][0].experts_once is None
     assert got[1][0].weight_bytes < got[8][0].weight_bytes < lim32.weight_bytes
     assert "at most once" in NS.limit_prose(lim32) and "at most once" not in NS.limit_prose(got[8][0])
+
+
+def test_a_run_that_changes_two_levers_is_not_set_against_the_run(runs, tmp_path):
+    """Issue 42: a run is compared only with runs of the same workload and batch unless the comparison is the point
+    and says so. A variant changes one lever (its label says which); a graph run at batch 8 beside the eager batch-1
+    run changes two, so which change did what cannot be told: it is left out, with the reason."""
+    import json
+    import shutil
+
+    base = runs[0]
+    dst = tmp_path / "graphs-batch8"
+    shutil.copytree(VARIANT, dst, ignore=shutil.ignore_patterns("raw", "*.ncu-rep"))
+    m = json.loads((dst / "manifest.json").read_text())
+    m["params"]["batch_size"] = 8  # what a batch-8 capture of the graph variant records
+    (dst / "manifest.json").write_text(json.dumps(m))
+    two = load_run(dst)
+    assert S.lever_groups(S.changed_params(base.manifest["params"], two.manifest["params"])) == [
+        "CUDA graphs", "batch_size"]
+    kept, out = S.variants_of(base, [load_run(VARIANT), load_run(BATCH8), two])
+    assert [r.run_id for r in kept] == ["h100-variant-static-graphs", "h100-variant-batch8"]
+    assert len(out) == 1 and "changes more than one thing (CUDA graphs, batch_size)" in str(out[0]), out
+
+
+def test_the_deployed_table_sets_graph_runs_of_the_runs_batch_only():
+    """Chapter 07's eager-against-deployed table divides each graph run's step by this run's limit, a per-step limit
+    of its batch: a graph run of another batch (the serving study's batch 8 beside its batch 1) is not in it."""
+    study = REPO / "data" / "studies" / "h100-serving" / "runs"
+    b1, b8 = load_run(study / "batch_size-1"), load_run(study / "batch_size-8")
+    kept, out = S.variants_of(b1, [b8])
+    assert [r.run_id for r in kept] == [b8.run_id] and not out  # the batch lever: one change
+    tr, _, roofs, _ = W.for_run(b1)
+    limit = S.decode_limit(tr, b1, roofs)
+    table = S.deployed(b1, limit, [(b8, W.for_run(b8)[0])])
+    assert table.attrs["run_ids"] == [b1.run_id]

@@ -148,12 +148,23 @@ def variants_of(base_run, runs: list) -> tuple[list, list[str]]:
         differs = info.workload.differs(base.workload)
         if info.device != base.device:
             differs.append("device")
+        levers = lever_groups(changed_params(base.params, info.params))
         if differs:
             out.append(phrase("{run} is not a variant of {base}: it differs in {keys}", run=run.run_id,
                               base=base_run.run_id, keys=", ".join(differs)))
+        elif len(levers) > 1:  # e.g. a batch-32 graph run beside an eager batch-1 run: which change did what?
+            out.append(phrase("{run} is not a variant of {base}: it changes more than one thing ({keys}), and a "
+                              "variant changes one", run=run.run_id, base=base_run.run_id, keys=", ".join(levers)))
         else:
             kept.append(run)
     return kept, out
+
+
+def lever_groups(changed: dict) -> list[str]:
+    """The levers a set of changed capture parameters pulls (`VARIANT_KEYS`; a static cache and a compiled step are
+    one lever, CUDA graphs), sorted."""
+    return sorted({"CUDA graphs" if k in ("cache_implementation", "compile_decode") else k
+                   for k in changed if k in VARIANT_KEYS})
 
 
 def trace_of(run, variants: list) -> "W.Trace | None":
@@ -386,7 +397,9 @@ def deployed(run, limit: DecodeLimit | None, variants: list) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = [(run, limit.busy_ms)]
     for v, tv in variants:
-        if _graph_decode(v) and "decode" in set(tv.measured.phase):
+        # the same work at the same batch only: the limit is this run's, per step of its batch
+        same_batch = v.info.workload.batch_size == run.info.workload.batch_size
+        if _graph_decode(v) and same_batch and "decode" in set(tv.measured.phase):
             rows.append((v, float(tv.measured.set_index("phase").loc["decode", "busy_ms_per_step"])))
     out = []
     lim = limit.q("limit_ms")

@@ -29,9 +29,11 @@ rank: int = 0  # tensor-parallel run: the rank (GPU) whose kernels the chapter s
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 deployed_run: str = "data/runs/h100-variant-static-graphs"  # the same workload as deployed (CUDA graphs); empty: none
 cross_run: str = "data/runs/h200-deepseek-ocr-2"  # the same workload on another GPU, predicted from this run and back; empty: none
+study_dir: str = "data/studies/h100-serving"  # a serving study of this workload: the batch lever's host time per step; empty: none
 
 # %%
 from kernelbook import notebook as kb
+from kernelbook.analyze import serving as SV
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
 from kernelbook.load.twins import twins
@@ -40,7 +42,7 @@ from kernelbook.narrate import whatif as WN
 from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
-kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run, cross_run=cross_run)
+kb.setup(language, run_dir=run_dir, rank=rank, deployed_run=deployed_run, cross_run=cross_run, study_dir=study_dir)
 given = kb.open_run(run_dir, rank=rank)
 kb.not_served(WN.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
 # the eager run and the run as deployed of this workload, whichever run_dir names (deployed_run: the twin to take
@@ -52,6 +54,7 @@ designs = {gpu.key: gpu, **W.load_designs()}
 val = W.validation(tr)
 dep = tw.deployed if tw.deployed is not None and tw.deployed is not r else None
 tr_dep, _, _, k_dep = W.for_run(dep) if dep is not None else (None, None, None, None)
+tr_dep = SV.with_host_growth(tr_dep, dep, kb.study_if_given(study_dir))  # the batch lever's host per step
 dep_val = W.validation(tr_dep) if tr_dep is not None else None
 cross = kb.open_run(cross_run) if cross_run else None
 cross_note = WN.cross_run_note(r, cross)

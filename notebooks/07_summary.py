@@ -28,12 +28,14 @@ variant_runs: list = ["data/runs/h100-variant-static-graphs", "data/runs/h100-va
                       "data/runs/h100-variant-eager-attention"]  # variant runs of run_dir
 baseline_run: str = ""  # a run to compare run_dir against; empty: no comparison section
 cross_run: str = "data/runs/h200-deepseek-ocr-2"  # the same workload on another GPU: the what-if's cross-device error; empty: none
+study_dir: str = "data/studies/h100-serving"  # a serving study of this workload: the batch lever's host time per step; empty: none
 language: str = "en"  # narrative language: en or zh (the book runner translates the markdown cells too)
 
 # %%
 from kernelbook import notebook as kb
 from kernelbook.analyze import findings as FD
 from kernelbook.analyze import levers as L
+from kernelbook.analyze import serving as SV
 from kernelbook.analyze import summary as S
 from kernelbook.analyze import timeline as T
 from kernelbook.analyze import whatif as W
@@ -48,7 +50,7 @@ from kernelbook.plots import figures as F
 
 # every parameter, checked as the book command checks them: a bad one stops here with its note
 kb.setup(language, run_dir=run_dir, rank=rank, variant_runs=variant_runs, baseline_run=baseline_run,
-         cross_run=cross_run)
+         cross_run=cross_run, study_dir=study_dir)
 given = kb.open_run(run_dir, rank=rank)
 kb.not_served(WN.unmodellable(given))  # a timeline without op shapes (nsys): the note, not a failure
 # the eager run and the run as deployed of this workload, whichever run_dir names: the chapter reads the same pair
@@ -67,7 +69,7 @@ rows = S.variant_rows(tr, gpu, r, variants)
 deploy = S.deployed(r, limit, variants)
 controls = {v.run_id: S.host_control(r, v) for v, _ in variants}
 stages, sections = NS.contract(r, k, roofs)
-tr_dep = S.trace_of(tw.deployed, variants)
+tr_dep = SV.with_host_growth(S.trace_of(tw.deployed, variants), tw.deployed, kb.study_if_given(study_dir))
 lev = L.levers(tw.deployed, tw.eager, tr_dep, W.validation(tr_dep)) if tr_dep is not None else None
 other_host = {rid for rid, c in controls.items() if len(c)}
 answer, rest = NS.opening(phases, limit, rows, deploy, other_host)

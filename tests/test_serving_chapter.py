@@ -69,18 +69,52 @@ def test_not_a_study_exits_2(tmp_path):
 
 def test_batch_one_what_if_predicts_the_other_batches():
     """Issue 42's target on the H100 study: the what-if fitted at batch 1 predicts each batch's decode step within
-    25 % (the plain step: +4, +11, +17 % at batch 8, 16, 32). Since the model reads a MoE's gathered experts once per
-    token's choice, as the run does, the expert GEMVs' class is right at batch 32 (5.09 against 5.00 ms); device time
-    is +16, +20, +28 %: the small classes (norms, copies, elementwise) are over-predicted, which the under-predicted
-    expert reads used to hide (device time within 3.5 % before, for that reason)."""
+    25 % (the plain step: -17, -16, -15 % at batch 8, 16, 32, the host time between replays held at batch 1's).
+    Device time is -10, -12, -9 %: a launch whose work is unknown (its bytes derived from its time: the compiled
+    graph's norms, copies and elementwise kernels) keeps its measured time at any batch, as the study measured them
+    (the small classes within 0.03 ms a step at batch 32; scaled by the batch they were 2.5 against 0.1 ms for the
+    norms, and device time +16 to +28 %). The expert GEMVs' class is right at batch 32 (5.09 against 5.00 ms)."""
     st = open_study(STUDIES / "h100-serving")
     wt, wc = SV.whatif_table(st, SV.traces_of(st))
     other = wt[wt.batch != wt.fitted_at]
     assert len(other) >= 3
     assert (other.step_error_pct.abs() <= 25).all(), wt
-    assert (other.device_error_pct.abs() <= 30).all(), wt
+    assert (other.device_error_pct.abs() <= 15).all(), wt
     gemv = wc[(wc.batch == 32) & (wc["class"] == "GEMV")].iloc[0]
     assert gemv.predicted_ms == pytest.approx(gemv.measured_ms, rel=0.05)
+    small = wc[(wc.batch == 32) & wc["class"].isin(["reduction/norm", "copy/cast", "elementwise", "other"])]
+    assert len(small) == 4 and (small.error_ms.abs() < 0.05).all(), small
     # the per-class table adds up to the per-batch one
     for b, g in wc.groupby("batch"):
         assert g.measured_ms.sum() == pytest.approx(wt.set_index("batch").busy_step_ms[b], rel=0.02)
+
+
+def test_the_batch_lever_takes_the_host_time_the_study_measured():
+    """Issue 42: the host time between graph replays grows with the batch (0.57, 1.00, 1.08, 1.72 ms at batch 1, 8,
+    16, 32 on the H100 study) though the step's launches do not; a batch-1 run cannot tell, so the deployed run's batch
+    lever adds what the study measured of the same work on the same GPU, and names the study."""
+    from kernelbook.analyze import whatif as W
+    from kernelbook.load.run import load_run
+
+    st = open_study(STUDIES / "h100-serving")
+    dep = load_run(REPO / "data" / "runs" / "h100-variant-static-graphs")
+    g = SV.host_growth(st, dep)
+    assert g.batches == (1, 8, 16, 32) and g.source == "h100-serving"
+    measured = SV.decode_table(st).set_index("batch")
+    assert g.ms == pytest.approx(tuple(measured.host_step_ms - [
+        tr.host.node_gaps_ms for tr in SV.traces_of(st).values()]), rel=1e-9)
+    assert g.extra_ms(1) == 0 and g.extra_ms(8) == pytest.approx(g.ms[1] - g.ms[0])
+    assert g.extra_ms(64) == pytest.approx(g.ms[3] + 32 * (g.ms[3] - g.ms[2]) / 16 - g.ms[0])  # its last segment
+    tr = W.for_run(dep)[0]
+    grown = SV.with_host_growth(tr, dep, st)
+    for b in (1, 8, 32):
+        held, taken = (W.predict(t, t.gpu, batch=b).set_index("phase").loc["decode", "wall_ms_per_step"]
+                       for t in (tr, grown))
+        assert taken - held == pytest.approx(g.extra_ms(b))
+        if b > 1:  # the deployed run (64 new tokens) against the study's measured step (32) at that batch
+            assert abs(taken / measured.plain_step_ms[b] - 1) <= 0.25
+    setting = W.lever_table(grown, grown.gpu).set_index("lever").loc["batch", "setting"]
+    assert str(setting) == "8, host time per step as study h100-serving measured it"
+    # an eager run's host time is per launch, not between replays: no growth is taken for it
+    assert SV.host_growth(st, load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2")) is None
+    assert SV.with_host_growth(tr, dep, None) is tr

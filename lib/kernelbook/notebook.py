@@ -309,6 +309,12 @@ def open_study(study_dir: str):
         raise ChapterStop(plain(str(e))) from None
 
 
+def study_if_given(study_dir: str):
+    """The study at `study_dir` for a chapter that reads it beside its run (its batch lever's host time per step):
+    None when none is given (the parameter check has refused a folder that is not a study)."""
+    return open_study(study_dir) if study_dir else None
+
+
 def backend_twin(run):
     """The run's workload captured with the other timeline profiler beside it (`load.twins.backend_twin`), opened
     through the door check; None where there is none."""

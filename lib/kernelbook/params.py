@@ -257,8 +257,10 @@ SCHEMA: dict[str, Param] = {
     "deployed_run": Param(str, "data/runs/h100-variant-static-graphs", ("06_npu",), "a run of the same workload "
                           "as deployed (decode as CUDA graphs), whose validation and headline chapter 06 sets beside "
                           "run_dir's; empty: none", check=lambda v: _run_dir(v) if v else None),
-    "study_dir": Param(str, BUNDLED_STUDY, (STUDY_CHAPTER,), "a study folder (`python -m kernelbook study`): "
-                       "the serving chapter reads its points together; empty: the chapter says none was given",
+    "study_dir": Param(str, BUNDLED_STUDY, (STUDY_CHAPTER, "06_npu", "07_summary"), "a study folder "
+                       "(`python -m kernelbook study`): the serving chapter reads its points together, and chapters 06 "
+                       "and 07 take the host time per decode step it measured batch by batch into the batch lever "
+                       "of the run as deployed (same model and GPU); empty: the chapter says none was given",
                        check=lambda v: _study_dir(v) if v else None),
     "cross_run": Param(str, "data/runs/h200-deepseek-ocr-2", ("06_npu", "07_summary"), "the same workload captured "
                        "on another GPU: chapter 06 fits its model on run_dir, predicts that GPU (and back) and prints "

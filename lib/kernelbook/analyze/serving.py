@@ -177,3 +177,40 @@ def roofs_of(st: StudyRuns):
     """The roofs of the study's first point holding a run (one GPU for the whole study)."""
     p = st.held[0]
     return R.for_run(p.run)[2]
+
+
+def host_growth(st: StudyRuns | None, run, traces: dict[int, W.Trace] | None = None) -> "W.HostGrowth | None":
+    """What a study measured of a graph run's host time between replays per decode step, batch by batch
+    (`whatif.HostGrowth`), for `run`'s batch lever: None where there is no study, `run` did not decode as CUDA graphs,
+    or the study's points are not its work on its GPU (model, weights, dtype, ranks, GPU; the tokens may differ: the
+    host's per-step work does not depend on the context) or do not span two batches. `traces`: the points' what-if
+    traces where already built (`traces_of`)."""
+    if st is None or run is None or not run.info.workload.graph_decode:
+        return None
+    me = run.info
+    keys = ("model", "weights", "dtype", "tensor_parallel")
+
+    def same(p: StudyPoint) -> bool:
+        w = p.run.info
+        return (w.workload.graph_decode and all(getattr(w.workload, k) == getattr(me.workload, k) for k in keys)
+                and w.gpu_name == me.gpu_name and (w.device or None) == (me.device or None))
+
+    pts = sorted((p for p in st.held if same(p) and W.unmodellable(p.run) is None), key=batch_of)
+    per_batch = {}
+    for p in pts:
+        tr = (traces or {}).get(p.index) or W.for_run(p.run)[0]
+        if tr.host is not None and tr.host.graph and tr.host.between_replays_ms == tr.host.between_replays_ms:
+            per_batch.setdefault(batch_of(p), tr.host.between_replays_ms)
+    if len(per_batch) < 2:
+        return None
+    b = sorted(per_batch)
+    return W.HostGrowth(tuple(b), tuple(per_batch[x] for x in b), st.study_id)
+
+
+def with_host_growth(tr: "W.Trace | None", run, st: StudyRuns | None) -> "W.Trace | None":
+    """`tr` (the what-if's trace of `run`) carrying the study's `host_growth` for its batch lever, where the study
+    measured it for this run's work; `tr` itself otherwise."""
+    from dataclasses import replace
+
+    g = host_growth(st, run) if tr is not None else None
+    return replace(tr, host_growth=g) if g is not None else tr

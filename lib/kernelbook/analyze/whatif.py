@@ -544,8 +544,11 @@ def launch_time_s(work: pd.DataFrame, d: Design, calib: pd.DataFrame, gpu: Desig
                                                                     np.where(fused, 0.0, issue_s(work, d, k, batch)))
     on_gpu = _memo("ideal on the run's GPU", (work, calib, gpu),
                    lambda: (ideal_s(work, gpu, dram_scaling=phi, ref_gbps=gpu.dram_gbps),))[0]
+    # a row whose work is unknown (its bytes were derived from its time) keeps its measured time at any batch, moved by
+    # the design's ideal time over the run GPU's only: nothing says how much of that time would grow with the batch
+    at_one = ideal if batch == 1 else ideal_s(work, d, 1, active_bytes, phi, gpu.dram_gbps)
     with np.errstate(divide="ignore", invalid="ignore"):
-        carried = median_s * ideal / on_gpu
+        carried = median_s * at_one / on_gpu
     return np.where(scaled, np.nan_to_num(carried), t), fused
 
 
@@ -671,6 +674,27 @@ def replay_host_of(timeline: pd.DataFrame, measured: pd.DataFrame, ratio: float,
                       max(step_ms - span, 0.0), basis, timed=plain == plain)
 
 
+@dataclass(frozen=True)
+class HostGrowth:
+    """Host time between graph replays per decode step (ms), measured at each batch of a serving study of the same
+    work (`analyze.serving.host_growth`): what a batch lever adds to the run's own host term. The what-if cannot
+    derive it from a batch-1 run: on the H100 study it grew 0.57, 1.00, 1.08, 1.72 ms at batch 1, 8, 16, 32, while
+    the step's launches stayed the same."""
+    batches: tuple
+    ms: tuple
+    source: str             # the study it was measured in
+
+    def extra_ms(self, batch: float) -> float:
+        """The growth from the study's smallest batch to `batch`: linear between measured batches, beyond the last
+        along its last segment, 0 at or below the first."""
+        b, m = np.asarray(self.batches, dtype=float), np.asarray(self.ms, dtype=float)
+        if batch <= b[0] or len(b) < 2:
+            return 0.0
+        if batch <= b[-1]:
+            return float(np.interp(batch, b, m) - m[0])
+        return float(m[-1] + (batch - b[-1]) * (m[-1] - m[-2]) / (b[-1] - b[-2]) - m[0])
+
+
 @dataclass
 class Trace:
     """What the model replays: per-launch work rows, the launch sequence, the run's measured phase times,
@@ -689,6 +713,8 @@ class Trace:
     # the next step's inputs. Outside every decode range, so outside the phase's wall, yet inside the plain step
     # (token to token); a design does not remove it (`loop_s_of`)
     loop_s: float = 0.0
+    # a graph run's host time between replays as the batch grows, measured by a serving study (None: held at the run's)
+    host_growth: HostGrowth | None = None
 
     def q(self, name: str, value) -> "quantity.Q":
         """A figure of the modelled run as the named quantity `name` (`contract.quantity`)."""
@@ -836,7 +862,9 @@ def _predicted(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None 
     A plain prediction (`host_scale` None) of a run whose decode ran as CUDA graphs prices a decode step as the
     host time between replays (`ReplayHost.between_replays_ms`, one term per step, not per launch) + the graph's
     node gaps + the design's device time + its `graph_floor_us`: the host and the graph replay do not overlap
-    (generate waits for each step's token), and no per-launch dispatch applies inside a graph."""
+    (generate waits for each step's token), and no per-launch dispatch applies inside a graph. At a batch above 1
+    that host term grows by what a serving study of the same work measured (`Trace.host_growth`), where the run
+    carries one."""
     scales = host_scales(tr) if host_scale is None else {ph: host_scale for ph in tr.steps}
     t_row, fused = launch_time_s(tr.work, d, tr.calib if calib is None else calib, tr.gpu, batch, active_bytes)
     seq = tr.seq
@@ -866,7 +894,8 @@ def _predicted(tr: Trace, d: Design, batch: int = 1, active_bytes: float | None 
             # fuses kernels away), plus the design's per-graph floor where it states one
             dk = k & in_decode
             kept = 1 - float(fused[rows[dk]].sum()) / max(1, int(dk.sum()))
-            wall = (1e-3 * (hr.between_replays_ms + hr.node_gaps_ms * kept) + dev
+            between = hr.between_replays_ms + (tr.host_growth.extra_ms(batch) if tr.host_growth else 0.0)
+            wall = (1e-3 * (between + hr.node_gaps_ms * kept) + dev
                     + 1e-6 * (d.graph_floor_us or 0.0))
         out.append({"phase": ph, "steps": n, "device_ms_per_step": 1e3 * dev, "wall_ms_per_step": 1e3 * wall,
                     "device_share_pct": 100 * dev / wall,
@@ -1615,7 +1644,9 @@ def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_
     for mb in (256, 512, 1024, float(np.ceil(1.1 * mib))):
         cases.append(("on-chip SRAM keeping weights", phrase("{mb:,.0f} MiB", mb=mb), dict(sram_mb=mb, **keep), 1))
     cases += [("weight precision", p, dict(weight_precision=p), 1) for p in ("fp8", "int4")]
-    cases.append(("batch", "8", {}, 8))
+    grown = next((t.host_growth for t in (tr, deployed) if t is not None and t.host_growth is not None), None)
+    cases.append(("batch", phrase("{n}, host time per step as study {study} measured it", n=8, study=grown.source)
+                  if grown is not None else "8", {}, 8))
     runs = [(tr, g, val if val is not None else validation(tr), "")]
     if deployed is not None:
         runs.append((deployed, deployed.gpu, dep_val if dep_val is not None else validation(deployed), " as deployed"))

@@ -420,3 +420,60 @@ def test_every_op_call_of_a_step_is_tied_to_the_module_that_called_it(tiny_ocr2,
     vis = calls[calls.phase == "vision_encode"]
     assert vis.module.str.startswith(("model.vision_tower", "model.multi_modal_projector")).all()
     assert vis.layer.isna().all() and "projector" in set(vis.module_type)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_routing_pass_counts_the_experts_each_decode_step_picks(tiny_ocr2, batch):
+    """Issue 42: the physical limit of a batched MoE step counts each expert the batch touches once; the routing pass
+    records how many its routers picked. Checked against the router module's own output in another generate of the
+    same inputs: per decode call, its distinct top-k indices (the tiny model: 4 experts, top-2, one sparse layer)."""
+    from kernelbook.capture.routing import routing_pass
+
+    lm = load_model(str(tiny_ocr2), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, replace(PARAMS, batch_size=batch, max_new_tokens=6), "cpu")
+    rec = routing_pass(wl, batch, 6)
+    (r,) = rec["routers"]
+    assert (r["tokens"], r["experts"], r["k"], r["steps"]) == (batch, 4, 2, 5)
+    gates = [m for n, m in lm.model.named_modules() if n.endswith("mlp.gate")]
+    assert len(gates) == 1  # mlp_layer_types: dense, sparse
+    seen = []
+    hook = gates[0].register_forward_hook(
+        lambda mod, args, out: seen.append(int(torch.unique(out[2]).numel())) if out[2].shape[0] == batch else None)
+    try:
+        replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": 6, "min_new_tokens": 6}).generate()
+    finally:
+        hook.remove()
+    assert r["calls"] == len(seen) == 5
+    assert r["distinct_mean"] == pytest.approx(sum(seen) / len(seen))
+    assert (r["distinct_min"], r["distinct_max"]) == (min(seen), max(seen))
+    assert 2 <= r["distinct_min"] <= r["distinct_max"] <= r["bound"] == min(2 * batch, 4)
+    if batch == 1:
+        assert r["distinct_mean"] == 2  # one token picks k experts
+
+
+def test_a_dense_model_has_no_routing_record(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from kernelbook.capture.routing import routing_pass
+
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, vocab_size=100, bos_token_id=0, eos_token_id=1)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "tiny-llama")
+    lm = load_model(str(tmp_path / "tiny-llama"), "pretrained", "cpu", "float32")
+    wl = build_workload(lm, replace(PARAMS, max_new_tokens=4, prompt_tokens=8), "cpu")
+    assert routing_pass(wl, 1, 4) is None
+
+
+def test_the_routing_record_counts_the_experts_of_the_whole_batch():
+    """The recorder counts, per router call, the distinct experts over all the batch's tokens (not per token, not the
+    first row): three tokens picking {0, 1}, {1, 2}, {0, 3} of 4 experts touch all 4."""
+    from kernelbook.capture.routing import summarize, topk_recorder
+
+    scores = torch.tensor([[0.9, 0.8, 0.1, 0.0], [0.1, 0.9, 0.8, 0.0], [0.8, 0.0, 0.1, 0.9]])
+    with topk_recorder(3) as calls:
+        torch.topk(scores, k=2, dim=-1, sorted=False)
+        torch.topk(scores[:, :2], k=1, dim=-1)  # [3, 2], k=1: another shape, kept apart
+        torch.topk(scores[:2], k=2, dim=-1)  # 2 rows: not this batch's router
+    (two, four) = summarize(calls, 1)
+    assert (four["experts"], four["k"], four["distinct_mean"], four["bound"]) == (4, 2, 4, 4)
+    assert (two["experts"], two["k"], two["distinct_mean"], two["calls"]) == (2, 1, 2, 1)

@@ -309,6 +309,38 @@ def test_the_limit_counts_each_expert_once_at_any_batch():
     assert "at most once" in NS.limit_prose(lim32) and "at most once" not in NS.limit_prose(got[8][0])
 
 
+def test_the_limit_counts_the_experts_the_routing_pass_recorded(tmp_path):
+    """Issue 42 point 3: where the capture's routing pass recorded the experts the batch's routers picked, the limit
+    counts those, each once: at batch 8 (48 selections of 64 experts) 30.5 a layer on average stands for the bound's 48,
+    and the expert weights shrink by 30.5/48; the prose says it was recorded. A router shape the record lacks falls
+    back to the bound."""
+    import json
+    import shutil
+
+    src = REPO / "data" / "studies" / "h100-serving" / "runs" / "batch_size-8"
+    dst = tmp_path / "batch_size-8"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("raw", "*.ncu-rep"))
+    m = json.loads((dst / "manifest.json").read_text())
+    router = {"tokens": 8, "experts": 64, "k": 6, "calls": 341, "steps": 31, "distinct_mean": 30.5,
+              "distinct_min": 24, "distinct_max": 37, "bound": 48}  # as capture.routing writes it
+    m["timeline_info"]["moe_routing"] = {"method": "routing pass", "routers": [router]}
+    (dst / "manifest.json").write_text(json.dumps(m))
+    before, after = load_run(src), load_run(dst)
+    tr, _, roofs, _ = W.for_run(before)
+    bound, recorded = S.decode_limit(tr, before, roofs), S.decode_limit(tr, after, roofs)
+    assert bound.experts_once is None  # 48 selections < 64 experts: the bound counts each selection
+    per_choice = W.active_weight_bytes(tr)
+    sel = tr.work[(tr.work.phase == "decode") & tr.work.per_selection]
+    experts = float((sel.weight_bytes * sel.launches).sum()) / tr.steps["decode"]
+    assert recorded.weight_bytes == pytest.approx(per_choice - experts * (1 - 30.5 / 48))
+    assert recorded.experts_once == (8, 64, pytest.approx(per_choice), 30.5)
+    assert recorded.limit_ms < bound.limit_ms
+    assert "30.5 of the MoE's 64 experts per layer on average" in NS.limit_prose(recorded)
+    m["timeline_info"]["moe_routing"]["routers"][0]["experts"] = 32  # another router's record
+    (dst / "manifest.json").write_text(json.dumps(m))
+    assert S.decode_limit(tr, load_run(dst), roofs).weight_bytes == pytest.approx(bound.weight_bytes)
+
+
 def test_a_run_that_changes_two_levers_is_not_set_against_the_run(runs, tmp_path):
     """Issue 42: a run is compared only with runs of the same workload and batch unless the comparison is the point
     and says so. A variant changes one lever (its label says which); a graph run at batch 8 beside the eager batch-1

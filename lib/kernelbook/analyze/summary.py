@@ -59,7 +59,9 @@ class DecodeLimit:
     busy_ms: float           # measured GPU-busy per step
     plain_ms: float | None = None  # measured wall per step of the plain (unprofiled) run, where timed
     run_id: str = ""               # the run measured: the quantities' keys name it (contract.quantity)
-    # a MoE whose batch selected more experts than it has: (tokens, experts, weight bytes one copy per selection)
+    # a MoE whose batch's selections repeat experts: (tokens, experts, weight bytes one copy per selection, the
+    # distinct experts its routers picked per call as the capture's routing pass recorded them, None: not recorded,
+    # the bound min(tokens·k, experts) taken)
     experts_once: tuple | None = None
 
     def q(self, name: str) -> Q:
@@ -108,13 +110,17 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
     else:
         bw, src = roofs.bandwidth["dram"], phrase("spec sheet")
     m = tr_.measured.set_index("phase").loc["decode"]
-    weights = W.active_weight_bytes(tr_, each_once=True)  # each expert at most once, however many tokens chose it
-    per_choice = W.active_weight_bytes(tr_)
     router = W.moe_router(tr_)
+    rec = run.info.timeline_info.moe_routing
+    picked = rec.router(*router) if rec is not None and router is not None else None
+    distinct = picked.distinct_mean if picked is not None else None
+    # each expert once, however many tokens chose it: the experts the routers picked, or at most all of them
+    weights = W.active_weight_bytes(tr_, each_once=True, distinct=distinct)
+    per_choice = W.active_weight_bytes(tr_)
     batch = run.info.workload.batch_size
     return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),
                        float(m.busy_ms_per_step), plain_ms_per_step(run, "decode"), run.run_id,
-                       (*router, per_choice) if router and per_choice > weights else None)
+                       (*router, per_choice, distinct) if router and per_choice > weights else None)
 
 
 # --- variants ------------------------------------------------------------------------------------

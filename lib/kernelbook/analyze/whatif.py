@@ -958,18 +958,20 @@ def host_time_per_launch_us(tr: Trace, phase: str = "decode") -> float:
     return 1e3 * (timed if timed == timed else m.plain_wall_ms_per_step) / launches
 
 
-def active_weight_bytes(tr: Trace, precision: str | None = None, each_once: bool = False) -> float:
+def active_weight_bytes(tr: Trace, precision: str | None = None, each_once: bool = False,
+                        distinct: float | None = None) -> float:
     """Weight bytes one decode step reads (all GEMM/GEMV launches of decode ÷ steps), at `precision` ('fp8' halves
     them, 'int4' quarters them; None: as run, bf16). `each_once`: the bytes the step must move, each weight once: a
-    MoE's expert product over the batch's expert selections (`per_selection` rows) counts at most the router's E
-    experts (`moe_router`), not one copy per selection (the physical limit)."""
+    MoE's expert product over the batch's expert selections (`per_selection` rows) counts the experts its router
+    picked, `distinct` per call where the capture recorded them (its routing pass), else at most the router's E
+    (`moe_router`), not one copy per selection (the physical limit)."""
     w = at_precision(tr.work[tr.work.phase == "decode"], precision)
     wb = w.weight_bytes * w.launches
     router = moe_router(tr) if each_once else None
     if router is not None and "per_selection" in w:
-        _, experts = router
+        cap = router[1] if distinct is None else distinct
         sel = w.op_shapes.map(lambda s: (gemm_dims(s) or (0,))[0]).where(w.per_selection, 0)
-        wb = wb * np.where(sel > experts, experts / sel.clip(lower=1), 1.0)
+        wb = wb * np.where(sel > cap, cap / sel.clip(lower=1), 1.0)
     return float(wb.sum() / max(1, tr.steps.get("decode", 1)))
 
 

@@ -137,7 +137,9 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
                       order="first, as the warmup" if shapes_first else "after the profiled pass")
         del shaped
     tracker.remove()
+    routing = _routing(wl, params, progress)
     info = {
+        "moe_routing": routing,
         **_workload_info(wl, tracker, load_s, plain, plain_phases,
                          N_("the shapes pass (a whole generate, run first)") if shapes_first else
                          f"{params.warmup} generate(s)"),
@@ -152,6 +154,14 @@ def torch_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: No
     gc.collect()
     torch.cuda.empty_cache()
     return timeline, phases, info
+
+
+def _routing(wl, params: CaptureConfig, progress) -> dict | None:
+    """The routing pass (capture.routing): the experts a MoE's routers pick per decode step; None for a dense model."""
+    from .routing import routing_pass
+
+    progress("  routing pass (an eager generate: the experts each decode step's routers pick)")
+    return routing_pass(wl, params.batch_size, params.max_new_tokens)
 
 
 def _workload_info(wl, tracker, load_s: float, plain: list[float], plain_phases: dict, warmup: str) -> dict:
@@ -245,6 +255,7 @@ def _plain_and_shapes(params: CaptureConfig, run_dir: Path, progress, quiet=lamb
                           N_("the shapes pass (a whole generate, run first)") if shapes_first else
                           f"{params.warmup} generate(s)")
     tracker.remove()
+    info["moe_routing"] = _routing(wl, params, progress)
     del wl, tracker
     gc.collect()
     torch.cuda.empty_cache()

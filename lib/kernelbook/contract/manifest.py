@@ -181,6 +181,50 @@ class PlainPhase:
 
 
 @dataclass(frozen=True)
+class MoeRouter:
+    """One router shape of a MoE's decode steps as the routing pass recorded it (capture.routing): per call, the
+    distinct experts its top-k picked among `experts` for `tokens` tokens (mean, min, max over `calls`), and the bound
+    min(tokens·k, experts) that a step without the record assumes."""
+
+    tokens: int
+    experts: int
+    k: int
+    calls: int
+    steps: int
+    distinct_mean: float
+    distinct_min: int
+    distinct_max: int
+
+    @classmethod
+    def read(cls, d: Mapping) -> "MoeRouter | None":
+        vals = [_int(d.get(k)) for k in ("tokens", "experts", "k", "calls", "steps")]
+        mean, lo, hi = _num(d.get("distinct_mean")), _int(d.get("distinct_min")), _int(d.get("distinct_max"))
+        if None in vals or mean is None or lo is None or hi is None:
+            return None
+        return cls(*vals, mean, lo, hi)
+
+
+@dataclass(frozen=True)
+class MoeRouting:
+    """The routing pass's record (`timeline_info.moe_routing`): how it was taken and each router shape."""
+
+    method: str
+    routers: tuple[MoeRouter, ...]
+
+    @classmethod
+    def read(cls, d: Any) -> "MoeRouting | None":
+        if not isinstance(d, Mapping):
+            return None
+        routers = tuple(r for r in (MoeRouter.read(x) for x in d.get("routers") or () if isinstance(x, Mapping))
+                        if r is not None)
+        return cls(_str(d.get("method")) or "", routers) if routers else None
+
+    def router(self, tokens: int, experts: int) -> MoeRouter | None:
+        """The record of the router over [tokens, experts], None where the pass saw none."""
+        return next((r for r in self.routers if (r.tokens, r.experts) == (tokens, experts)), None)
+
+
+@dataclass(frozen=True)
 class TimelineInfo:
     """What the timeline stage recorded (`timeline_info`): the model, its inputs, the plain generate against the
     profiled one."""
@@ -206,6 +250,7 @@ class TimelineInfo:
     shapes: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)  # the shapes pass; empty before it existed
     sampling: Mapping[str, Any] | None = None  # the sampled decode windows; None: every step profiled
     ranks: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    moe_routing: MoeRouting | None = None  # the experts a MoE's routers picked per decode step; None: not recorded
 
     @classmethod
     def read(cls, d: Mapping) -> TimelineInfo:
@@ -221,7 +266,7 @@ class TimelineInfo:
             _int(d.get("vision_forwards_marked")), _int(d.get("tensor_parallel")),
             _frozen(dict(_obj(d, "inputs"))), _frozen(dict(_obj(d, "generate_kwargs"))),
             _frozen(dict(_obj(d, "shapes"))), _frozen(dict(sampling)) if isinstance(sampling, Mapping) else None,
-            _frozen(dict(_obj(d, "ranks"))))
+            _frozen(dict(_obj(d, "ranks"))), MoeRouting.read(d.get("moe_routing")))
 
     @property
     def prompt_tokens(self) -> int:

@@ -217,7 +217,12 @@ def limit_prose(limit: DecodeLimit | None) -> str:
         return tr("The run has no decode phase.")
     if limit.experts_once is None:
         return decode_limit_prose(limit)
-    tokens, experts, per_choice = limit.experts_once
+    tokens, experts, per_choice, distinct = limit.experts_once
+    if distinct is not None:
+        return decode_limit_prose(limit) + " " + tr(
+            "The weights count each expert the batch's routers picked once: {d:.1f} of the MoE's {experts} experts per "
+            "layer on average (the capture's routing pass recorded them) for {tokens} tokens, where a copy per choice "
+            "would be {copies:,.0f} MB.", d=distinct, experts=experts, tokens=tokens, copies=per_choice / 1e6)
     return decode_limit_prose(limit) + " " + tr(
         "The weights count each of the MoE's {experts} experts at most once: the batch's {tokens} tokens choose more "
         "experts than there are, and a copy per choice would be {copies:,.0f} MB, more than the step must move.",

@@ -111,3 +111,19 @@ def test_the_plain_synchronized_step_holds_the_gpus_work(moe_graphs_run, record_
     record_property("plain_step_vs_busy_ms", {int(r.step): [round(r.wall_ms_plain, 3), round(r.busy_ms, 3)]
                                               for r in both.itertuples()})
     assert len(both) and (both.wall_ms_plain >= both.busy_ms).all(), both.to_string()
+
+
+def test_the_routing_pass_records_the_experts_a_graph_runs_batch_picks(moe_graphs_run, record_property):
+    """Issue 42: the experts each decode step's routers picked, recorded by an eager generate of the same inputs (the
+    compiled step's ops never reach a dispatch mode): one record per router call of the first decode steps, each
+    between top-k and min(batch × top-k, experts) distinct experts."""
+    from .conftest import MOE, MOE_GRAPHS
+
+    rec = moe_graphs_run.info.timeline_info.moe_routing
+    assert rec is not None, "no routing record in the graph run's timeline_info"
+    (r,) = rec.routers
+    b, e, k = MOE_GRAPHS["batch_size"], MOE["num_experts"], MOE["num_experts_per_tok"]
+    record_property("distinct_experts", (r.distinct_min, round(r.distinct_mean, 2), r.distinct_max))
+    assert (r.tokens, r.experts, r.k) == (b, e, k)
+    assert r.steps == MOE_GRAPHS["max_new_tokens"] - 1 and r.calls == r.steps * MOE["num_hidden_layers"]
+    assert k <= r.distinct_min <= r.distinct_mean <= r.distinct_max <= min(b * k, e)

@@ -115,6 +115,9 @@ def test_the_batch_lever_takes_the_host_time_the_study_measured():
             assert abs(taken / measured.plain_step_ms[b] - 1) <= 0.25
     setting = W.lever_table(grown, grown.gpu).set_index("lever").loc["batch", "setting"]
     assert str(setting) == "8, host time per step as study h100-serving measured it"
+    eager = W.for_run(load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2"))[0]  # chapter 06: eager beside deployed
+    both = W.lever_table(eager, eager.gpu, grown).set_index("lever").loc["batch", "setting"]
+    assert str(both) == "8 (as deployed: host time per step as study h100-serving measured it)"
     # an eager run's host time is per launch, not between replays: no growth is taken for it
     assert SV.host_growth(st, load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2")) is None
     assert SV.with_host_growth(tr, dep, None) is tr

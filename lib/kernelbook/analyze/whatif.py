@@ -1646,9 +1646,15 @@ def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_
     for mb in (256, 512, 1024, float(np.ceil(1.1 * mib))):
         cases.append(("on-chip SRAM keeping weights", phrase("{mb:,.0f} MiB", mb=mb), dict(sram_mb=mb, **keep), 1))
     cases += [("weight precision", p, dict(weight_precision=p), 1) for p in ("fp8", "int4")]
-    grown = next((t.host_growth for t in (tr, deployed) if t is not None and t.host_growth is not None), None)
-    cases.append(("batch", phrase("{n}, host time per step as study {study} measured it", n=8, study=grown.source)
-                  if grown is not None else "8", {}, 8))
+    # the batch row's host time per step: a study's where a run carries one (chapter 07 passes the deployed run as `tr`)
+    if tr.host_growth is not None:
+        batch_setting = phrase("{n}, host time per step as study {study} measured it", n=8, study=tr.host_growth.source)
+    elif deployed is not None and deployed.host_growth is not None:
+        batch_setting = phrase("{n} (as deployed: host time per step as study {study} measured it)", n=8,
+                               study=deployed.host_growth.source)
+    else:
+        batch_setting = "8"
+    cases.append(("batch", batch_setting, {}, 8))
     runs = [(tr, g, val if val is not None else validation(tr), "")]
     if deployed is not None:
         runs.append((deployed, deployed.gpu, dep_val if dep_val is not None else validation(deployed), " as deployed"))

@@ -92,10 +92,11 @@ kb.table(tt, kb.tr("Kernel classes against their ridge per batch (time-weighted)
 # %% [markdown]
 # ## Bytes per token
 # DRAM bytes a decode step moves by the shapes of its launches, as executed: each launch reads its operands once,
-# so a MoE step that gathers each token's experts reads them once per token, not once per batch.
+# so a MoE step that gathers each token's experts reads them once per token, not once per batch. Beside them, the
+# weights the step must move, each once: of a MoE's experts, those its routers picked where the capture recorded them.
 
 # %%
-kb.table(SV.bytes_table(st, traces), kb.tr("Decode bytes per step and per token"))
+kb.table(NS.bytes_table(SV.bytes_table(st, traces)), kb.tr("Decode bytes per step and per token"))
 
 # %% [markdown]
 # ## The what-if fitted at the smallest batch

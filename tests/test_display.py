@@ -114,3 +114,14 @@ def test_a_kernel_id_with_a_card_links_to_it_and_sorts_as_before(run):
     strip = lambda h: re.sub(r"<a [^>]*>|</a>", "", h)  # noqa: E731 - the cell text without the link
     assert strip(linked.split("<tbody>")[1]) == strip(plain.split("<tbody>")[1])
     assert D.card_anchor("d004") == "kernel-d004"
+
+
+def test_a_studys_pivot_by_batch_is_headed_in_the_readers_language():
+    """Chapter 08's tables by batch (`analyze.serving.by_batch`: columns batch_<b>_<unit>) read "Batch 8" in English
+    and 批大小 8 in Chinese (the zh book showed "Batch 1 … Batch 32" in English)."""
+    from kernelbook import display, i18n
+
+    assert display.label("batch_8_ms") == "Batch 8"
+    with i18n.in_language("zh"):
+        assert display.label("batch_32_pct") == "批大小 32"
+    assert display.label("batch_size") == "Batch size"  # a named column keeps its label

@@ -121,3 +121,30 @@ def test_the_batch_lever_takes_the_host_time_the_study_measured():
     # an eager run's host time is per launch, not between replays: no growth is taken for it
     assert SV.host_growth(st, load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2")) is None
     assert SV.with_host_growth(tr, dep, None) is tr
+
+
+def test_the_bytes_table_sets_what_a_step_moves_beside_what_it_must(tmp_path):
+    """Issue 42: a MoE step that gathers each token's experts moves 44 GB at batch 32 by its launches, where its weights,
+    each once, are 5.5 GB: the table shows both, and counts the experts the routing pass recorded where a point has
+    the record (here the batch-8 point with the record the H100 wrote for it in session 22: 13.15 of 64 a layer)."""
+    import json
+    import shutil
+
+    src = STUDIES / "h100-serving"
+    dst = tmp_path / "h100-serving"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("raw", "*.ncu-rep"))
+    plain = SV.bytes_table(open_study(src), SV.traces_of(open_study(src))).set_index("batch")
+    assert (plain.must_weight_mb <= plain.weight_mb + 1e-6).all()
+    assert plain.must_weight_mb[8] == pytest.approx(plain.weight_mb[8])  # 48 selections of 64: the bound binds not
+    assert plain.must_weight_mb[32] == pytest.approx(5538.5, rel=1e-3) and plain.step_mb[32] > 40000
+    assert str(plain.experts_counted[32]) == "not recorded: at most min(tokens × top-k, 64) a layer"
+    m = json.loads((dst / "runs" / "batch_size-8" / "manifest.json").read_text())
+    m["timeline_info"]["moe_routing"] = {"method": "routing pass", "routers": [{
+        "tokens": 8, "experts": 64, "k": 6, "calls": 341, "steps": 31, "distinct_mean": 13.149560117302054,
+        "distinct_min": 9, "distinct_max": 20, "bound": 48}]}
+    (dst / "runs" / "batch_size-8" / "manifest.json").write_text(json.dumps(m))
+    st = open_study(dst)
+    rec = SV.bytes_table(st, SV.traces_of(st)).set_index("batch")
+    assert rec.must_weight_mb[8] == pytest.approx(1689, rel=1e-3) and rec.weight_mb[8] == pytest.approx(plain.weight_mb[8])
+    assert str(rec.experts_counted[8]) == "13.1 of 64 experts a layer (recorded)"
+    assert rec.must_weight_mb.drop(8).equals(plain.must_weight_mb.drop(8))

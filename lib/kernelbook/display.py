@@ -83,6 +83,8 @@ COLUMNS: dict[str, Col] = {
     "weight_mb": Col("Weights per step (MB)", "sig"),
     "other_mb": Col("Activations, KV cache, copies per step (MB)", "sig"),
     "per_token_mb": Col("DRAM per token (MB)", "sig"),
+    "must_weight_mb": Col("Weights to move, each once (MB)", "sig"),
+    "experts_counted": Col("MoE experts counted", "text"),
     "fitted_at": Col("Fitted at batch", "count"),
     "predicted_step_ms": Col("Predicted plain step", "ms"),
     "step_error_pct": Col("Step error %", "signed"),
@@ -468,6 +470,9 @@ def label(col) -> str:
         return text(COLUMNS[col].label)
     if text(col) != col:  # a column named by a catalog key (a class, a check declared with N_)
         return text(col)
+    per_batch = re.fullmatch(r"batch_(\d+)_[a-z]+", col)  # a study's pivot by batch (`analyze.serving.by_batch`)
+    if per_batch:
+        return tr("Batch {n}", n=int(per_batch.group(1)))
     low = col.lower()
     for suf, unit in (("_pct_of_roof", "% of roof"), ("_pct", "%"), ("_bytes_per_s", ""), ("_flops_per_s", ""),
                       ("_per_s", "/s"), ("_gbps", ""), ("_tflops", ""), ("_bytes", ""), ("_flops", ""),

@@ -105,8 +105,11 @@ def turn_table(kt: pd.DataFrame) -> pd.DataFrame:
 
 
 def bytes_table(st: StudyRuns, traces: dict[int, W.Trace]) -> pd.DataFrame:
-    """Per point: DRAM bytes one decode step must move by the shapes of its launches (weights, as each launch reads
-    its operand: a MoE step that gathers each token's experts reads them once per gather) and per token (÷ batch)."""
+    """Per point: DRAM bytes one decode step moves by the shapes of its launches (weights, as each launch reads
+    its operand: a MoE step that gathers each token's experts reads them once per gather) and per token (÷ batch),
+    beside the weights it must move, each once (`whatif.weights_each_once`: the experts the routers picked where the
+    capture recorded them, else at most all of them) and how the experts were counted (a phrase; empty for a model
+    without a router)."""
     rows = []
     for p in st.held:
         tr = traces.get(p.index)
@@ -117,9 +120,17 @@ def bytes_table(st: StudyRuns, traces: dict[int, W.Trace]) -> pd.DataFrame:
         b = batch_of(p)
         total = float((w.dram_bytes * w.launches).sum()) / n
         weights = float((w.weight_bytes * w.launches).sum()) / n
+        once, distinct = W.weights_each_once(tr, p.run.info.timeline_info.moe_routing)
+        router = W.moe_router(tr)
+        counted = ("" if router is None else phrase("not recorded: at most min(tokens × top-k, {e}) a layer", e=router[1])
+                   if distinct is None else phrase("{d:.1f} of {e} experts a layer (recorded)", d=distinct, e=router[1]))
         rows.append({"batch": b, "step_mb": total / 1e6, "weight_mb": weights / 1e6,
-                     "other_mb": (total - weights) / 1e6, "per_token_mb": total / b / 1e6})
-    return pd.DataFrame(rows)
+                     "other_mb": (total - weights) / 1e6, "per_token_mb": total / b / 1e6,
+                     "must_weight_mb": once / 1e6, "experts_counted": counted})
+    t = pd.DataFrame(rows)
+    if rows:
+        t["experts_counted"] = phrase_column((r["experts_counted"] for r in rows), t.index)
+    return t
 
 
 def traces_of(st: StudyRuns) -> dict[int, W.Trace]:

@@ -14,6 +14,11 @@ def kernel_table(kt: pd.DataFrame) -> pd.DataFrame:
     return said(kt, ["binds"]) if len(kt) else kt
 
 
+def bytes_table(bt: pd.DataFrame) -> pd.DataFrame:
+    """`analyze.serving.bytes_table` with how the experts were counted in the reader's language."""
+    return said(bt, ["experts_counted"]) if len(bt) else bt
+
+
 def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> str:
     """The chapter's answer: the step, throughput and the GPU's busy share from the smallest to the largest batch."""
     return opening(st, dt, ct, tt, wt)[0]

@@ -477,3 +477,20 @@ def test_the_routing_record_counts_the_experts_of_the_whole_batch():
     (two, four) = summarize(calls, 1)
     assert (four["experts"], four["k"], four["distinct_mean"], four["bound"]) == (4, 2, 4, 4)
     assert (two["experts"], two["k"], two["distinct_mean"], two["calls"]) == (2, 1, 2, 1)
+
+
+def test_a_routing_pass_that_fails_is_recorded_and_the_capture_goes_on(monkeypatch):
+    """The routing pass adds to a run: where it fails (a model whose generate refuses an eager decode, say), the
+    timeline keeps its error and the run reads as one without a record (the limit takes the bound)."""
+    from kernelbook.capture import routing, torch_backend
+    from kernelbook.contract.manifest import MoeRouting
+
+    def refuse(*a, **k):
+        raise ValueError("generate() got an unexpected keyword argument 'disable_compile'")
+
+    monkeypatch.setattr(routing, "routing_pass", refuse)
+    said = []
+    got = torch_backend._routing(None, PARAMS, said.append)
+    assert got == {"error": "ValueError: generate() got an unexpected keyword argument 'disable_compile'"}
+    assert any("routing pass failed" in s for s in said)
+    assert MoeRouting.read(got) is None

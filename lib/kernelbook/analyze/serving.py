@@ -190,12 +190,11 @@ def roofs_of(st: StudyRuns):
     return R.for_run(p.run)[2]
 
 
-def host_growth(st: StudyRuns | None, run, traces: dict[int, W.Trace] | None = None) -> "W.HostGrowth | None":
+def host_growth(st: StudyRuns | None, run) -> "W.HostGrowth | None":
     """What a study measured of a graph run's host time between replays per decode step, batch by batch
     (`whatif.HostGrowth`), for `run`'s batch lever: None where there is no study, `run` did not decode as CUDA graphs,
     or the study's points are not its work on its GPU (model, weights, dtype, ranks, GPU; the tokens may differ: the
-    host's per-step work does not depend on the context) or do not span two batches. `traces`: the points' what-if
-    traces where already built (`traces_of`)."""
+    host's per-step work does not depend on the context) or do not span two batches."""
     if st is None or run is None or not run.info.workload.graph_decode:
         return None
     me = run.info
@@ -209,7 +208,7 @@ def host_growth(st: StudyRuns | None, run, traces: dict[int, W.Trace] | None = N
     pts = sorted((p for p in st.held if same(p) and W.unmodellable(p.run) is None), key=batch_of)
     per_batch = {}
     for p in pts:
-        tr = (traces or {}).get(p.index) or W.for_run(p.run)[0]
+        tr = W.for_run(p.run)[0]
         if tr.host is not None and tr.host.graph and tr.host.between_replays_ms == tr.host.between_replays_ms:
             per_batch.setdefault(batch_of(p), tr.host.between_replays_ms)
     if len(per_batch) < 2:

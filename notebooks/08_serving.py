@@ -39,7 +39,8 @@ kt = SV.kernel_table(st)
 tt = SV.turn_table(kt)
 traces = SV.traces_of(st)
 wt, wc = SV.whatif_table(st, traces)
-answer, rest = NS.opening(st, dt, ct, tt, wt)
+bt = SV.bytes_table(st, traces)
+answer, rest = NS.opening(st, dt, ct, tt, wt, bt)
 kb.summary(answer)
 kb.paragraph(rest)
 kb.md(NS.points_note(st))
@@ -96,7 +97,7 @@ kb.table(tt, kb.tr("Kernel classes against their ridge per batch (time-weighted)
 # weights the step must move, each once: of a MoE's experts, those its routers picked where the capture recorded them.
 
 # %%
-kb.table(NS.bytes_table(SV.bytes_table(st, traces)), kb.tr("Decode bytes per step and per token"))
+kb.table(NS.bytes_table(bt), kb.tr("Decode bytes per step and per token"))
 
 # %% [markdown]
 # ## The what-if fitted at the smallest batch

@@ -148,3 +148,23 @@ def test_the_bytes_table_sets_what_a_step_moves_beside_what_it_must(tmp_path):
     assert rec.must_weight_mb[8] == pytest.approx(1689, rel=1e-3) and rec.weight_mb[8] == pytest.approx(plain.weight_mb[8])
     assert str(rec.experts_counted[8]) == "13.1 of 64 experts a layer (recorded)"
     assert rec.must_weight_mb.drop(8).equals(plain.must_weight_mb.drop(8))
+
+
+def test_the_opening_says_what_the_largest_batch_reads_against_what_it_must_move():
+    """Issue 42: at batch 32 the gathers read each token's experts, 2.7× the weights the step must move with each
+    expert once; the chapter says so, from the bytes table's figures, and says nothing of it where the launches read no
+    more than the step must move (batch 8: 48 selections of 64 experts)."""
+    from kernelbook.narrate import serving as NS
+
+    st = open_study(STUDIES / "h100-serving")
+    traces = SV.traces_of(st)
+    dt, ct, tt = SV.decode_table(st), SV.class_table(st), SV.turn_table(SV.kernel_table(st))
+    wt, _ = SV.whatif_table(st, traces)
+    bt = SV.bytes_table(st, traces)
+    last = bt.iloc[-1]
+    _, rest = NS.opening(st, dt, ct, tt, wt, bt)
+    assert (f"At batch 32 the step's launches read {last.weight_mb:,.0f} MB of weights, "
+            f"{last.weight_mb / last.must_weight_mb:.1f}× the {last.must_weight_mb:,.0f} MB it must move") in rest
+    assert "2.7×" in rest and f"it moves {last.step_mb:,.0f} MB in all" in rest
+    _, upto8 = NS.opening(st, dt, ct, tt, wt, bt[bt.batch <= 8])
+    assert "must move" not in upto8

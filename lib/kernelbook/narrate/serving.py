@@ -6,7 +6,7 @@ import pandas as pd
 
 from ..i18n import tr
 from ..load.study import StudyRuns
-from . import said
+from . import said, say
 
 
 def kernel_table(kt: pd.DataFrame) -> pd.DataFrame:
@@ -24,17 +24,20 @@ def headline(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame
     return opening(st, dt, ct, tt, wt)[0]
 
 
-def opening(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> tuple[str, str]:
+def opening(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame,
+            bt: pd.DataFrame | None = None) -> tuple[str, str]:
     """(the chapter's answer, what follows it: the class that grows most, whether any profiled class reaches its
-    ridge, and the what-if's error at the other batches)."""
-    parts = headline_parts(st, dt, ct, tt, wt)
+    ridge, the weights the largest batch reads against those it must move (`bt`: `analyze.serving.bytes_table`), and
+    the what-if's error at the other batches)."""
+    parts = headline_parts(st, dt, ct, tt, wt, bt)
     return parts[0], " ".join(parts[1:])
 
 
-def headline_parts(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame) -> list:
+def headline_parts(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.DataFrame, wt: pd.DataFrame,
+                   bt: pd.DataFrame | None = None) -> list:
     """The step and throughput from the smallest to the largest batch, the GPU's busy share, the class that grows
-    most, whether any profiled class reaches its ridge, and the what-if's error at the other batches: one sentence
-    each."""
+    most, whether any profiled class reaches its ridge, the weights the largest batch's launches read against those it
+    must move (where they read more), and the what-if's error at the other batches: one sentence each."""
     if dt.empty:
         return [tr("No point of study {study} holds a run yet.", study=st.study_id)]
     a, b = dt.iloc[0], dt.iloc[-1]
@@ -59,6 +62,13 @@ def headline_parts(st: StudyRuns, dt: pd.DataFrame, ct: pd.DataFrame, tt: pd.Dat
         else:
             parts.append(tr("Classes that reach their ridge: {which}.", which=", ".join(
                 f"{r['class']} ({tr('batch')} {int(r.turns_at)})" for _, r in turned.iterrows())))
+    if bt is not None and not bt.empty:
+        last = bt.iloc[-1]
+        if last.must_weight_mb < 0.99 * last.weight_mb:  # a MoE's gathers read experts more than once
+            parts.append(tr("At batch {b} the step's launches read {w:,.0f} MB of weights, {x:.1f}× the {must:,.0f} MB "
+                            "it must move with each expert once ({how}); it moves {total:,.0f} MB in all.",
+                            b=int(last.batch), w=last.weight_mb, x=last.weight_mb / last.must_weight_mb,
+                            must=last.must_weight_mb, how=say(last.experts_counted), total=last.step_mb))
     if not wt.empty and len(wt) > 1:
         other = wt[wt.batch != wt.fitted_at]
         parts.append(tr("The what-if fitted at batch {b0} predicts the other batches' plain step within {e:.1f} % "

@@ -120,8 +120,7 @@ def bytes_table(st: StudyRuns, traces: dict[int, W.Trace]) -> pd.DataFrame:
         b = batch_of(p)
         total = float((w.dram_bytes * w.launches).sum()) / n
         weights = float((w.weight_bytes * w.launches).sum()) / n
-        once, distinct = W.weights_each_once(tr, p.run.info.timeline_info.moe_routing)
-        router = W.moe_router(tr)
+        once, distinct, router = W.weights_each_once(tr, p.run.info.timeline_info.moe_routing)
         counted = ("" if router is None else phrase("not recorded: at most min(tokens × top-k, {e}) a layer", e=router[1])
                    if distinct is None else phrase("{d:.1f} of {e} experts a layer (recorded)", d=distinct, e=router[1]))
         rows.append({"batch": b, "step_mb": total / 1e6, "weight_mb": weights / 1e6,

@@ -110,9 +110,8 @@ def decode_limit(tr_: W.Trace, run, roofs) -> DecodeLimit | None:
     else:
         bw, src = roofs.bandwidth["dram"], phrase("spec sheet")
     m = tr_.measured.set_index("phase").loc["decode"]
-    router = W.moe_router(tr_)
     # each expert once, however many tokens chose it: the experts the routers picked, or at most all of them
-    weights, distinct = W.weights_each_once(tr_, run.info.timeline_info.moe_routing)
+    weights, distinct, router = W.weights_each_once(tr_, run.info.timeline_info.moe_routing)
     per_choice = W.active_weight_bytes(tr_)
     batch = run.info.workload.batch_size
     return DecodeLimit(weights, kv, bw, src, batch, 1e3 * (weights + kv) / bw, float(m.wall_ms_per_step),

@@ -975,14 +975,15 @@ def active_weight_bytes(tr: Trace, precision: str | None = None, each_once: bool
     return float(wb.sum() / max(1, tr.steps.get("decode", 1)))
 
 
-def weights_each_once(tr: Trace, routing) -> tuple[float, float | None]:
+def weights_each_once(tr: Trace, routing) -> tuple[float, float | None, tuple[int, int] | None]:
     """(weight bytes a decode step must move, each weight once; the distinct experts per router call that the
-    capture's routing pass recorded for this run's router, None where it did not and the bound E is taken). `routing`:
-    the run's `timeline_info.moe_routing` (None: not recorded)."""
+    capture's routing pass recorded for this run's router, None where it did not and the bound E is taken; the
+    router's (tokens, experts), None for a model without one). `routing`: the run's `timeline_info.moe_routing`
+    (None: not recorded)."""
     router = moe_router(tr)
     picked = routing.router(*router) if routing is not None and router is not None else None
     distinct = picked.distinct_mean if picked is not None else None
-    return active_weight_bytes(tr, each_once=True, distinct=distinct), distinct
+    return active_weight_bytes(tr, each_once=True, distinct=distinct), distinct, router
 
 
 def _router(work: pd.DataFrame) -> tuple[int, int] | None:

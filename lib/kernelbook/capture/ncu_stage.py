@@ -38,19 +38,24 @@ def ncu_progress(label: str, say=_say):
 def early_ncu(params: CaptureConfig, run_dir: Path, gate: Path) -> "NcuProcess | None":
     """Start ncu by op call (see `_by_position`) before the timeline part exists: its worker builds and warms up
     the model once the timeline's timed passes are over (`gate`), then waits for the targets this stage writes,
-    so the model build overlaps the timeline's shapes pass. None where the stage will not profile by op call
-    with one worker (no ncu, tensor parallelism, a static cache's graph step). Under the nsys timeline the gate opens
-    when the nsys worker's generate has ended, so the model build overlaps nsys writing its report."""
+    so the model build overlaps the timeline's shapes pass. With a static cache whose ncu phases are decode (and
+    vision_encode, absent from a text model's run), as in the serving study's points, the worker is the graph
+    step's (see `_by_name`): it builds its model, then waits for the step; `ncu_stage` ends it if an eager phase is
+    profiled after all. None where the stage will not profile with one worker (no ncu, tensor parallelism, a static
+    cache's graph step beside eager phases). Under the nsys timeline the gate opens when the nsys worker's generate
+    has ended, so the model build overlaps nsys writing its report."""
     import os
 
-    if params.ncu_top_n == 0 or params.tensor_parallel > 1 or params.static_cache:
+    graph = params.static_cache and "decode" in params.ncu_phases and set(params.ncu_phases) <= {"decode", "vision_encode"}
+    if params.ncu_top_n == 0 or params.tensor_parallel > 1 or (params.static_cache and not graph):
         return None
     nd = RunLayout(run_dir).ncu()
     nd.path.mkdir(parents=True, exist_ok=True)
     nd.params.write_text(json.dumps(params.as_dict()))
     worker = worker_command(nd.params, targets_file=nd.targets, early=f"{gate}:{os.getpid()}",
                             gated=_ncu.PROFILE_GATE)
-    return NcuProcess(ncu_command(nd.report(), None, worker, params.clock_control, params.cache_control))
+    return NcuProcess(ncu_command(nd.report("decode" if graph else None), None, worker, params.clock_control,
+                                  params.cache_control, graph=graph))
 
 
 def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wrap=None, early=None) -> None:
@@ -76,7 +81,9 @@ def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wr
     graphs = [s for s in sels if graph_phase(timeline, s)]
     eager = [s for s in sels if s not in graphs]
     by_position = eager and "op_index" in timeline and (timeline.op_index >= 0).any()
-    if early is not None and not (by_position and wrap is None):
+    early_graph = early is not None and "--graph-profiling" in early.cmd
+    if early is not None and not ((by_position and wrap is None and not early_graph)
+                                  or (early_graph and not eager and [s.phase for s in graphs] == ["decode"])):
         early.kill()
         early = None
     if by_position:
@@ -84,7 +91,8 @@ def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wr
     elif eager:
         _by_name(params, run_dir, manifest, timeline, eager, params_file, say)
     if graphs:
-        _by_name(params, run_dir, manifest, timeline, graphs, params_file, say, graph=True)
+        _by_name(params, run_dir, manifest, timeline, graphs, params_file, say, graph=True,
+                 early=early if early_graph else None)
     if params.ncu_inloop:
         if wrap is not None:
             info["inloop"] = {"error": "not run under tensor parallelism (one rank under ncu while the others wait)"}
@@ -329,9 +337,13 @@ GRAPH_MODE = ("by graph node: the NVTX target range around the profiled step's g
               "graph nodes under stale names), tied by the report's names and launch configurations")
 
 
-def _by_name(params: CaptureConfig, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False) -> None:
+def _by_name(params: CaptureConfig, run_dir, manifest, timeline, sels, params_file, say=_say, graph: bool = False,
+             early=None) -> None:
     """One ncu process per phase, by name. `graph`: the phase's steps are CUDA-graph replays (see
-    `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step)."""
+    `GRAPH_MODE`); each selected kernel is tied to its launch by (step, launch index in the step); the worker
+    starts and stops the profiler around the step (`--profile-gate`), so ncu does not intercept the launches of
+    its warmup, compile and graph recording. `early`: the graph step's ncu that `early_ncu` started, its model
+    built; it is told its step through the targets file."""
     from .ncu_tables import same_launch_elsewhere
 
     nd, info = RunLayout(run_dir).ncu(), manifest["ncu"]
@@ -342,12 +354,18 @@ def _by_name(params: CaptureConfig, run_dir, manifest, timeline, sels, params_fi
     for sel in sels:
         phase = sel.phase
         report = nd.report(phase)
-        cmd = ncu_command(report, sel.kernels["name"].tolist(), worker_command(params_file, phase, sel.step),
+        cmd = ncu_command(report, sel.kernels["name"].tolist(),
+                          worker_command(params_file, phase, sel.step, gated=graph and _ncu.PROFILE_GATE),
                           params.clock_control, params.cache_control, graph=graph)
+        if early is not None:  # whole or not at all: the early worker reads its step when the file appears
+            nd.targets_tmp.write_text(json.dumps({"step": f"{phase}:{sel.step}"}))
+            os.replace(nd.targets_tmp, nd.targets)
+            cmd = early.cmd
         say(f"  ncu {phase}: {len(sel.kernels)} kernels by name in step {sel.step}"
             + (" (CUDA-graph replay, node by node)" if graph else ""))
         metrics, results, error, stop, wall = _profile(cmd, log_file(report), report,
-                                                        params.ncu_timeout_s, ncu_progress(phase, say))
+                                                        params.ncu_timeout_s, ncu_progress(phase, say), early=early)
+        started_early, early = early is not None, None
         if metrics is not None:  # result ids stay unique across the stage's ncu processes
             metrics = metrics.assign(result_id=metrics.result_id + next_id)
             results = results.assign(result_id=results.result_id + next_id)
@@ -364,7 +382,7 @@ def _by_name(params: CaptureConfig, run_dir, manifest, timeline, sels, params_fi
         info["phases"][phase] = {
             "step": sel.step, "selected": len(sel.kernels), "wall_s": wall, "error": error,
             "profiled": int((kernels.status == "profiled").sum()), "results": 0 if results is None else len(results),
-            "graph_replay": graph, "left_out": sel.left_out,
+            "graph_replay": graph, "left_out": sel.left_out, "started_early": started_early,
             "command": (" ".join(cmd[:cmd.index("-o")]) if graph else
                         " ".join(cmd[:cmd.index("--kernel-name")]) + " --kernel-name <regex of selected names> ..."),
         }

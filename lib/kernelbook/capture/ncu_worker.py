@@ -73,14 +73,23 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     if early:
         gate, owner = early.rsplit(":", 1)
         _await_gate(Path(targets_file), Path(gate), int(owner))
-        # built and warmed up before the targets are known: as for any prefill target (below), one one-token
-        # warmup generate and the lead-up decode steps without cuDNN attention; the targets come after
         t = time.perf_counter()
-        wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
-        warmups = params.warmup
+        if params.static_cache:  # a CUDA-graph step (`early_ncu`): built as the worker by step builds it (no
+            # warmup generate: the steps before the target compile and record it); the step comes after
+            wl, tracker, load_s = prepare(replace(params, warmup=0), nvtx=False, ncu_target=("decode", -1))
+            warmups = 0
+        else:  # built and warmed up before the targets are known: as for any prefill target (below), one one-token
+            # warmup generate and the lead-up decode steps without cuDNN attention; the targets come after
+            wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
+            warmups = params.warmup
         ready_early = time.perf_counter() - t
         _wait_until(Path(targets_file).exists, int(owner))
-    if targets_file:
+    graph_target = early and params.static_cache
+    if graph_target:  # the early graph worker's targets file names its step: {"step": "decode:<n>"}
+        phase, step = json.loads(Path(targets_file).read_text())["step"].split(":")
+        ncu_target, stop_after = (phase, int(step)), int(step)
+        params = replace(params, max_new_tokens=_worker_tokens(params, int(step) + 1), warmup=0)
+    elif targets_file:
         raw = json.loads(Path(targets_file).read_text())
         op_targets = {(k.split(":")[0], int(k.split(":")[1])): set(v) for k, v in raw.items()}
         decode_steps = [st for ph, st in op_targets if ph == "decode"]
@@ -115,7 +124,7 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
             # launches the timeline's kernels in the timeline's order.
             params = replace(params, max_new_tokens=_worker_tokens(params, int(step) + 1), warmup=0)
     if early:  # the model is ready: the targets set what this generate does
-        tracker.op_targets = op_targets
+        tracker.op_targets, tracker.ncu_target = op_targets, ncu_target
         wl = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": params.max_new_tokens,
                                      "min_new_tokens": params.max_new_tokens})
         ready = ready_early
@@ -159,7 +168,8 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     if ranges_file:
         seen_file(Path(ranges_file)).write_text(json.dumps(
             [dict(zip(("phase", "step", "first_op", "last_op", "op_first", "op_last"), r)) for r in tracker.ranges_seen]))
-    if targets_file and os.environ.get("KB_NCU_PLAIN_RANK") != "1":  # the profiled rank writes what it marked
+    if targets_file and not graph_target and os.environ.get("KB_NCU_PLAIN_RANK") != "1":  # the profiled rank
+        # writes what it marked
         seen = [{"phase": p, "step": st, "op_index": i, "op": op} for p, st, i, op in tracker.op_seen]
         seen_file(Path(targets_file)).write_text(json.dumps(seen))
         worker_file(Path(targets_file)).write_text(json.dumps({

@@ -356,9 +356,21 @@ def read_reports(lay: RunLayout, starts: list[int] | None, timeout_s: float, ret
                         "nsys_kernels": int((tl.kind == "kernel").sum()), "nsys_reports": len(reports)}
 
 
+# Why `auto` keeps the torch profiler for a decode step replayed as a CUDA graph (a static cache): one launch a step
+# leaves the torch profiler little to add, so nsys's lower overhead on eager steps does not carry over, while its
+# worker builds and compiles the model a second time. Measured on the lent H100 (2026-11-26), profiled ÷ plain
+# generate: torch 0.95x (data/runs/h100-variant-static-graphs) and 0.96-1.24x (data/studies/h100-serving, batch
+# 1-32); nsys 1.41x (tests/fixtures/nsys/h100-nsys-graphs) and 1.45x (the serving study's batch 1 re-captured under
+# nsys, session 22), whose timeline stage took 59 and 74 s at batch 1 and 8 against 48 and 39 s.
+GRAPH_STEP_REASON = ("auto: torch; decode replays a CUDA graph (static cache): measured on the H100, the torch profiler's "
+                     "overhead there is as low as nsys's or lower (0.95-1.24x against 1.41-1.45x), and nsys's worker "
+                     "builds and compiles the model a second time")
+
+
 def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | None = None) -> tuple[str, str]:
     """(backend, why) for timeline_backend auto | torch | nsys. `auto` takes nsys where it works, the capture is
-    one it runs (no tensor parallelism) and the GPU's row in devices.yaml records its
+    one it runs (no tensor parallelism, no CUDA-graph decode step: `GRAPH_STEP_REASON`) and the GPU's row in
+    devices.yaml records its
     overhead measured lower than the torch profiler's (`timeline_overhead`, bench/timeline_overhead.py); else the
     torch profiler, saying why. `gpu`: the device name (this machine's first GPU when not given)."""
     ok, why = nsys_works()
@@ -373,6 +385,8 @@ def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | No
     if params is not None and params.tensor_parallel > 1:
         return "torch", ("auto: torch; tensor-parallel ranks under nsys take two torchruns (plain generates and the "
                          "shapes pass, then nsys), the torch profiler one: ask for timeline_backend: nsys to get it")
+    if params is not None and params.static_cache:
+        return "torch", GRAPH_STEP_REASON
     over = _measured_overhead(gpu)
     if over is None:
         return "torch", f"auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured"

@@ -69,8 +69,9 @@ class PhaseTracker:
     # the ncu worker: the last step it needs; the next top-level forward raises `EnoughSteps` (a static cache
     # keeps the timeline's length, so generate itself would run every step of it)
     stop_after: int | None = None
-    # the ncu worker by op call under `--profile-from-start off`: cudaProfilerStart/Stop around each target op
-    # call, so ncu intercepts the launches between targets only lightly (capture.ncu PROFILE_GATE)
+    # the ncu worker under `--profile-from-start off`: cudaProfilerStart/Stop around each target op call (by op
+    # call) or the target step (by step: a CUDA-graph replay), so ncu intercepts the launches before and between
+    # targets (the model's warmup, torch.compile, the graph's recording) only lightly (capture.ncu PROFILE_GATE)
     profile_gate: bool = False
     # the ncu worker of the range pass (capture.ncu_ranges): {(phase, step): "step" | [(first op, last op), ...]}:
     # cudaProfilerStart/Stop around the whole step, or around each span of op calls, which ncu's app-range replay
@@ -244,6 +245,8 @@ class PhaseTracker:
         pushed = False
         if self.ncu_target is not None:
             if (phase, step) == tuple(self.ncu_target):
+                if self.profile_gate and torch.cuda.is_available():
+                    torch.cuda.profiler.start()
                 torch.cuda.nvtx.range_push(NCU_TARGET)
                 pushed = True
         elif self.nvtx:
@@ -268,6 +271,8 @@ class PhaseTracker:
             self.ranges_seen.append((top.phase, top.step, -1, -1, "", ""))
         if top.nvtx_pushed:
             torch.cuda.nvtx.range_pop()
+            if self.profile_gate and self.ncu_target is not None and torch.cuda.is_available():
+                torch.cuda.profiler.stop()
         if top.rf is not None:
             top.rf.__exit__(None, None, None)
 

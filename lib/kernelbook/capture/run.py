@@ -22,6 +22,10 @@ from .nsys import pick_backend
 from .torch_backend import nsys_timeline, torch_timeline, tp_timeline
 
 
+# in the staging folder while the capture runs: the timeline's timed passes are over (an early ncu waits for it)
+TIMED_GATE = ".timeline-timed"
+
+
 def require_gpu() -> None:
     try:
         import torch
@@ -77,29 +81,46 @@ def capture(params: CaptureConfig, out_dir: str | Path, params_source: str | Non
             tp = params.tensor_parallel > 1
             steps = (["measure_peaks"] if params.measure_peaks else []) + ["timeline"] + (
                 ["ncu"] if params.ncu_top_n > 0 else [])
-            for name in steps:
-                stage[0] = name
-                progress(f"{name}: start")
-                t = time.perf_counter()
-                if name == "ncu" and tp:
-                    from .ncu_stage import tp_ncu_stage
+            early = []  # the ncu started once the timeline's timed passes are over (`early_ncu`)
+            try:
+                _stages(steps, stage, tp, early)
+            finally:
+                for proc in early:  # not handed to the ncu stage (the timeline failed): not left waiting
+                    proc.kill()
+                (tmp / TIMED_GATE).unlink(missing_ok=True)
 
-                    tp_ncu_stage(params, tmp, manifest)
-                elif name == "measure_peaks":
-                    from ..measure import measure_peaks
+    def _stages(steps, stage, tp, early):
 
-                    manifest["measured_peaks"] = measure_peaks()
-                elif name == "timeline":
-                    timeline_stage(params, tmp, manifest, progress)
-                else:
-                    from .ncu_stage import ncu_stage
+        def timed():  # the timed passes are over: ncu's worker imports and builds its model beside the rest
+            from .ncu_stage import early_ncu
 
-                    ncu_stage(params, tmp, manifest)
-                manifest["timings_s"][name] = time.perf_counter() - t
-                manifest.setdefault("peak_rss_gb", {})[name] = peak_rss_gb()
-                write_manifest(tmp, manifest)
-                progress(f"{name}: done in {manifest['timings_s'][name]:.1f} s")
-                gc.collect()
+            (tmp / TIMED_GATE).touch()
+            proc = early_ncu(params, tmp, tmp / TIMED_GATE) if "ncu" in steps else None
+            early.extend([proc] if proc is not None else [])
+
+        for name in steps:
+            stage[0] = name
+            progress(f"{name}: start")
+            t = time.perf_counter()
+            if name == "ncu" and tp:
+                from .ncu_stage import tp_ncu_stage
+
+                tp_ncu_stage(params, tmp, manifest)
+            elif name == "measure_peaks":
+                from ..measure import measure_peaks
+
+                manifest["measured_peaks"] = measure_peaks()
+            elif name == "timeline":
+                timeline_stage(params, tmp, manifest, progress, timed=timed)
+            else:
+                from .ncu_stage import ncu_stage
+
+                ncu_stage(params, tmp, manifest, early=early.pop() if early else None)
+            manifest["timings_s"][name] = time.perf_counter() - t
+            manifest.setdefault("peak_rss_gb", {})[name] = peak_rss_gb()
+            write_manifest(tmp, manifest)
+            progress(f"{name}: done in {manifest['timings_s'][name]:.1f} s")
+            gc.collect()
 
     out = land(tmp, out_dir, manifest, body, progress)
     progress(f"capture complete: {out_dir}")  # its time is the whole command's (the CLI's Progress)

@@ -64,3 +64,48 @@ def test_chapter_02_says_that_ncu_profiled_inside_the_gate_only():
     assert "profiler started" not in _worker({**w, "profile_gate": False})  # and in runs captured before it
     with in_language("zh"):
         assert "启动分析器" in say(_worker(w)) and "profiler" not in say(_worker(w))
+
+
+def test_a_graph_step_is_profiled_inside_the_gate_only(monkeypatch):
+    """By step (a CUDA-graph replay): ncu runs with profiling off and the worker starts it at the target step's
+    mark and stops it at the step's end, so the warmup, compile and graph recording before it run unprofiled."""
+    calls = []
+    monkeypatch.setattr(N.shutil, "which", lambda exe: "/opt/ncu/ncu")
+    worker = N.worker_command("params.json", "decode", 5, gated=True)
+    cmd = N.ncu_command("decode", ["k"], worker, graph=True)
+    assert cmd[cmd.index("--profile-from-start") + 1] == "off" and "--graph-profiling" in cmd
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
+    for gate, marks in ((True, ["start", f"push {NCU_TARGET}", "pop", "stop"]), (False, [f"push {NCU_TARGET}", "pop"])):
+        calls.clear()
+        t = PhaseTracker(torch.nn.Linear(1, 1), nvtx=False, record=False, ncu_target=("decode", 5), profile_gate=gate)
+        for step in (4, 5, 6):
+            t._push("decode", step)
+            calls.append(f"step {step}")
+            t._pop()
+        assert calls == ["step 4", *marks[:-2 if gate else -1], "step 5", *marks[-2 if gate else -1:], "step 6"]
+
+
+def test_the_capture_starts_ncu_early_for_a_graph_step_as_for_op_calls(monkeypatch, tmp_path):
+    """`early_ncu`: by op call (eager) its report is `ncu`; for a static cache whose ncu phase is decode (the serving
+    study's points) it is the graph step's ncu (node by node, gated, report `decode`), told its step through the
+    targets file; a static cache with an eager phase to profile, or no ncu, gets none."""
+    from kernelbook.capture import ncu_stage as S
+    from kernelbook.contract.config import CaptureConfig
+    from kernelbook.params import validate
+
+    monkeypatch.setattr(N.shutil, "which", lambda exe: "/opt/ncu/ncu")
+    monkeypatch.setattr(S, "NcuProcess", lambda cmd: cmd)
+    cfg = lambda **kw: CaptureConfig.of(validate(kw))  # noqa: E731
+    eager = S.early_ncu(cfg(), tmp_path, tmp_path / "gate")
+    graph = S.early_ncu(cfg(cache_implementation="static", ncu_phases=["decode"]), tmp_path, tmp_path / "gate")
+    assert eager[eager.index("-o") + 1] == str(tmp_path / "ncu" / "ncu") and "--graph-profiling" not in eager
+    assert graph[graph.index("-o") + 1] == str(tmp_path / "ncu" / "decode")
+    assert "--graph-profiling" in graph and graph[graph.index("--profile-from-start") + 1] == "off"
+    assert "--targets" in graph and "--early" in graph and graph[-1] == "--profile-gate"
+    for no in ({"cache_implementation": "static", "ncu_phases": ["prefill", "decode"]}, {"ncu_top_n": 0}):
+        assert S.early_ncu(cfg(**no), tmp_path, tmp_path / "gate") is None

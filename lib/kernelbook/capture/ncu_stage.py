@@ -54,7 +54,7 @@ def early_ncu(params: CaptureConfig, run_dir: Path, gate: Path) -> "NcuProcess |
     nd.params.write_text(json.dumps(params.as_dict()))
     worker = worker_command(nd.params, targets_file=nd.targets, early=f"{gate}:{os.getpid()}",
                             gated=_ncu.PROFILE_GATE)
-    return NcuProcess(ncu_command(nd.report("decode" if graph else None), None, worker, params.clock_control,
+    return NcuProcess(ncu_command(nd.report("decode") if graph else nd.report(), None, worker, params.clock_control,
                                   params.cache_control, graph=graph))
 
 

@@ -92,10 +92,14 @@ def capture(params: CaptureConfig, out_dir: str | Path, params_source: str | Non
     def _stages(steps, stage, tp, early):
 
         def timed():  # the timed passes are over: ncu's worker imports and builds its model beside the rest
+            from .ncu import NcuError
             from .ncu_stage import early_ncu
 
             (tmp / TIMED_GATE).touch()
-            proc = early_ncu(params, tmp, tmp / TIMED_GATE) if "ncu" in steps else None
+            try:
+                proc = early_ncu(params, tmp, tmp / TIMED_GATE) if "ncu" in steps else None
+            except NcuError:  # no ncu here: the ncu stage says so, once the timeline has landed
+                proc = None
             early.extend([proc] if proc is not None else [])
 
         for name in steps:

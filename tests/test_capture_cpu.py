@@ -494,3 +494,18 @@ def test_a_routing_pass_that_fails_is_recorded_and_the_capture_goes_on(monkeypat
     assert got == {"error": "ValueError: generate() got an unexpected keyword argument 'disable_compile'"}
     assert any("routing pass failed" in s for s in said)
     assert MoeRouting.read(got) is None
+
+
+def test_a_chained_study_keeps_its_model_between_points(tiny_ocr2, monkeypatch):
+    """`capture.models.KEEP_MODEL` (a study's points chained in one process): the same model asked for again is the
+    one built before; another model replaces it (one at a time); without it, each call builds its own."""
+    from kernelbook.capture import models
+
+    monkeypatch.setattr(models, "_kept", {})
+    args = (str(tiny_ocr2), "random", "cpu", "float32")
+    assert models.load_model(*args).model is not models.load_model(*args).model
+    monkeypatch.setattr(models, "KEEP_MODEL", True)
+    first = models.load_model(*args)
+    assert models.load_model(*args) is first
+    other = models.load_model(str(tiny_ocr2), "random", "cpu", "bfloat16")
+    assert other is not first and list(models._kept.values()) == [other]

@@ -129,3 +129,30 @@ def test_sigterm_stops_the_running_captures(tmp_path):
     pts = json.loads((out / "study.json").read_text())["points"]
     assert pts[0]["status"] == "failed" and pts[0]["reason"], pts
     assert pts[1]["status"] == "pending"
+
+
+def test_points_of_one_model_are_chained_in_one_process(tmp_path):
+    """On one GPU, points that share a model are captured one after another by one process (`kernelbook _points`,
+    the model built once): here both stop on this CPU machine with the capture's own reason, each in its own stderr
+    file, each with its start and seconds, and the study goes on to the second and exits 1. Points of two models, or
+    on several GPUs, are not chained."""
+    spec = {"base": str(REPO / "params" / "variant-static-graphs.yaml"), "set": {"max_new_tokens": 8},
+            "grid": {"batch_size": [1, 8]}}
+    proc = study_cli(tmp_path, spec)
+    assert proc.returncode == 1, proc.stderr
+    assert "2 points share one model: captured one after another in one process" in proc.stdout, proc.stdout
+    out = tmp_path / "out"
+    pts = json.loads((out / "study.json").read_text())["points"]
+    assert all(p["status"] == "failed" and "needs an NVIDIA GPU" in p["reason"] for p in pts), pts
+    assert all(p["started"] and p["seconds"] is not None for p in pts)
+    for p in pts:
+        assert "needs an NVIDIA GPU" in (out / "points" / f"{p['id']}.stderr").read_text()
+        assert json.loads((out / "points" / f"{p['id']}.ended").read_text())["rc"] == 2
+    chain = json.loads((out / "points" / "chain.json").read_text())
+    assert [e["id"] for e in chain] == ["batch_size-1", "batch_size-8"]
+    st = S.load_study(tmp_path / "study.yaml")
+    recs = S.plan(st, out)
+    assert S.chained(st, recs, [None]) and not S.chained(st, recs, ["0", "1"]) and not S.chained(st, recs[:1], [None])
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump({"grid": {"weights": ["random", "pretrained"]}}))
+    two = S.load_study(tmp_path / "two.yaml")
+    assert not S.chained(two, S.plan(two, tmp_path / "two"), [None])

@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["_worker"]:  # the capture's own subprocess entry, not a user command
         return _worker(argv[1:])
+    if argv[:1] == ["_points"]:  # the study's own subprocess entry: points chained in one process
+        return _points(argv[1:])
     if argv[:1] == ["lab"]:
         from .lab import launch
 
@@ -110,25 +112,75 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {out / 'index.html'}")
         return 0
     if args.cmd == "capture":
-        from .capture.common import CaptureError, CaptureStopped, Progress
-        from .capture.ncu import NcuStopped
-        from .capture.run import capture
-        from .contract.config import CaptureConfig
-
-        try:
-            run = capture(CaptureConfig.of(params), out_dir, params_source=args.params, progress=Progress(T0))
-        except CaptureError as e:
-            _err(str(e))
-            return EXIT_BAD_PARAMS
-        except (CaptureStopped, NcuStopped, KeyboardInterrupt) as e:
-            _err(f"capture stopped ({type(e).__name__}: {e}); partial run kept at {args.out} (status: partial)")
-            return 130
-        except Exception as e:  # the run directory is kept, marked partial with the reason
-            _err(f"capture failed: {type(e).__name__}: {e}\n  partial run kept at {args.out} (status: partial)")
-            return 1
-        print(f"run: {run}")
-        return 0
+        return _capture(params, out_dir, args.params, args.out, T0)
     return 1
+
+
+def _capture(params: dict, out_dir: Path, params_source: str | None, shown_out: str, t0: float) -> int:
+    """One capture as the `capture` command runs it: its exit code, its messages on stderr."""
+    from .capture.common import CaptureError, CaptureStopped, Progress
+    from .capture.ncu import NcuStopped
+    from .capture.run import capture
+    from .contract.config import CaptureConfig
+
+    try:
+        run = capture(CaptureConfig.of(params), out_dir, params_source=params_source, progress=Progress(t0))
+    except CaptureError as e:
+        _err(str(e))
+        return EXIT_BAD_PARAMS
+    except (CaptureStopped, NcuStopped, KeyboardInterrupt) as e:
+        _err(f"capture stopped ({type(e).__name__}: {e}); partial run kept at {shown_out} (status: partial)")
+        return 130
+    except Exception as e:  # the run directory is kept, marked partial with the reason
+        _err(f"capture failed: {type(e).__name__}: {e}\n  partial run kept at {shown_out} (status: partial)")
+        return 1
+    print(f"run: {run}", flush=True)
+    return 0
+
+
+def _points(argv: list[str]) -> int:
+    """`kernelbook _points <chain.json>`: the study's points captured one after another in this process (`study`
+    chains points that share a model on one GPU), the model built once (`capture.models.KEEP_MODEL`) and each step
+    compiled afresh. Each point's messages go to its own stderr file; a marker file says when it started and how it
+    ended. Stops at a stopped point (exit 130), or where the GPU is no longer usable after a failure (the study
+    starts the points left in a new process)."""
+    from .capture import models
+
+    models.KEEP_MODEL = True
+    for i, e in enumerate(json.loads(Path(argv[0]).read_text())):
+        sys.stderr.flush()
+        fd = os.open(e["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        t0 = time.perf_counter()
+        Path(e["started"]).write_text(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))
+        if i:
+            models.fresh_compile()
+        try:
+            params = P.load(e["params"], {}, consumer="capture", base=Path.cwd())
+        except P.ParamError as err:
+            _err(str(err))
+            rc = EXIT_BAD_PARAMS
+        else:
+            rc = _capture(params, Path(e["out"]), e["params"], e["out"], t0)
+        Path(e["ended"]).write_text(json.dumps({"rc": rc, "seconds": round(time.perf_counter() - t0, 1)}))
+        if rc == 130:
+            return rc
+        if rc not in (0, EXIT_BAD_PARAMS) and not _gpu_usable():
+            _err("the GPU is not usable after this point's failure; the study captures the points left in a new "
+                 "process")
+            return rc
+    return 0
+
+
+def _gpu_usable() -> bool:
+    try:
+        import torch
+
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
 
 
 def _study(args) -> int:

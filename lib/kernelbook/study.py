@@ -241,14 +241,21 @@ def run_study(study: Study, out: Path, gpus: list[str] | None = None, only: int 
          + (f" on GPUs {','.join(gpus)}" if gpus else ""))
     save()
     slots = list(gpus) if gpus else [None]
-    running: dict = {}  # slot -> (record, process, start)
+    running: dict = {}  # slot -> (record, process, start); record None: a chain between its points
     try:
-        _loop(study, out, todo, slots, running, save, t0)
+        if chained(study, todo, slots):
+            _say(f"{len(todo)} points share one model: captured one after another in one process, the model built "
+                 "once")
+            _chain(study, out, todo, running, save, t0)
+        else:
+            _loop(study, out, todo, slots, running, save, t0)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: each running capture stops and lands partial
         for rec, proc, start in running.values():
             proc.terminate()
         for rec, proc, start in running.values():
             _wait_out(proc, 120)
+            if rec is None:
+                continue
             rec.seconds = round(time.perf_counter() - start, 1)
             status, reason = run_status(lay.run(rec.id))
             rec.status = status if status not in ("pending", "complete") else "failed"
@@ -278,14 +285,20 @@ def _wait_out(proc: subprocess.Popen, seconds: float) -> None:
         proc.kill()
 
 
-def _start(study: Study, out: Path, rec: PointRecord, slot, t0: float, save, running: dict) -> None:
-    """Launch `rec`'s capture (on GPU `slot`, under that GPU's own profiling lock) into `running[slot]`."""
+def _prepare(study: Study, out: Path, rec: PointRecord) -> Path:
+    """Before `rec`'s capture: an earlier attempt's run set aside, its parameters written; the params file."""
     if rec.status in ("partial", "failed"):
         _set_aside(out, rec)
+    pfile = StudyLayout(out).params(rec.id)
+    pfile.write_text(P.yaml.safe_dump(study.params_of(study.points[rec.index]), sort_keys=False))
+    return pfile
+
+
+def _start(study: Study, out: Path, rec: PointRecord, slot, t0: float, save, running: dict) -> None:
+    """Launch `rec`'s capture (on GPU `slot`, under that GPU's own profiling lock) into `running[slot]`."""
+    pfile = _prepare(study, out, rec)
     pt = study.points[rec.index]
     lay = StudyLayout(out)
-    pfile = lay.params(rec.id)
-    pfile.write_text(P.yaml.safe_dump(study.params_of(pt), sort_keys=False))
     env = dict(os.environ)
     if slot is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(slot)
@@ -336,6 +349,77 @@ def _loop(study: Study, out: Path, todo: list, slots: list, running: dict, save,
             _say(f"point {rec.index + 1}/{len(study.points)} ({study.points[rec.index].label}) {rec.status} in "
                  f"{rec.seconds:.0f} s{': ' + rec.reason if rec.reason else ''}; {finished}/{len(todo)} done, "
                  f"study elapsed {_elapsed(t0)}")
+
+
+# --- points chained in one process -------------------------------------------------------------------------
+
+# capture keys that make the model: points equal in these share one (`capture.models.KEEP_MODEL`)
+MODEL_KEYS = ("model", "weights", "dtype", "trust_remote_code", "attn_implementation", "tensor_parallel")
+
+
+def chained(study: Study, todo: list, slots: list) -> bool:
+    """Whether the points to capture run one after another in one process (`kernelbook _points`), the model built
+    once: on one GPU, more than one point, every one of them the same model on one GPU (no tensor parallelism)."""
+    if len(slots) != 1 or len(todo) < 2:
+        return False
+    full = [P.validate(study.params_of(study.points[r.index]), "point", P.CAPTURE) for r in todo]
+    return len({tuple(repr(f.get(k)) for k in MODEL_KEYS) for f in full}) == 1 and full[0]["tensor_parallel"] == 1
+
+
+def chain_command(chain_file: Path) -> list[str]:
+    return [sys.executable, "-m", "kernelbook", "_points", str(chain_file)]
+
+
+def _chain(study: Study, out: Path, todo: list, running: dict, save, t0: float) -> None:
+    """Capture `todo` in one process (`chain_command`), following its points by their marker files; points a chain
+    left (it stopped where the GPU was no longer usable) go to a new one."""
+    lay = StudyLayout(out)
+    queue, finished, n = list(todo), 0, len(study.points)
+    while queue:
+        entries = []
+        for rec in queue:
+            pfile = _prepare(study, out, rec)
+            for f in (lay.started(rec.id), lay.ended(rec.id)):
+                f.unlink(missing_ok=True)
+            entries.append({"id": rec.id, "params": str(pfile), "out": str(lay.run(rec.id)),
+                            "stderr": str(lay.stderr(rec.id)), "started": str(lay.started(rec.id)),
+                            "ended": str(lay.ended(rec.id))})
+        lay.chain.write_text(json.dumps(entries, indent=1))
+        # its own process group, as a point's capture has (see `_start`)
+        proc = subprocess.Popen(chain_command(lay.chain), start_new_session=True)
+        running[None] = (None, proc, time.perf_counter())
+        left, current = list(queue), None
+        while True:
+            rc = proc.poll()
+            if current is None and left and lay.started(left[0].id).exists():
+                current = left.pop(0)
+                current.status, current.reason, current.gpu = "running", "", None
+                current.started = json.loads(lay.started(current.id).read_text())["started"]
+                running[None] = (current, proc, time.perf_counter())
+                save()
+                _say(f"point {current.index + 1}/{n} ({study.points[current.index].label}) started in the chain; "
+                     f"study elapsed {_elapsed(t0)}")
+            if current is not None and (lay.ended(current.id).exists() or rc is not None):
+                end = json.loads(lay.ended(current.id).read_text()) if lay.ended(current.id).exists() else {}
+                _finish(out, current, end.get("rc", rc), running[None][2])
+                current.seconds = end.get("seconds", current.seconds)
+                finished += 1
+                save()
+                _say(f"point {current.index + 1}/{n} ({study.points[current.index].label}) {current.status} in "
+                     f"{current.seconds:.0f} s{': ' + current.reason if current.reason else ''}; "
+                     f"{finished}/{len(todo)} done, study elapsed {_elapsed(t0)}")
+                current = None
+                running[None] = (None, proc, time.perf_counter())
+                continue
+            if rc is not None and current is None:
+                break
+            time.sleep(0.2)
+        del running[None]
+        if left and len(left) == len(queue):  # the chain ended before its first point began: not again
+            rec = left.pop(0)
+            rec.status, rec.reason = "failed", f"the capture process exited {rc} before this point began"
+            save()
+        queue = left
 
 
 def slurm_script(study_file: str, out: str, n_points: int, gpus_per_task: int = 1) -> str:

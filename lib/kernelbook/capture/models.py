@@ -168,9 +168,37 @@ def _class_name(cfg, vlm: bool) -> str:
     return names.get(getattr(cfg, "model_type", ""), type(cfg).__name__.replace("Config", "Model"))
 
 
+# A process that captures several points of a study one after another (`study` chains them, `kernelbook _points`)
+# keeps the last model it built and hands it to the next point that asks for the same one: the points differ in
+# what they run (batch, tokens), not in the model. Each point still compiles its own step (`fresh_compile`).
+KEEP_MODEL = False
+_kept: dict = {}
+
+
+def fresh_compile() -> None:
+    """Forget every compiled step and CUDA graph of the points before (a kept model's next point compiles as a new
+    process would: for its own shapes, not as a dynamic-shape graph over the points' batches)."""
+    import torch
+
+    torch._dynamo.reset()
+
+
 def load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat16",
                trust_remote_code: bool = False, attn_implementation: str | None = None,
                tp_size: int = 1) -> LoadedModel:
+    """`_load_model`, or with `KEEP_MODEL` the model the last point built with the same arguments."""
+    key = (model, weights, device, dtype_name, trust_remote_code, attn_implementation, tp_size)
+    if not KEEP_MODEL or tp_size > 1:
+        return _load_model(*key)
+    if key not in _kept:
+        _kept.clear()  # one model at a time: the one before leaves the GPU first
+        _kept[key] = _load_model(*key)
+    return _kept[key]
+
+
+def _load_model(model: str, weights: str, device: str, dtype_name: str = "bfloat16",
+                trust_remote_code: bool = False, attn_implementation: str | None = None,
+                tp_size: int = 1) -> LoadedModel:
     """Load `model` with `weights` ("random", "pretrained", a hub id, or a local path).
 
     For `deepseek-ocr-2`, weights="random" builds the published architecture; any other weights

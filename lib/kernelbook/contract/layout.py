@@ -383,3 +383,16 @@ class StudyLayout(_Rooted):
     def stderr(self, point_id: str) -> Path:
         """What the point's capture wrote to stderr (its reason, if it failed)."""
         return self.points / f"{point_id}.stderr"
+
+    @property
+    def chain(self) -> Path:
+        """The points a chain captures in one process (study `_chain`): what each is given and writes."""
+        return self.points / "chain.json"
+
+    def started(self, point_id: str) -> Path:
+        """Written by the chain when the point's capture begins (when)."""
+        return self.points / f"{point_id}.started"
+
+    def ended(self, point_id: str) -> Path:
+        """Written by the chain when the point's capture ends (its exit code and seconds)."""
+        return self.points / f"{point_id}.ended"

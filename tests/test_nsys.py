@@ -337,3 +337,33 @@ def test_the_timed_passes_end_when_the_nsys_worker_has_generated_not_when_nsys_h
     with pytest.raises(TimeLimitExceeded, match="capture_timeout_s"):
         await_worker(slow, tmp_path / "never", time.perf_counter(), 1, lambda: None)
     assert slow.poll() is not None
+
+
+def test_auto_keeps_the_torch_profiler_for_a_graph_decode_step(monkeypatch):
+    """`auto` where nsys works: nsys for an eager decode (its overhead measured lower on the H100), the torch profiler
+    for a decode step replayed as a CUDA graph, with the reason; the reason's figures are the committed H100 runs'
+    (profiled ÷ plain generate), and it reads in zh."""
+    import json
+
+    from kernelbook import i18n
+    from kernelbook.capture import nsys as NS
+    from kernelbook.contract.config import CaptureConfig
+    from kernelbook.narrate import provenance as V
+    from kernelbook.params import validate
+
+    monkeypatch.setattr(NS, "nsys_works", lambda: (True, "nsys 2025.3.1"))
+    cfg = lambda **kw: CaptureConfig.of(validate(kw))  # noqa: E731
+    assert NS.pick_backend("auto", cfg(), gpu="NVIDIA H100 80GB HBM3")[0] == "nsys"
+    assert NS.pick_backend("auto", cfg(cache_implementation="static"), gpu="NVIDIA H100 80GB HBM3") == (
+        "torch", NS.GRAPH_STEP_REASON)
+    assert NS.pick_backend("nsys", cfg(cache_implementation="static"))[0] == "nsys"  # asked for: taken
+    ratio = lambda d: json.loads((d / "manifest.json").read_text())["timeline_info"]["overhead_ratio"]  # noqa: E731
+    root = Path(__file__).resolve().parents[1]
+    torch_graphs = [ratio(root / "data" / "runs" / "h100-variant-static-graphs")] + [
+        ratio(d) for d in sorted((root / "data" / "studies" / "h100-serving" / "runs").glob("batch_size-[0-9]*"))
+        if not d.name.count(".")]
+    nsys_graphs = ratio(PAIR / "h100-nsys-graphs")
+    assert f"{min(torch_graphs):.2f}-{max(torch_graphs):.2f}x against {nsys_graphs:.2f}x" in NS.GRAPH_STEP_REASON
+    assert max(torch_graphs) < nsys_graphs
+    with i18n.in_language("zh"):
+        assert V.stored(NS.GRAPH_STEP_REASON).startswith("auto：torch；解码重放 CUDA graph")

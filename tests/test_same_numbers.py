@@ -16,7 +16,10 @@ appendix became one table per phase, and the what-if's batch lever read a MoE's 
 as the run does (issue 42: the deployed step's batch-8 lever −75.3 → −69.9 % per token; the study measured −64 %); rewritten in session 22 when a launch whose work is unknown (bytes derived from its
 time) kept its measured time at any batch and the deployed run's batch lever took the host time between replays the
 serving study measured (issue 42: that lever −69.9 → −70.8 % per token, its device time 4.66 → 4.07 ms a step against
-the study's 4.88 ms; the eager batch-8 variant's prefill gain error +16.7 → +18.7 %).
+the study's 4.88 ms; the eager batch-8 variant's prefill gain error +16.7 → +18.7 %); rewritten in session 23 when the
+serving study was re-captured with the routing pass (one H100 lease, its points chained in one process) and the batch
+lever's host growth was read on the study's steady step, each generate's first decode step left out (issue 42: that
+lever −70.8 → −70.3 % per token; the study's steady steps −62.8 % from batch 1 to 8).
 
 A change that means to change a figure rewrites the fixture (`python bench/book_numbers.py`) in the same
 commit, so the diff shows which numbers moved."""

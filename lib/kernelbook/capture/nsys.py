@@ -359,12 +359,11 @@ def read_reports(lay: RunLayout, starts: list[int] | None, timeout_s: float, ret
 # Why `auto` keeps the torch profiler for a decode step replayed as a CUDA graph (a static cache): one launch a step
 # leaves the torch profiler little to add, so nsys's lower overhead on eager steps does not carry over, while its
 # worker builds and compiles the model a second time. Measured on the lent H100 (2026-11-26), profiled ÷ plain
-# generate: torch 0.95x (data/runs/h100-variant-static-graphs) and 0.96-1.24x (data/studies/h100-serving, batch
-# 1-32); nsys 1.41x (tests/fixtures/nsys/h100-nsys-graphs) and 1.45x (the serving study's batch 1 re-captured under
-# nsys, session 22), whose timeline stage took 59 and 74 s at batch 1 and 8 against 48 and 39 s.
+# generate: torch 0.95x (data/runs/h100-variant-static-graphs) and 0.95-1.26x (data/studies/h100-serving, batch
+# 1-32); nsys 1.41x (tests/fixtures/nsys/h100-nsys-graphs), whose timeline stage took 86 s against 42-50 s.
 GRAPH_STEP_REASON = ("auto: torch; decode replays a CUDA graph (static cache): measured on the H100, the torch profiler's "
-                     "overhead there is as low as nsys's or lower (0.95-1.24x against 1.41-1.45x), and nsys's worker "
-                     "builds and compiles the model a second time")
+                     "overhead there is no higher than nsys's (0.95-1.26x against 1.41x), and nsys's worker builds and "
+                     "compiles the model a second time")
 
 
 def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | None = None) -> tuple[str, str]:

@@ -9,8 +9,10 @@ The study file (YAML, read with the params file's guards):
     grid: {batch_size: [1, 8, 16, 32]} # one or more capture keys, each a non-empty list of values
 
 Every point is checked as a capture's parameters before anything runs (exit 2 naming the point and key). Each point
-is captured by `python -m kernelbook capture` in its own process, so one that fails (out of memory at a large
-batch) lands partial with its reason and the study goes on. A rerun resumes: a point whose run is complete is
+is captured as `python -m kernelbook capture` captures a run, so one that fails (out of memory at a large batch) lands
+partial with its reason and the study goes on. On one GPU, points that share a model (`MODEL_KEYS`) are chained: one
+process (`kernelbook _points`) captures them one after another, the model built once and each point's step compiled
+afresh; other points get a process each. A rerun resumes: a point whose run is complete is
 skipped; a partial one is moved aside (never deleted) and captured again. With several GPUs (`gpus`), points run
 side by side, one per GPU (`CUDA_VISIBLE_DEVICES`), each under its own GPU's profiling lock. For a fleet,
 `slurm_script` writes a Slurm array job whose task i runs point i (`--point i`): the scheduler is Slurm's."""

@@ -87,6 +87,9 @@ def main(run: str, *configs: str) -> None:
                 row["launch_s"] = [{"phase": r.phase, "op": r.op, "name": r.name[:80], "grid": r.grid,
                                     "s": round(g, 2)} for r, g in zip(la.itertuples(), gaps)]
             row["after_last_launch_s"] = wall - stamps[-1] if stamps else None
+            row["first_launch_s"] = stamps[0] if stamps else None  # ncu's start, the worker's build and lead-up
+            row["worker_logs"] = [ln for f in sorted((d / "ncu").glob("*.log")) for ln in f.read_text().splitlines()
+                                  if "kernelbook worker done" in ln]
             if procs:  # the tail: the worker's last line, ncu's last lines and the end of its output, in stage s
                 p = procs[-1]
                 at = lambda s: round(s - t0_mono, 2)  # noqa: E731

@@ -74,10 +74,14 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
         gate, owner = early.rsplit(":", 1)
         _await_gate(Path(targets_file), Path(gate), int(owner))
         t = time.perf_counter()
-        if params.static_cache:  # a CUDA-graph step (`early_ncu`): built as the worker by step builds it (no
-            # warmup generate: the steps before the target compile and record it); the step comes after
+        if params.static_cache:  # a CUDA-graph step (`early_ncu`): built as the worker by step builds it, then one
+            # whole generate compiles and records the step now, beside the capture's shapes and routing passes (ncu's
+            # gate is closed: nothing of it is profiled), so the target generate replays the recorded graph at once;
+            # the capture's own profiled generate also came after others. The step comes after.
             wl, tracker, load_s = prepare(replace(params, warmup=0), nvtx=False, ncu_target=("decode", -1))
-            warmups = 0
+            wl.generate()
+            torch.cuda.synchronize()
+            warmups = 1
         else:  # built and warmed up before the targets are known: as for any prefill target (below), one one-token
             # warmup generate and the lead-up decode steps without cuDNN attention; the targets come after
             wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)

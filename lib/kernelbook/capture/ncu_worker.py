@@ -27,16 +27,23 @@ def _wait_until(ready, owner: int) -> None:
         time.sleep(0.2)
 
 
+# The early worker builds beside the timeline stage where the GPU's free memory is at least this many times what is
+# in use (the stage's model, cache and passes): the worker runs the same workload without a profiler, so it needs
+# about as much, and the rest is the stage's headroom. At 2 it never overlapped a study point: at batch 8 on the H100
+# the stage held ~27 GB of 80 (session 23, where the worker's peak was 25.3 GiB).
+MEMORY_HEADROOM = 1.3
+
+
 def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
     """An ncu worker started early (capture.ncu_stage `early_ncu`): wait until the timeline's timed passes are
-    over (`gate`), so that nothing of it runs beside them; when the GPU's free memory is less than twice what
-    the timeline stage holds (its model would not fit beside it), also until the targets are written (the
-    timeline stage has ended)."""
+    over (`gate`), so that nothing of it runs beside them; when the GPU's free memory is less than
+    `MEMORY_HEADROOM` times what is in use (its model would not fit beside the timeline stage), also until the
+    targets are written (the timeline stage has ended)."""
     import torch
 
     _wait_until(lambda: gate.exists() or targets_file.exists(), owner)
     free, total = torch.cuda.mem_get_info()
-    if free < 2 * (total - free):
+    if free < MEMORY_HEADROOM * (total - free):
         _wait_until(targets_file.exists, owner)
 
 
@@ -73,6 +80,7 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     if early:
         gate, owner = early.rsplit(":", 1)
         _await_gate(Path(targets_file), Path(gate), int(owner))
+        built_before_targets = not Path(targets_file).exists()
         t = time.perf_counter()
         if params.static_cache:  # a CUDA-graph step (`early_ncu`): built as the worker by step builds it, then one
             # whole generate compiles and records the step now, beside the capture's shapes and routing passes (ncu's
@@ -181,6 +189,9 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
             "warmup_tokens": warmup_tokens,
             "max_new_tokens": params.max_new_tokens, "cudnn_free_decode_steps": tracker.cudnn_free_steps,
             "profile_gate": tracker.profile_gate}))
+    if early:
+        print(f"kernelbook worker started early: built {'before' if built_before_targets else 'after'} the targets "
+              "were written", file=sys.stderr)
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
           f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; "

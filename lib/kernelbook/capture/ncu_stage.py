@@ -35,6 +35,12 @@ def ncu_progress(label: str, say=_say):
     return report
 
 
+def early_graph(params: CaptureConfig) -> bool:
+    """Whether `early_ncu` starts the graph step's ncu (a static cache whose ncu phases are decode, and vision_encode,
+    which a text model's run lacks) rather than the one by op call."""
+    return params.static_cache and "decode" in params.ncu_phases and set(params.ncu_phases) <= {"decode", "vision_encode"}
+
+
 def early_ncu(params: CaptureConfig, run_dir: Path, gate: Path) -> "NcuProcess | None":
     """Start ncu by op call (see `_by_position`) before the timeline part exists: its worker builds and warms up
     the model once the timeline's timed passes are over (`gate`), then waits for the targets this stage writes,
@@ -46,7 +52,7 @@ def early_ncu(params: CaptureConfig, run_dir: Path, gate: Path) -> "NcuProcess |
     has ended, so the model build overlaps nsys writing its report."""
     import os
 
-    graph = params.static_cache and "decode" in params.ncu_phases and set(params.ncu_phases) <= {"decode", "vision_encode"}
+    graph = early_graph(params)
     if params.ncu_top_n == 0 or params.tensor_parallel > 1 or (params.static_cache and not graph):
         return None
     nd = RunLayout(run_dir).ncu()
@@ -81,9 +87,9 @@ def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wr
     graphs = [s for s in sels if graph_phase(timeline, s)]
     eager = [s for s in sels if s not in graphs]
     by_position = eager and "op_index" in timeline and (timeline.op_index >= 0).any()
-    early_graph = early is not None and "--graph-profiling" in early.cmd
-    if early is not None and not ((by_position and wrap is None and not early_graph)
-                                  or (early_graph and not eager and [s.phase for s in graphs] == ["decode"])):
+    graph_early = early is not None and early_graph(params)  # the early ncu is the graph step's
+    if early is not None and not ((by_position and wrap is None and not graph_early)
+                                  or (graph_early and not eager and [s.phase for s in graphs] == ["decode"])):
         early.kill()
         early = None
     if by_position:
@@ -92,7 +98,7 @@ def ncu_stage(params: CaptureConfig, run_dir: Path, manifest: dict, say=_say, wr
         _by_name(params, run_dir, manifest, timeline, eager, params_file, say)
     if graphs:
         _by_name(params, run_dir, manifest, timeline, graphs, params_file, say, graph=True,
-                 early=early if early_graph else None)
+                 early=early if graph_early else None)
     if params.ncu_inloop:
         if wrap is not None:
             info["inloop"] = {"error": "not run under tensor parallelism (one rank under ncu while the others wait)"}

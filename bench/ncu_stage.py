@@ -5,15 +5,19 @@ each configuration `<selection>:<cache control>[:<top-n>][:ungated]`: selection 
 each selected kernel's op call, one ncu process for all phases) or `name` (the earlier --kernel-name
 filter, one process per phase; forced by dropping the timeline's op numbering), cache control `all`
 or `none`; `ungated`: ncu profiles from the worker's start (no cudaProfilerStart/Stop around the targets,
-as before `capture.ncu.PROFILE_GATE`).
+as before `capture.ncu.PROFILE_GATE`); `graphnames`: a graph step's nodes filtered by the selected names
+(`capture.ncu.GRAPH_NAME_FILTER`).
 Each row also holds the seconds before each profiled launch's `==PROF==` line (`launch_s`; the first
 includes ncu's start, the model build and the warmup).
+`KB_NCU_EXTRA` (e.g. "--kernel-name regex:^nvjet"): more ncu options for every configuration, to find what a
+launch's cost belongs to. Each row keeps every ncu line's time (`prof_lines`, seconds into the stage).
 Usage: python bench/ncu_stage.py data/runs/<run-id> position:all name:all position:none
        → bench/out/ncu_stage.json (rewritten after each configuration)
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -39,12 +43,23 @@ def main(run: str, *configs: str) -> None:
         init(self, cmd)
         procs.append(self)
     N.NcuProcess.__init__ = keep
+    extra = os.environ.get("KB_NCU_EXTRA", "").split()
+    if extra:
+        import kernelbook.capture.ncu_stage as S
+        plain_command = S.ncu_command
+
+        def with_extra(report_base, names, worker, *a, **kw):
+            cmd = plain_command(report_base, names, worker, *a, **kw)
+            return cmd[:len(cmd) - len(worker)] + extra + worker
+        S.ncu_command = with_extra
     base = json.loads((Path(run) / "manifest.json").read_text())
     rows = []
     for cfg in configs or ("position:all", "name:all"):
+        procs.clear()
         how, cache, *rest = cfg.split(":")
         top = [x for x in rest if x.isdigit()]
         N.PROFILE_GATE = "ungated" not in rest
+        N.GRAPH_NAME_FILTER = "graphnames" in rest
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp) / "run"
             d.mkdir()
@@ -96,6 +111,8 @@ def main(run: str, *configs: str) -> None:
                 row["tail_lines"] = [(at(s), ln.strip()[:90]) for s, ln in zip(p.line_s, p.lines)
                                      if not ln.startswith("==PROF== Profiling")][-6:]
                 row["output_ended_s"] = None if p.ended_s is None else at(p.ended_s)
+                row["prof_lines"] = [(at(s), ln.strip()[:90]) for s, ln in zip(p.line_s, p.lines)
+                                     if ln.startswith("==PROF==") or "kernelbook worker" in ln]
             if res is not None and "dram_bytes" in k:
                 cols = [c for c in ("dram_bytes", "flops", "duration_ns", "sm_pct", "memory_pct") if c in k]
                 row["dram_bytes"] = k[["phase", "kernel_id", *cols]].to_dict("records")

@@ -47,6 +47,8 @@ EXTRA_METRICS = (
 # (`--profile-from-start off`), so the launches in between run without ncu's per-launch interception; see
 # `ncu_command`.
 PROFILE_GATE = True
+# Graph steps: ncu's name filter over the replay's kernel nodes (`ncu_command`); bench/ncu_stage.py's `graphnames`.
+GRAPH_NAME_FILTER = False
 _REGEX_SPECIAL = re.compile(r"([\\^$.|?*+()\[\]{}])")
 
 
@@ -272,6 +274,8 @@ def ncu_command(report_base: Path, names: list[str] | None, worker: list[str], c
                 "--filter-mode", "per-launch-config", "--launch-count", "1"]
     if graph:  # no name filter: under graph replays ncu's filter saw nodes under stale names (H100, ncu 2025.3.1)
         cmd += ["--filter-mode", "per-launch-config", "--launch-count", "1", "--graph-profiling", "node"]
+        if names is not None and GRAPH_NAME_FILTER:
+            cmd += ["--kernel-name-base", "demangled", "--kernel-name", name_regex(names, bare=False)]
     cmd += ["--clock-control", clock_control, "--cache-control", cache_control,
             "-o", str(report_base), "--force-overwrite"]
     for s in sections:

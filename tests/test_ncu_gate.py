@@ -109,33 +109,3 @@ def test_the_capture_starts_ncu_early_for_a_graph_step_as_for_op_calls(monkeypat
     assert "--targets" in graph and "--early" in graph and graph[-1] == "--profile-gate"
     for no in ({"cache_implementation": "static", "ncu_phases": ["prefill", "decode"]}, {"ncu_top_n": 0}):
         assert S.early_ncu(cfg(**no), tmp_path, tmp_path / "gate") is None
-
-
-def test_the_early_graph_worker_learns_its_step_at_its_first_decode_step(monkeypatch):
-    """The early graph step's worker starts its generate before the capture has chosen the step: its vision encode
-    and prefill (eager launches, each intercepted by ncu though the gate is closed) run beside the capture's last
-    passes, and the first decode step waits for the step (`await_target`), once. The step is then profiled inside
-    the gate, and the generate ends after it."""
-    from kernelbook.capture.phases import EnoughSteps
-
-    calls, asked = [], []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
-    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
-    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
-    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
-    model = torch.nn.Linear(1, 1)
-    t = PhaseTracker(model, nvtx=False, record=False, ncu_target=("decode", -1), profile_gate=True)
-    t.await_target = lambda: asked.append(t.calls) or ("decode", 2)
-    t.active = True
-    for step in range(4):
-        try:
-            t._top_pre(model, ())
-        except EnoughSteps:
-            calls.append(f"enough at {step}")
-            break
-        calls.append(f"step {step}")
-        t._top_post(model, (), None)
-    assert asked == [1] and t.ncu_target == ("decode", 2) and t.stop_after == 2
-    assert calls == ["step 0", "step 1", "start", f"push {NCU_TARGET}", "step 2", "pop", "stop", "enough at 3"]

@@ -95,21 +95,12 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
             wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
             warmups = params.warmup
         ready_early = time.perf_counter() - t
-        if not params.static_cache:  # the graph step's worker starts its generate now and waits at its first decode
-            _wait_until(Path(targets_file).exists, int(owner))  # step (`await_step`)
+        _wait_until(Path(targets_file).exists, int(owner))
     graph_target = early and params.static_cache
-    waited = {}
-    if graph_target:  # the early graph worker's targets file names its step: {"step": "decode:<n>"}; its generate's
-        # length is the timeline's whatever the step (`_worker_tokens`), so it starts before the step is chosen
-
-        def await_step() -> tuple[str, int]:
-            t0 = time.perf_counter()
-            _wait_until(Path(targets_file).exists, int(owner))
-            waited["s"] = time.perf_counter() - t0
-            phase, step = json.loads(Path(targets_file).read_text())["step"].split(":")
-            return phase, int(step)
-        ncu_target = ("decode", -1)
-        params = replace(params, warmup=0)
+    if graph_target:  # the early graph worker's targets file names its step: {"step": "decode:<n>"}
+        phase, step = json.loads(Path(targets_file).read_text())["step"].split(":")
+        ncu_target, stop_after = (phase, int(step)), int(step)
+        params = replace(params, max_new_tokens=_worker_tokens(params, int(step) + 1), warmup=0)
     elif targets_file:
         raw = json.loads(Path(targets_file).read_text())
         op_targets = {(k.split(":")[0], int(k.split(":")[1])): set(v) for k, v in raw.items()}
@@ -156,8 +147,6 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
         wl, tracker, load_s = prepare(params, nvtx=(mode == "nsys"), ncu_target=ncu_target, op_targets=op_targets,
                                       warmup_tokens=warmup_tokens, cudnn_free_prefix=lead_up)
     tracker.stop_after = stop_after
-    if graph_target:
-        tracker.await_target = await_step
     if ranges_file:
         tracker.ranges = ranges
     tracker.profile_gate = profile_gate and os.environ.get("KB_NCU_PLAIN_RANK") != "1"  # a plain rank has no ncu
@@ -201,10 +190,8 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
             "max_new_tokens": params.max_new_tokens, "cudnn_free_decode_steps": tracker.cudnn_free_steps,
             "profile_gate": tracker.profile_gate}))
     if early:
-        at_step = (f"; its generate reached the first decode step {waited['s']:.1f} s before the step was chosen"
-                   if waited else "")
         print(f"kernelbook worker started early: built {'before' if built_before_targets else 'after'} the targets "
-              f"were written{at_step}", file=sys.stderr)
+              "were written", file=sys.stderr)
     print(f"kernelbook worker done ({mode}): model + inputs {load_s:.1f} s, ready {ready:.1f} s, "
           f"generate {gen_s:.1f} s; GPU memory at the start of generate {mem[0]:.1f} GiB allocated, "
           f"{mem[1]:.1f} GiB reserved in {mem[2]} segments; "

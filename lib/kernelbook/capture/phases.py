@@ -69,10 +69,6 @@ class PhaseTracker:
     # the ncu worker: the last step it needs; the next top-level forward raises `EnoughSteps` (a static cache
     # keeps the timeline's length, so generate itself would run every step of it)
     stop_after: int | None = None
-    # the early graph step's ncu worker: called at the first decode step, it waits until the capture has chosen the
-    # step and returns it, (phase, step), which becomes `ncu_target` and `stop_after`; so the worker's vision encode
-    # and prefill (eager launches, each intercepted by ncu though its gate is closed) run before the choice is made
-    await_target: object = None
     # the ncu worker under `--profile-from-start off`: cudaProfilerStart/Stop around each target op call (by op
     # call) or the target step (by step: a CUDA-graph replay), so ncu intercepts the launches before and between
     # targets (the model's warmup, torch.compile, the graph's recording) only lightly (capture.ncu PROFILE_GATE)
@@ -284,9 +280,6 @@ class PhaseTracker:
         if not self.active:
             return
         phase = "prefill" if self.calls == 0 else "decode"
-        if self.await_target is not None and self.calls == 1:
-            self.ncu_target, self.await_target = self.await_target(), None
-            self.stop_after = self.ncu_target[1]
         if self.stop_after is not None and self.calls > self.stop_after:
             raise EnoughSteps(f"step {self.calls}: the worker needs steps up to {self.stop_after} only")
         if self.capture_steps is not None and self.calls > 0:

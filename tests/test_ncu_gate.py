@@ -109,3 +109,21 @@ def test_the_capture_starts_ncu_early_for_a_graph_step_as_for_op_calls(monkeypat
     assert "--targets" in graph and "--early" in graph and graph[-1] == "--profile-gate"
     for no in ({"cache_implementation": "static", "ncu_phases": ["prefill", "decode"]}, {"ncu_top_n": 0}):
         assert S.early_ncu(cfg(**no), tmp_path, tmp_path / "gate") is None
+
+
+def test_under_tensor_parallelism_every_rank_meets_the_others_around_a_target_op_call(monkeypatch):
+    """The ncu stage's ranks (`torch_backend.rank_barrier`): before a target op call every rank idles its GPU and
+    meets the others, and again once ncu has profiled the call, so no plain rank's collective spins on its GPU while
+    ncu replays the profiled rank's kernels. Other op calls pass without a barrier."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
+    t = PhaseTracker(torch.nn.Linear(1, 1), nvtx=False, record=False, op_targets={("decode", 3): {1}},
+                     profile_gate=True, rank_barrier=lambda: calls.append("barrier"))
+    t._stack.append(_Open("decode", 3, None, False, None))
+    for name in ("add", "mm", "mul"):
+        t.op_call(_Op(calls, name), (), {})
+    assert calls == ["add", "barrier", "start", f"push {NCU_TARGET}", "mm", "pop", "stop", "barrier", "mul"]

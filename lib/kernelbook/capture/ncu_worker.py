@@ -150,6 +150,10 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
     if ranges_file:
         tracker.ranges = ranges
     tracker.profile_gate = profile_gate and os.environ.get("KB_NCU_PLAIN_RANK") != "1"  # a plain rank has no ncu
+    if op_targets and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the ncu stage's ranks, each with the same targets
+        from .torch_backend import rank_barrier
+
+        tracker.rank_barrier = rank_barrier()
     mem = (torch.cuda.memory_allocated() / 2**30, torch.cuda.memory_reserved() / 2**30,
            torch.cuda.memory_stats().get("segment.all.current", 0))
     ready = ready if early else time.perf_counter() - t

@@ -69,6 +69,10 @@ class PhaseTracker:
     # the ncu worker: the last step it needs; the next top-level forward raises `EnoughSteps` (a static cache
     # keeps the timeline's length, so generate itself would run every step of it)
     stop_after: int | None = None
+    # tensor parallelism under ncu (`torch_backend.rank_barrier`): every rank idles its GPU and meets the others on the
+    # host before and after each target op call, so no rank's collective spins on its GPU, waiting for the rank under
+    # ncu, while ncu replays that rank's target kernels
+    rank_barrier: object = None
     # the ncu worker under `--profile-from-start off`: cudaProfilerStart/Stop around each target op call (by op
     # call) or the target step (by step: a CUDA-graph replay), so ncu intercepts the launches before and between
     # targets (the model's warmup, torch.compile, the graph's recording) only lightly (capture.ncu PROFILE_GATE)
@@ -206,6 +210,8 @@ class PhaseTracker:
             self.op_seen.append((top.phase, top.step, i, str(func)))
             if not torch.cuda.is_available():  # no ncu without a GPU: the call is only noted
                 return func(*args, **kwargs)
+            if self.rank_barrier is not None:
+                self.rank_barrier()
             if self.profile_gate:
                 torch.cuda.profiler.start()
             torch.cuda.nvtx.range_push(NCU_TARGET)
@@ -215,6 +221,8 @@ class PhaseTracker:
                 torch.cuda.nvtx.range_pop()
                 if self.profile_gate:
                     torch.cuda.profiler.stop()
+                if self.rank_barrier is not None:
+                    self.rank_barrier()
         return func(*args, **kwargs)
 
     def _in_range(self, spans: list, key: tuple, i: int, func, args, kwargs):

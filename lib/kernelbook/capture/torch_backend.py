@@ -482,6 +482,23 @@ def init_rank() -> int:
     return dist.get_rank()
 
 
+def rank_barrier():
+    """For the ncu stage's ranks (`PhaseTracker.rank_barrier`): a call that waits until this rank's GPU has run what it
+    queued, then meets every other rank on the host (a gloo group: no collective kernel on any GPU). Around each
+    target op call it keeps the plain ranks' GPUs idle while ncu replays the profiled rank's kernels; without it the
+    plain rank's next collective spins on its GPU, waiting for the rank under ncu (the TP ncu stall, bench/README.md).
+    Every rank creates the group at the same point (`dist.new_group` is collective)."""
+    import torch
+    import torch.distributed as dist
+
+    group = dist.new_group(backend="gloo")
+
+    def wait() -> None:
+        torch.cuda.synchronize()
+        dist.barrier(group=group)
+    return wait
+
+
 def end_rank() -> None:
     """End this torchrun rank with the others: wait until its GPU has run what it queued (its collectives end only
     when every rank has launched them), meet the other ranks, then close the process group, so that no rank tears

@@ -144,25 +144,30 @@ def test_the_book_renders_the_tp_run_per_rank_with_its_one_gpu_twin(tmp_path):
 
 def test_tp_ranks_under_nsys_launch_what_the_torch_run_launched_and_the_book_renders_them(tmp_path):
     """data/runs/h100x2-deepseek-decoder-tp2-b1-nsys (issue 46): the TP=2 decoder at batch 1, each rank's timeline under
-    its own nsys on 2x H100 (params/tp2-deepseek-decoder-b1-nsys.yaml, ncu off). Each rank launches per phase and
-    aten op what the torch-profiler capture of the same workload launched (on 2x H200, whose GEMM tiles differ, so
-    ops are compared, not kernel names) but for 24 prefill grouped-GEMM launches whose mangled name the stem join then
-    missed (`kernel_stem` now reads it); the profiled generate cost 1.23x the plain one against the torch run's 2.0x.
-    The book renders the run per rank, saying what it lacks (no ncu)."""
+    its own nsys on 2x H100 (params/tp2-deepseek-decoder-b1-nsys.yaml), with ncu per rank on the top-10 decode and
+    prefill kernels (session 24, once the ranks meet around each target op call: `torch_backend.rank_barrier`).
+    Each rank launches per phase and aten op exactly what the torch-profiler capture of the same workload launched (on
+    2x H200, whose GEMM tiles differ, so ops are compared, not kernel names); the profiled generate cost 1.62x the
+    plain one against the torch run's 2.0x (on its own machine). Every selected kernel of each rank has its counters,
+    and the book renders the run per rank."""
     nsys = load_run(REPO / "data" / "runs" / "h100x2-deepseek-decoder-tp2-b1-nsys")
     twin = load_run(TP[1])
     assert nsys.info.timeline_profiler == "nsys" and nsys.ranks == [0, 1]
     ti = nsys.manifest["timeline_info"]
     assert ti["kernels"] == twin.manifest["timeline_info"]["kernels"] == 65810
     assert ti["shapes"]["matched_pct"] > 99.9 and set(ti["ranks"]) == {"0", "1"}
-    assert ti["overhead_ratio"] < twin.manifest["timeline_info"]["overhead_ratio"] - 0.5
+    assert ti["overhead_ratio"] < twin.manifest["timeline_info"]["overhead_ratio"]
     for r in (0, 1):
         counts = []
         for run in (nsys, twin):
             k = run.ranks_timeline[(run.ranks_timeline["rank"] == r) & (run.ranks_timeline.kind == "kernel")]
             counts.append(k.groupby(["phase", k.op.fillna("-")]).size())
         diff = counts[0].sub(counts[1], fill_value=0)
-        assert diff[diff != 0].to_dict() == {("prefill", "aten::_grouped_mm"): -24, ("prefill", "-"): 24}, r
+        assert diff[diff != 0].to_dict() == {}, r
+    ranks = nsys.manifest["ncu"]["ranks"]
+    for r in ("0", "1"):
+        assert {p: (v["selected"], v["profiled"], v["error"]) for p, v in ranks[r]["phases"].items()} == {
+            "decode": (10, 10, None), "prefill": (10, 10, None)}, r
     params = P.validate({"run_dir": str(nsys.path), "rank": 1}, consumer="book")
     out = render_book(params, tmp_path / "rep", chapters=["00_setup", "01_timeline", "02_ncu", "07_summary"],
                       log=lambda *_: None)

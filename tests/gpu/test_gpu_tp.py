@@ -77,14 +77,13 @@ def test_the_shapes_pass_is_joined_on_each_rank(tp_pair):
         assert joined > 0.95, f"rank {r}: {joined:.1%} of kernels carry their op"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect, 2x H100 (sessions 21-22): the rank under ncu stalls in its third decode target (a GEMM launch "
-    "ncu never finishes profiling) while the plain rank waits in the collective after it; seen with and without "
-    "the profiler gate and with the GPU idle before the target; on 2x H200 (0a071ba) TP ncu completed"))
 def test_each_rank_is_profiled_by_ncu_to_its_last_launch(work, dense_checkpoint, two_gpus, record_property):
     """ncu per rank under tensor parallelism profiles every selected launch and ends well inside its time limit.
-    Each rank's worker also ends with the others (`end_rank`): a plain rank that left at its last step while the
-    rank under ncu still replayed that step's kernels tore its communicator down under queued collectives."""
+    The ranks meet around each target op call with their GPUs idle (`torch_backend.rank_barrier`): without it, on
+    2x H100 (sessions 21-22), the rank under ncu stalled in its third decode target while the plain rank's next
+    collective spun on its GPU, waiting for it; with it, 8/8 launches on each rank (session 24). Each rank's worker
+    also ends with the others (`end_rank`): a plain rank that left at its last step while the rank under ncu still
+    replayed that step's kernels tore its communicator down under queued collectives."""
     ran = capture(work, "tp-ncu", {"model": str(dense_checkpoint), **TP, "timeline_backend": "torch", "ncu_top_n": 4,
                                    "ncu_phases": ["prefill", "decode"], "ncu_timeout_s": 150}, 420)
     run = load(ran)

@@ -503,8 +503,8 @@ def end_rank() -> None:
     """End this torchrun rank with the others: wait until its GPU has run what it queued (its collectives end only
     when every rank has launched them), meet the other ranks, then close the process group, so that no rank tears
     its communicator down under collectives still queued (the ncu stage's plain rank stops past the last profiled
-    step while the rank under ncu still replays that step's kernels). Not the cure of the TP ncu stall on 2x H100:
-    it stays with this (bench/README.md)."""
+    step while the rank under ncu still replays that step's kernels). The TP ncu stall on 2x H100 was cured by the
+    ranks meeting around each target op call instead (`rank_barrier`)."""
     import torch
     import torch.distributed as dist
 

@@ -76,6 +76,11 @@ def test_findings_are_the_analysis_largest_effects_first():
     assert g.values["gain"] == pytest.approx(g.values["eager_ms"] / g.values["deployed_ms"])
     assert g.effect == pytest.approx(1 - g.values["deployed_ms"] / g.values["eager_ms"])
     assert all(f.run_id == tw.deployed.run_id for f in found)  # conclusions about the run as deployed
+    share = next(f for f in found if f.key == "decode_share")  # of the whole plain generate, not the phases' sum
+    plain = tw.deployed.info.timeline_info
+    decode_ms = plain.plain_phases["decode"].ms_per_step * plain.plain_phases["decode"].steps
+    assert share.values["pct"] == pytest.approx(100 * decode_ms / (1e3 * plain.plain_generate.median_s))
+    assert share.values["pct"] < 100 * decode_ms / sum(v.ms_per_step * v.steps for v in plain.plain_phases.values())
     hw = next(f for f in found if f.key == "lever_hardware")
     assert hw.values["lever"] != "batch"  # how the step is served, not a change to it
     assert FD.first(found) == found[:5]

@@ -123,8 +123,14 @@ def test_the_batch_lever_takes_the_host_time_the_study_measured():
         assert taken - held == pytest.approx(g.extra_ms(b))
         if b > 1:  # the deployed run (64 new tokens) against the study's measured step (32) at that batch
             assert abs(taken / measured.steady_step_ms[b] - 1) <= 0.25
-    setting = W.lever_table(grown, grown.gpu).set_index("lever").loc["batch", "setting"]
-    assert str(setting) == "8, host time per step as study h100-serving measured it"
+    table = W.lever_table(grown, grown.gpu).set_index("lever")
+    assert str(table.loc["batch", "setting"]) == "8, host time per step as study h100-serving measured it"
+    # the batch row's error is its own: against the study's steady step at batch 8, not the batch-1 fit's
+    assert g.steady_ms == pytest.approx(tuple(measured.steady_step_ms), rel=1e-9)
+    err = 100 * (8 * table.loc["batch", "decode ms/token"] - measured.steady_step_ms[8]) / measured.steady_step_ms[8]
+    assert str(table.loc["batch", "model error"]) == (
+        f"{err:+.0f} % against study h100-serving's steady step at batch 8") and abs(err) <= 25
+    assert "held out" in str(table.loc["efficiency", "model error"])
     eager = W.for_run(load_run(REPO / "data" / "runs" / "h100-deepseek-ocr-2"))[0]  # chapter 06: eager beside deployed
     both = W.lever_table(eager, eager.gpu, grown).set_index("lever").loc["batch", "setting"]
     assert str(both) == "8 (as deployed: host time per step as study h100-serving measured it)"

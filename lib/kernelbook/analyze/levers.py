@@ -37,7 +37,6 @@ import pandas as pd
 from ..contract import quantity
 from ..contract.phrase import column as phrase_column
 from ..contract.phrase import joined, phrase
-from ..escape import md
 from . import modules as M
 from .timeline import phase_kernels
 
@@ -174,15 +173,16 @@ def moe_in_place(run, twin=None) -> SoftwareLever | None:
     now = g.consumer_read_bytes_inloop.fillna(g.gather_write_bytes)
     extra = ((g.gather_read_bytes - now).clip(lower=0) * g.launches_per_step).sum()
     added = float(extra / bw * 1e6)
-    shapes = "; ".join(f"{md(r.consumer_shapes)}" for r in g.itertuples() if isinstance(r.consumer_shapes, str))
-    src = joined(*(phrase("{k} of {src}", k=md(r.consumer_shapes.split("x")[0]), src=md(r.eager_index_shapes))
+    # plain text: the note is a table cell, which the display escapes (Markdown escapes would show as backslashes)
+    shapes = "; ".join(r.consumer_shapes for r in g.itertuples() if isinstance(r.consumer_shapes, str))
+    src = joined(*(phrase("{k} of {src}", k=r.consumer_shapes.split("x")[0], src=r.eager_index_shapes)
                    for r in g.itertuples() if r.eager_index_shapes), sep=", ")
     k = phase_kernels(run.timeline, "decode")
     busy = float(k.duration_ns.sum()) / 1e3 / _steps(k)
     note = joined(
         phrase("gather kernels {n:.0f} per step, {us:.0f} µs per step (timeline, {pct:.0f} % of GPU-busy), in {module}",
                n=g.launches_per_step.sum(), us=removed, pct=100 * removed / busy,
-               module=md(re.sub(r"\.\d+\.", ".N.", g.module.dropna().iloc[0])) if g.module.notna().any() else "-"),
+               module=re.sub(r"\.\d+\.", ".N.", g.module.dropna().iloc[0]) if g.module.notna().any() else "-"),
         phrase(" (the eager twin's aten::index there gathers the routed experts: {src})", src=src) if src else "",
         phrase("; in place the expert "
                "GEMMs ({shapes}) read {extra:.0f} MB more per step from DRAM: +{added:.0f} µs at {bw:,.0f} GB/s (an "

@@ -224,7 +224,7 @@ def host_growth(st: StudyRuns | None, run) -> "W.HostGrowth | None":
                 and w.gpu_name == me.gpu_name and (w.device or None) == (me.device or None))
 
     pts = sorted((p for p in st.held if same(p) and W.unmodellable(p.run) is None), key=batch_of)
-    per_batch = {}
+    per_batch, steady_at = {}, {}
     for p in pts:
         tr = W.for_run(p.run)[0]
         if tr.host is not None and tr.host.graph and tr.host.between_replays_ms == tr.host.between_replays_ms:
@@ -233,10 +233,11 @@ def host_growth(st: StudyRuns | None, run) -> "W.HostGrowth | None":
             steady = first_and_steady(p.run)[1]
             per_batch.setdefault(batch_of(p), steady - tr.host.span_ms if steady == steady
                                  else tr.host.between_replays_ms)
+            steady_at.setdefault(batch_of(p), steady)
     if len(per_batch) < 2:
         return None
     b = sorted(per_batch)
-    return W.HostGrowth(tuple(b), tuple(per_batch[x] for x in b), st.study_id)
+    return W.HostGrowth(tuple(b), tuple(per_batch[x] for x in b), st.study_id, tuple(steady_at[x] for x in b))
 
 
 def with_host_growth(tr: "W.Trace | None", run, st: StudyRuns | None) -> "W.Trace | None":

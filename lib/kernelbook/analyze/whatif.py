@@ -683,6 +683,11 @@ class HostGrowth:
     batches: tuple
     ms: tuple
     source: str             # the study it was measured in
+    steady_ms: tuple = ()   # the study's steady decode step (ms) at each of those batches: the batch lever's check
+
+    def steady_at(self, batch: float) -> float | None:
+        """The study's steady decode step (ms) at `batch`, where it measured that batch."""
+        return dict(zip(self.batches, self.steady_ms)).get(batch)
 
     def extra_ms(self, batch: float) -> float:
         """The growth from the study's smallest batch to `batch`: linear between measured batches, beyond the last
@@ -1676,7 +1681,12 @@ def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_
         ms = [at(t, base_d.with_(**ch), batch=b) for _, _, ch, b in cases]
         out["decode ms/token" + suffix] = ms
         out["change %" + suffix] = [100 * (m - base) / base for m in ms]
-        out["model error" + suffix] = phrase_column([model_error(v, tr=t)] * len(out), out.index)
+        err = [model_error(v, tr=t)] * len(out)
+        measured = t.host_growth.steady_at(8) if t.host_growth is not None else None
+        if measured and measured == measured:  # the batch row against what the study measured at that batch, rather than the batch-1 fit's
+            err[-1] = phrase("{pct:+.0f} % against study {study}'s steady step at batch {n}",
+                             pct=100 * (8 * ms[-1] - measured) / measured, study=t.host_growth.source, n=8)
+        out["model error" + suffix] = phrase_column(err, out.index)
     return out
 
 

@@ -2,6 +2,7 @@
 with `--profile-from-start off`, the worker brackets each target op call with the profiler's start and stop,
 so the launches between targets (a decode lead-up of 31 steps) run without ncu's profiling. Measured on an H100
 (bench/ncu_stage.py, bench/gpu_book_pair.sh); here the command lines and the worker's order of calls."""
+import pytest
 import torch
 
 from kernelbook.capture import ncu as N
@@ -33,13 +34,20 @@ class _Op:
         return f"aten.{self.name}.default"
 
 
-def test_the_worker_profiles_inside_its_target_op_calls_only(monkeypatch):
+@pytest.fixture
+def calls(monkeypatch):
+    """The profiler and NVTX calls the worker makes, in order (a GPU stood in for by these records)."""
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
     monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
     monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
+    return calls
+
+
+def test_the_worker_profiles_inside_its_target_op_calls_only(calls):
     for gate, inside in ((True, ["start", f"push {NCU_TARGET}", "mm", "pop", "stop"]),
                          (False, [f"push {NCU_TARGET}", "mm", "pop"])):
         calls.clear()
@@ -66,20 +74,13 @@ def test_chapter_02_says_that_ncu_profiled_inside_the_gate_only():
         assert "启动分析器" in say(_worker(w)) and "profiler" not in say(_worker(w))
 
 
-def test_a_graph_step_is_profiled_inside_the_gate_only(monkeypatch):
+def test_a_graph_step_is_profiled_inside_the_gate_only(monkeypatch, calls):
     """By step (a CUDA-graph replay): ncu runs with profiling off and the worker starts it at the target step's
     mark and stops it at the step's end, so the warmup, compile and graph recording before it run unprofiled."""
-    calls = []
     monkeypatch.setattr(N.shutil, "which", lambda exe: "/opt/ncu/ncu")
     worker = N.worker_command("params.json", "decode", 5, gated=True)
     cmd = N.ncu_command("decode", ["k"], worker, graph=True)
     assert cmd[cmd.index("--profile-from-start") + 1] == "off" and "--graph-profiling" in cmd
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
-    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
-    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
-    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
     for gate, marks in ((True, ["start", f"push {NCU_TARGET}", "pop", "stop"]), (False, [f"push {NCU_TARGET}", "pop"])):
         calls.clear()
         t = PhaseTracker(torch.nn.Linear(1, 1), nvtx=False, record=False, ncu_target=("decode", 5), profile_gate=gate)
@@ -111,16 +112,10 @@ def test_the_capture_starts_ncu_early_for_a_graph_step_as_for_op_calls(monkeypat
         assert S.early_ncu(cfg(**no), tmp_path, tmp_path / "gate") is None
 
 
-def test_under_tensor_parallelism_every_rank_meets_the_others_around_a_target_op_call(monkeypatch):
+def test_under_tensor_parallelism_every_rank_meets_the_others_around_a_target_op_call(calls):
     """The ncu stage's ranks (`torch_backend.rank_barrier`): before a target op call every rank idles its GPU and
     meets the others, and again once ncu has profiled the call, so no plain rank's collective spins on its GPU while
     ncu replays the profiled rank's kernels. Other op calls pass without a barrier."""
-    calls = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
-    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
-    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
-    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
     t = PhaseTracker(torch.nn.Linear(1, 1), nvtx=False, record=False, op_targets={("decode", 3): {1}},
                      profile_gate=True, rank_barrier=lambda: calls.append("barrier"))
     t._stack.append(_Open("decode", 3, None, False, None))

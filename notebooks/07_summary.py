@@ -208,4 +208,4 @@ kb.table(cmp["metrics"], kb.tr("ncu metrics of the kernels profiled in both"), e
 # ## The chapters
 # [00 · Setup](00_setup.html) · [01 · Timeline](01_timeline.html) · [02 · Nsight Compute](02_ncu.html) ·
 # [03 · Histograms](03_histograms.html) · [04 · Roofline](04_roofline.html) ·
-# [05 · Classification](05_classification.html) · [06 · NPU what-if](06_npu.html)
+# [05 · Classification](05_classification.html) · [06 · NPU what-if](06_npu.html) · [08 · Serving](08_serving.html)

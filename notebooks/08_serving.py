@@ -110,3 +110,9 @@ kb.table(wt, kb.tr("Predicted from the smallest batch against measured, per batc
 
 # %%
 kb.table(SV.by_batch(wc, "error_ms", "ms"), kb.tr("Predicted − measured decode kernel ms per step, per class and batch"))
+
+# %% [markdown]
+# ## The chapters
+# [00 · Setup](00_setup.html) · [01 · Timeline](01_timeline.html) · [02 · Nsight Compute](02_ncu.html) ·
+# [03 · Histograms](03_histograms.html) · [04 · Roofline](04_roofline.html) ·
+# [05 · Classification](05_classification.html) · [06 · NPU what-if](06_npu.html) · [07 · Summary](07_summary.html)

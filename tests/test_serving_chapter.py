@@ -187,3 +187,14 @@ def test_the_opening_says_what_the_largest_batch_reads_against_what_it_must_move
     assert "8.0×" in rest and f"it moves {last.step_mb:,.0f} MB in all" in rest
     _, one = NS.opening(st, dt, ct, tt, wt, bt[bt.batch <= 1])
     assert "must move" not in one
+
+
+def test_the_summary_and_the_serving_chapter_link_every_other_chapter():
+    """A reader at the end of chapter 07 or 08 finds the other chapters, 08 included (it is always rendered: without
+    a study it says none was given)."""
+    from kernelbook.params import ALL_CHAPTERS
+
+    for stem in ("07_summary", "08_serving"):
+        src = (REPO / "notebooks" / f"{stem}.py").read_text()
+        links = src[src.rindex("## The chapters"):]
+        assert [c for c in ALL_CHAPTERS if c != stem and f"({c}.html)" not in links] == [], stem

@@ -114,7 +114,9 @@ def test_already_pulled_levers_are_not_proposed_and_gains_are_ranked(table):
     assert list(table.index[table.status == "gain"]) == list(range(len(gains)))  # gains first, in rank order
     # hardware rows are chapter 06's lever_table on the deployed run, its change applied to the measured step
     hw = gains[gains.kind == "hardware"]
-    assert len(hw) == 11 and hw["how priced"].eq("model prediction (chapter 06)").all()
+    assert len(hw) == 10 and hw["how priced"].eq("model prediction (chapter 06)").all()
+    served = gains[gains.kind == "serving"]  # the batch lever: how the step is served, not a change of hardware
+    assert list(served.lever) == ["batch"] and served["how priced"].eq("model prediction (chapter 06)").all()
     assert hw["model error"].str.contains("held out").all()
     plain = table[table.status == "baseline"]["decode ms/token"].iloc[0]
     assert list(hw["decode ms/token"]) == pytest.approx(list(plain * (1 + hw["change %"] / 100)))

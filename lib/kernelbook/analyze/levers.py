@@ -52,6 +52,7 @@ BASELINE = phrase("baseline")
 MEASURED = phrase("measured kernel time removed")
 MODEL = phrase("model prediction (chapter 06)")
 SOFTWARE, HARDWARE = phrase("software"), phrase("hardware")
+SERVING = phrase("serving")  # the batch lever: how the step is served (chapter 08 measures it), not a change to it
 
 
 def _steps(k: pd.DataFrame) -> int:
@@ -289,7 +290,8 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
     hw = W.lever_table(tr_dep, tr_dep.gpu, val=val_dep)
     for _, r in hw[hw.lever != "as fitted"].iterrows():
         ch = float(r["change %"])
-        rows.append({"lever": r.lever, "kind": HARDWARE, "setting": r.setting, "status": GAIN,
+        rows.append({"lever": r.lever, "kind": SERVING if r.lever == "batch" else HARDWARE, "setting": r.setting,
+                     "status": GAIN,
                      "decode ms/token": plain * (1 + ch / 100), "change %": ch,
                      "predicted ms/token": r["decode ms/token"], "how priced": MODEL, "model error": r["model error"],
                      "detail": ""})
@@ -319,7 +321,7 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
 
 def gains(table: pd.DataFrame, kind: str | None = None, batch: bool = True) -> pd.DataFrame:
     """The rows of `levers`' table that change the deployed step (its cells are English phrases, `narrate.levers`
-    shows them in the reader's language), of one `kind` (software | hardware) where given, without the batch lever
+    shows them in the reader's language), of one `kind` (software | hardware | serving) where given, without the batch lever
     where `batch` is False."""
     g = table[table.status == GAIN]
     if kind is not None:

@@ -35,7 +35,7 @@ def levers_prose(table: pd.DataFrame, deployed) -> str:
                       "time alone, before any hardware change;", lever=say(s.lever), ms=s["decode ms/token"],
                       pct=s["change %"]))
     if len(hw):
-        h = hw[hw.lever != "batch"].iloc[0] if (hw.lever != "batch").any() else hw.iloc[0]
+        h = hw.iloc[0]  # the batch lever's kind is serving: not among them
         out.append(tr("the best hardware lever at batch 1, {lever} ({setting}), {pct:+.1f} % by the model ({err}).",
                       lever=say(h.lever), setting=_named(h.setting), pct=h["change %"], err=_named(h["model error"])))
     pulled = table[table.status == ALREADY]

@@ -50,7 +50,9 @@ def test_ncu_is_compared_per_launch_shape_never_pooled(eager):
     ncu_ns = kern.loc["p000", "duration_ns"]
     assert p0.duration_ratio == pytest.approx(ncu_ns / gate_up.duration_ns.median())  # 1.05
     assert p0.duration_ratio <= N.CONTEXT_FACTOR < ncu_ns / mine.duration_ns.median()  # pooled: 1.39, flagged
-    assert f"6774x896;64x896x1280;64;;: 11 launches, median {down.duration_ns.median() / 1e3:.2f} µs" == p0.other_shapes
+    # the other shapes read as the shapes column does (×, ·, no empty slots)
+    median = down.duration_ns.median() / 1e3
+    assert f"6774×896 · 64×896×1280 · 64: 11 launches, median {median:.2f} µs" == p0.other_shapes
     d0 = f.loc["d000"]
     d0_tl = tl[(tl.phase == "decode") & (tl.name == kern.loc["d000", "name"]) & (tl.grid == "4x5x1")]
     own = d0_tl[d0_tl.op_shapes == "1x1280;1280x1280"]
@@ -58,7 +60,7 @@ def test_ncu_is_compared_per_launch_shape_never_pooled(eager):
     assert d0.launches == len(own) == 3024
     assert d0.duration_ratio == pytest.approx(kern.loc["d000", "duration_ns"] / own.duration_ns.median())
     other = d0_tl[d0_tl.op_shapes == "1x1792;1792x1280"]
-    assert f"1x1792;1792x1280: {len(other)} launches, median {other.duration_ns.median() / 1e3:.2f} µs" in \
+    assert f"1×1792 · 1792×1280: {len(other)} launches, median {other.duration_ns.median() / 1e3:.2f} µs" in \
         d0.other_shapes and len(other) == 693
     # every kernel off by more than 1.25x carries a reason; those within say they agree
     off = (f.duration_ratio > N.CONTEXT_FACTOR) | (f.duration_ratio < 1 / N.CONTEXT_FACTOR)

@@ -34,6 +34,7 @@ import pandas as pd
 
 from .contract import quantity as qty  # `quantity` below is the display of a value in a unit
 from .contract.names import PHASE_NAMES
+from .contract.shapes import readable
 from .digits import MISSING, count, eng, missing, sig  # noqa: F401  (the display layer's names for them)
 from .escape import html as esc_html
 from .load.trace import demangle  # noqa: F401  (the display layer's name for it)
@@ -490,16 +491,7 @@ def label(col) -> str:
 def shapes(s) -> str:
     """aten input shapes as one readable form: '1x10x1x128;1x10x1130x128;;;' and
     '[1, 10, 1160, 128]x[1, 10, 1, 128];' both become '1×10×1×128 · 1×10×1130×128'; empty slots dropped."""
-    if missing(s) or s is None:
-        return MISSING
-    s = str(s).strip()
-    if "[" in s:
-        parts = [p.replace(" ", "").split(",") for p in re.findall(r"\[([^\]]*)\]", s)]
-    else:
-        parts = [p.split("x") for p in s.split(";")]
-    out = ["×".join(d for d in p if d) for p in parts]
-    out = [o for o in out if o]
-    return " · ".join(out) if out else MISSING
+    return MISSING if missing(s) or s is None else (readable(s) or MISSING)
 
 
 def cell(v, kind: str) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..contract.shapes import (FLOPS_TOLERANCE, dim3, elementwise_bytes, elementwise_flops, expected_gemm_flops,
-                               implied_bytes, is_matvec, tile_paddings)
+                               implied_bytes, is_matvec, readable, tile_paddings)
 from ..contract.kernels import with_identity
 from ..contract.manifest import Manifest, read_manifest
 from ..contract.phrase import column as phrase_column
@@ -357,7 +357,7 @@ def fidelity(kernels: pd.DataFrame, timeline: pd.DataFrame, manifest: Manifest |
         cfg = launch_config(k, ix)
         ref, op, shp = profiled_launch(k, ix)
         others = cfg[cfg.op_shapes.notna() & (cfg.op_shapes != shp)] if shp is not None and verdicts else cfg.iloc[:0]
-        other = _listed([phrase("{shapes}: {n} launches, median {us:.2f} µs", shapes=s, n=len(g),
+        other = _listed([phrase("{shapes}: {n} launches, median {us:.2f} µs", shapes=readable(s) or s, n=len(g),
                                 us=g.duration_ns.median() / 1e3) for s, g in others.groupby("op_shapes")], phrase("; "))
         gemm = k.get("category") in ("GEMM", "GEMV") or (isinstance(k.get("name"), str) and "nvjet" in k["name"])
         if gemm:

@@ -1683,7 +1683,7 @@ def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_
         out["change %" + suffix] = [100 * (m - base) / base for m in ms]
         err = [model_error(v, tr=t)] * len(out)
         measured = t.host_growth.steady_at(8) if t.host_growth is not None else None
-        if measured and measured == measured:  # the batch row against what the study measured at that batch, rather than the batch-1 fit's
+        if measured and measured == measured:  # the batch row: against the study's step at that batch, not the fit's
             err[-1] = phrase("{pct:+.0f} % against study {study}'s steady step at batch {n}",
                              pct=100 * (8 * ms[-1] - measured) / measured, study=t.host_growth.source, n=8)
         out["model error" + suffix] = phrase_column(err, out.index)

@@ -29,6 +29,17 @@ FLOPS_TOLERANCE = 0.05
 _LIST = re.compile(r"\[([\d, ]*)\]")
 
 
+def readable(op_shapes: str) -> str:
+    """aten input shapes as one readable form: '1x10x1x128;1x10x1130x128;;;' and '[1, 10, 1160, 128]x[1, 10, 1, 128];'
+    both become '1×10×1×128 · 1×10×1130×128'; empty slots dropped ('' where none is left)."""
+    s = str(op_shapes).strip()
+    if "[" in s:
+        parts = [p.replace(" ", "").split(",") for p in re.findall(r"\[([^\]]*)\]", s)]
+    else:
+        parts = [p.split("x") for p in s.split(";")]
+    return " · ".join(o for o in ("×".join(d for d in p if d) for p in parts) if o)
+
+
 def arg_shapes(op_shapes: str | None) -> list[list[tuple[int, ...]]]:
     """The recorded input shapes per argument: '2x3;4;' -> [[(2, 3)], [(4,)], []]; a tensor-list argument
     ('[1, 10, 64]x[1, 10, 64]') gives one tuple per tensor; scalars and unparsable arguments give []."""

@@ -51,9 +51,9 @@ def findings(eager, deployed, limit, deploy: pd.DataFrame, lev: pd.DataFrame | N
     # of the whole plain generate where it was timed: the phase ranges leave out what generate does outside the
     # model's forwards (as deployed on the H100, about 150 of its 411 ms), which a share of their sum hands to them
     gen = main.info.timeline_info.plain_generate
-    whole = 1e3 * gen.median_s if gen is not None and gen.median_s else sum(total.values())
+    whole = max(1e3 * gen.median_s if gen is not None and gen.median_s else 0.0, sum(total.values()))
     if total.get("decode"):
-        share = total["decode"] / max(whole, sum(total.values()))
+        share = total["decode"] / whole
         out.append(Finding("decode_share", share, {
             "pct": q(rid, "decode.plain_share_pct", 100 * share), "steps": plain["decode"].steps}, rid, "plain",
             "01_timeline", "Phases: wall time, GPU-busy time, idle share"))

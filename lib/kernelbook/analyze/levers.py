@@ -291,8 +291,7 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
     for _, r in hw[hw.lever != "as fitted"].iterrows():
         ch = float(r["change %"])
         rows.append({"lever": r.lever, "kind": SERVING if r.lever == "batch" else HARDWARE, "setting": r.setting,
-                     "status": GAIN,
-                     "decode ms/token": plain * (1 + ch / 100), "change %": ch,
+                     "status": GAIN, "decode ms/token": plain * (1 + ch / 100), "change %": ch,
                      "predicted ms/token": r["decode ms/token"], "how priced": MODEL, "model error": r["model error"],
                      "detail": ""})
     rows.append({"lever": phrase("CUDA graphs (compiled decode step)"), "kind": SOFTWARE,
@@ -321,10 +320,10 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
 
 def gains(table: pd.DataFrame, kind: str | None = None, batch: bool = True) -> pd.DataFrame:
     """The rows of `levers`' table that change the deployed step (its cells are English phrases, `narrate.levers`
-    shows them in the reader's language), of one `kind` (software | hardware | serving) where given, without the batch lever
-    where `batch` is False."""
+    shows them in the reader's language), of one `kind` (software | hardware | serving) where given, without the
+    serving lever (the batch) where `batch` is False."""
     g = table[table.status == GAIN]
     if kind is not None:
         g = g[g.kind == kind]
-    return g if batch else g[g.lever != "batch"]
+    return g if batch else g[g.kind != SERVING]
 

@@ -1662,15 +1662,17 @@ def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_
     for mb in (256, 512, 1024, float(np.ceil(1.1 * mib))):
         cases.append(("on-chip SRAM keeping weights", phrase("{mb:,.0f} MiB", mb=mb), dict(sram_mb=mb, **keep), 1))
     cases += [("weight precision", p, dict(weight_precision=p), 1) for p in ("fp8", "int4")]
-    # the batch row's host time per step: a study's where a run carries one (chapter 07 passes the deployed run as `tr`)
+    # the batch row (the last), its host time per step a study's where a run carries one (chapter 07 passes the
+    # deployed run as `tr`)
+    n = 8
     if tr.host_growth is not None:
-        batch_setting = phrase("{n}, host time per step as study {study} measured it", n=8, study=tr.host_growth.source)
+        batch_setting = phrase("{n}, host time per step as study {study} measured it", n=n, study=tr.host_growth.source)
     elif deployed is not None and deployed.host_growth is not None:
-        batch_setting = phrase("{n} (as deployed: host time per step as study {study} measured it)", n=8,
+        batch_setting = phrase("{n} (as deployed: host time per step as study {study} measured it)", n=n,
                                study=deployed.host_growth.source)
     else:
-        batch_setting = "8"
-    cases.append(("batch", batch_setting, {}, 8))
+        batch_setting = str(n)
+    cases.append(("batch", batch_setting, {}, n))
     runs = [(tr, g, val if val is not None else validation(tr), "")]
     if deployed is not None:
         runs.append((deployed, deployed.gpu, dep_val if dep_val is not None else validation(deployed), " as deployed"))
@@ -1682,10 +1684,10 @@ def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_
         out["decode ms/token" + suffix] = ms
         out["change %" + suffix] = [100 * (m - base) / base for m in ms]
         err = [model_error(v, tr=t)] * len(out)
-        measured = t.host_growth.steady_at(8) if t.host_growth is not None else None
+        measured = t.host_growth.steady_at(n) if t.host_growth is not None else None
         if measured and measured == measured:  # the batch row: against the study's step at that batch, not the fit's
             err[-1] = phrase("{pct:+.0f} % against study {study}'s steady step at batch {n}",
-                             pct=100 * (8 * ms[-1] - measured) / measured, study=t.host_growth.source, n=8)
+                             pct=100 * (n * ms[-1] - measured) / measured, study=t.host_growth.source, n=n)
         out["model error" + suffix] = phrase_column(err, out.index)
     return out
 

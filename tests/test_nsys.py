@@ -139,9 +139,9 @@ PAIR = Path(__file__).resolve().parent / "fixtures" / "nsys"
 
 
 def test_the_nsys_and_torch_timelines_of_one_workload_agree():
-    """The bundled workload captured with each backend back to back on one lent H100 (bench/gpu_nsys_pair.sh, both
-    complete, ncu prefill + decode top-20 by op call): the same kernels and the same GPU time per phase within 2 %
-    (issue 46 point 4)."""
+    """The bundled workload's GPU book with each backend, back to back on one lent H100 (bench/gpu_book_backends.sh,
+    both runs complete, ncu prefill + decode top-20 by op call; the nsys run's timeline stage in one process under
+    nsys): the same kernels and the same GPU time per phase within 2 % (issue 46 point 4)."""
     from kernelbook.load.run import load_run
 
     nsys, torch = load_run(PAIR / "h100-nsys-deepseek-ocr-2"), load_run(PAIR / "h100-nsys-twin-torch")
@@ -157,11 +157,12 @@ def test_the_nsys_and_torch_timelines_of_one_workload_agree():
     assert set(dn.index) == set(dt.index)
     big = dt[dt >= 0.01 * dt.sum()].index
     off = {name: dn[name] / dt[name] - 1 for name in big if abs(dn[name] / dt[name] - 1) > 0.02}
-    # within 2 % but for the reduce kernels: `reduce_kernel` under aten::sum ran 3.5 against 4.1 µs a launch (median
-    # of 756) and `lean_reduction_kernel` +2.8 %, every other kernel over 1 % of decode within 1.2 % (H100 pair)
-    assert set(off) <= {"reduce_kernel", "lean_reduction_kernel"}, off
-    assert all(abs(v) <= 0.06 for v in off.values()), off
-    assert sum(dt[n] for n in off) <= 0.06 * dt.sum()
+    # every kernel over 1 % of decode within 2 % (13 of the 14, within 1.4 %) but one decode GEMV, +2.1 %: `nvjet_sm90_
+    # tst_128x8_64x12_4x1_v_bz_TNT`, 8.99 against 8.80 µs a launch (median of 693), 4.3 % of decode; the lent GPU's
+    # clocks are not locked. (The pair before the one-process capture: the reduce kernels off by 2.8 and 5.8 %.)
+    assert set(off) <= {"nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT"}, off
+    assert all(abs(v) <= 0.025 for v in off.values()), off
+    assert sum(dt[n] for n in off) <= 0.05 * dt.sum()
 
 
 def test_the_shapes_pass_joins_the_nsys_timeline_by_kernel_stem():
@@ -172,7 +173,9 @@ def test_the_shapes_pass_joins_the_nsys_timeline_by_kernel_stem():
     16 %."""
     from kernelbook.load.trace import join_shapes, kernel_stem
 
-    nsys = pd.read_parquet(PAIR / "h100-nsys-deepseek-ocr-2" / "timeline.parquet")
+    # the nsys run as the worker's report gives it (a sampled generation, tensor-parallel ranks): no ops of its own
+    nsys = pd.read_parquet(PAIR / "h100-nsys-deepseek-ocr-2" / "timeline.parquet").drop(
+        columns=["op_index", "module", "module_class"]).assign(op=None, op_shapes=None)
     shaped = pd.read_parquet(PAIR / "h100-nsys-twin-torch" / "timeline.parquet")
     a = "void at::native::<unnamed>::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, (int)2, (int)2, (int)-2>("
     b = "void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, long, unsigned int, 2, 2, -2>(at"
@@ -220,9 +223,12 @@ def test_the_book_renders_the_nsys_run_as_it_renders_a_torch_run(tmp_path):
     nsys_x, torch_x = (load_run(PAIR / n).info.timeline_info.overhead_ratio
                        for n in ("h100-nsys-deepseek-ocr-2", "h100-nsys-twin-torch"))
     assert f"Nsight Systems {nsys_x:.2f}×, the torch profiler {torch_x:.2f}×" in ch01
-    # each in its own capture, back to back on one H100 lease: nsys 1.47x, the torch profiler 2.02x (issue 46's
-    # target, <= 1.2x, is met by bench/timeline_overhead.py's alternating generates, 1.06x, not by this capture)
+    # each in its own capture, back to back on one H100 lease: nsys 1.43x, the torch profiler 1.60x (issue 46's
+    # target, <= 1.2x, is met by bench/timeline_overhead.py's alternating generates, 1.06-1.09x, not by this capture)
     assert 1.0 < nsys_x < torch_x
+    # its timeline stage ran in one process under nsys: the shapes pass's ops from emit_nvtx in the same report
+    ti = run.manifest["timeline_info"]
+    assert ti["nsys_process"].startswith("one:") and ti["shapes"]["method"].startswith("NVTX op ranges")
 
 
 def test_a_cuda_graph_run_under_nsys_shows_its_nodes_and_ncu_takes_the_replay_node_by_node():
@@ -367,3 +373,75 @@ def test_auto_keeps_the_torch_profiler_for_a_graph_decode_step(monkeypatch):
     assert max(torch_graphs) < nsys_graphs
     with i18n.in_language("zh"):
         assert V.stored(NS.GRAPH_STEP_REASON).startswith("auto：torch；解码重放 CUDA graph")
+
+
+def _capture_db(tmp_path) -> Path:
+    """The committed cut of the one-process capture's real export (bench/nsys_cut.py on the H100 pair's nsys run):
+    each pass's vision encode, prefill and first decode step."""
+    import gzip
+    import shutil
+
+    db = tmp_path / "capture.sqlite"
+    with gzip.open(PAIR / "capture-h100.sqlite.gz") as f, open(db, "wb") as g:
+        shutil.copyfileobj(f, g)
+    return db
+
+
+def test_the_one_process_capture_reads_its_profiled_pass_and_its_shapes_pass_from_one_report(tmp_path):
+    """The timeline stage under nsys in one process (capture.torch_backend `nsys_capture_worker`): one report holds
+    the profiled generate (`kbpass#profiled`) and the shapes pass (`kbpass#shapes`), whose aten ops, input shapes,
+    op calls and modules are NVTX ranges (emit_nvtx). Read from a real export of the bundled workload on the H100:
+    the two passes launch the same kernels step by step, every kernel of the shapes pass has its op, a GEMM's shapes
+    multiply (M×K · K×N), and the join gives every launch of the profiled pass its op."""
+    from kernelbook.capture.nsys import read_capture_sqlite
+    from kernelbook.contract.shapes import arg_shapes
+    from kernelbook.load.trace import join_shapes
+
+    timeline, phases, shaped = read_capture_sqlite(_capture_db(tmp_path))
+    assert timeline.op.isna().all() and "op_index" not in timeline  # the profiled pass: no op ranges
+    assert sorted(phases.phase.unique()) == ["decode", "prefill", "vision_encode"]
+    assert phases[phases.phase == "decode"].step.tolist() == [1]
+    # the same kernels, launch by launch, in prefill and decode; vision encode's 2,853 launches differ by one (of the
+    # whole run's 66 phase steps, 65 are identical)
+    seq = lambda t, ph: t[(t.kind == "kernel") & t.phase.isin(ph)].name.tolist()  # noqa: E731
+    assert seq(timeline, ["prefill", "decode"]) == seq(shaped, ["prefill", "decode"])
+    assert len(seq(timeline, ["vision_encode"])) - len(seq(shaped, ["vision_encode"])) == 1
+    k = shaped[shaped.kind == "kernel"]
+    assert k.op.notna().all()
+    # CUB marks its device algorithms in NVTX ranges of its own domain: the kernel's op is still the aten op
+    cub = k[k.name.str.contains("DeviceRadixSort|DeviceScan")]
+    assert len(cub) and set(cub.op) <= {"aten::sort", "aten::cumsum", "aten::masked_scatter_"}
+    assert (k.op_index >= 0).mean() > 0.95 and k.module.notna().mean() > 0.95
+    mm = k[k.op == "aten::mm"]
+    assert len(mm) > 10
+    for shapes in mm.op_shapes.unique():
+        [(m, kk)], [(kk2, n)] = arg_shapes(shapes)[:2]
+        assert kk == kk2 and m > 0 and n > 0, shapes
+    joined, stats = join_shapes(timeline, shaped)
+    k = joined[(joined.kind == "kernel") & (joined.phase != "other")]
+    assert stats["matched_pct"] > 99.9 and k.op.notna().mean() > 0.999 and (k.op_index >= 0).mean() > 0.95
+
+
+def test_a_report_without_the_capture_passes_says_what_it_is_not(tmp_path):
+    """A report of another capture (the tiny H100 capture, no `kbpass#` ranges) is refused with one line."""
+    from kernelbook.capture.nsys import read_capture_sqlite
+
+    with pytest.raises(ValueError, match=r"no NVTX range kbpass#profiled: it is not a report of the one-process"):
+        read_capture_sqlite(PAIR / "tiny-h100.sqlite")
+
+
+def test_the_stage_passes_on_the_progress_its_process_writes_to_nsys_log(tmp_path):
+    """The process under nsys marks its progress lines in nsys's log (`PROGRESS_MARK`); the stage passes on those
+    only, each once, whole lines only."""
+    from kernelbook.capture.nsys import PROGRESS_MARK, relay
+
+    log, said = tmp_path / "nsys.log", []
+    more = relay(log, said.append)
+    more()  # no log yet
+    log.write_text(f"Collecting data...\n{PROGRESS_MARK}  model ready in 8.9 s\n{PROGRESS_MARK}  half a li")
+    more()
+    with open(log, "a") as f:
+        f.write("ne\nGenerating '/tmp/nsys-report.qdstrm'\n")
+    more()
+    more()
+    assert said == ["  model ready in 8.9 s", "  half a line"]

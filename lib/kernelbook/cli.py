@@ -354,16 +354,18 @@ def _diff(a: str, b: str) -> int:
 def _worker(argv: list[str]) -> int:
     w = argparse.ArgumentParser(prog="python -m kernelbook _worker")
     w.add_argument("--params", required=True)
-    w.add_argument("--mode", choices=("ncu", "nsys", "tp-timeline", "tp-shapes", "tp-nsys", "tp-exec"), required=True)
+    w.add_argument("--mode", choices=("ncu", "nsys", "nsys-capture", "tp-timeline", "tp-shapes", "tp-nsys", "tp-exec"),
+                   required=True)
     w.add_argument("--target")
     w.add_argument("--targets")
-    w.add_argument("--early", help="ncu by op call, started before the targets exist: <gate file>:<owner pid>")
+    w.add_argument("--early", help="ncu by op call, started before the targets exist: <gate file>:<owner pid>; "
+                   "nsys, nsys-capture: the go file its timed generates wait for: <go file>:<owner pid>")
     w.add_argument("--profile-gate", action="store_true",
                    help="ncu by op call under --profile-from-start off: cudaProfilerStart/Stop around each target")
     w.add_argument("--ranges", help="ncu's range pass: the steps and spans of op calls to measure as ranges")
     w.add_argument("--out", help="tp-timeline, tp-shapes, tp-nsys: the raw/ folder each rank writes its rank<N> "
-                   "tables into; nsys: the file "
-                   "the measured generate's seconds go to")
+                   "tables into; nsys: the file the measured generate's seconds go to; nsys-capture: the run folder "
+                   "of the timeline stage")
     args = w.parse_args(argv)
     from .capture.ncu_worker import worker
     from .capture.torch_backend import tp_rank_worker
@@ -380,6 +382,11 @@ def _worker(argv: list[str]) -> int:
         from .capture.nsys import tp_rank_exec
 
         tp_rank_exec(Path(args.params), Path(args.out))
+    if args.mode == "nsys-capture":  # the timeline stage's own process under nsys
+        from .capture.torch_backend import nsys_capture_worker
+
+        nsys_capture_worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), Path(args.out), args.early)
+        return 0
     if args.mode in ("tp-timeline", "tp-shapes"):
         tp_rank_worker(CaptureConfig.of(json.loads(Path(args.params).read_text())), args.out, args.mode)
         return 0

@@ -45,7 +45,9 @@ _STORED = [
     _literal(phrase("auto: torch; a sampled long generation or tensor-parallel ranks run under the torch profiler only")),
     _literal(phrase("auto: torch; decode replays a CUDA graph (static cache): measured on the H100, the torch profiler's "
                     "overhead there is no higher than nsys's (0.95-1.26x against 1.41x), and nsys's worker builds and "
-                    "compiles the model a second time")),  # capture.nsys GRAPH_STEP_REASON
+                    "compiles the model a second time")),  # capture.nsys GRAPH_STEP_REASON before the one-process nsys
+    _literal(phrase("auto: torch; decode replays a CUDA graph (static cache): measured on the H100, the torch profiler's "
+                    "overhead there is no higher than nsys's (0.95-1.26x against 1.41x)")),  # GRAPH_STEP_REASON now
     (re.compile(r"^auto: nsys; on (?P<dev>.*) its overhead was measured lower: (?P<n>[\d.]+)x against (?P<t>[\d.]+)x "
                 r"for the torch profiler \((?P<where>.*)\)$", re.S),
      lambda **v: phrase("auto: nsys; on {dev} its overhead was measured lower: {n}x against {t}x for the torch profiler "

@@ -12,6 +12,9 @@ schema.
 """
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -24,6 +27,8 @@ import pandas as pd
 from ..contract.config import CaptureConfig
 from ..env import find_nsys
 from ..contract.layout import NSYS_REPORT, NSYS_SQLITE, RunLayout
+from ..contract.names import (MODULE_RANGE, NCU_TARGET, OP_RANGE, PASS_RANGE, PHASES, PROFILED_PASS,
+                              SHAPES_PASS)
 from .common import CaptureError
 
 NVTX_PUSHPOP = 59  # NVTX_EVENTS.eventType of push/pop ranges
@@ -113,6 +118,13 @@ def _session_start_ns(con) -> int:
 def read_nsys_sqlite(path: str | Path, first_decode_step: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(timeline, phases) from an `nsys export --type sqlite` database. `first_decode_step`: the step of its first
     decode range (a sampled window's report starts mid-generation, without a prefill to count from)."""
+    tl, nv = _read_db(path, NVTX_SQL)
+    return _phased(tl, nv, first_decode_step)
+
+
+def _read_db(path: str | Path, nvtx_sql: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(GPU activity without phases, the NVTX ranges `nvtx_sql` selects) of an nsys sqlite export; the session's
+    start (ns since the epoch) in each frame's attrs."""
     con = sqlite3.connect(str(path))
     try:
         if not _table_exists(con, "CUPTI_ACTIVITY_KIND_KERNEL"):
@@ -132,7 +144,7 @@ def read_nsys_sqlite(path: str | Path, first_decode_step: int = 1) -> tuple[pd.D
                 m = pd.read_sql_query(sql, con)
                 m["kind"] = kind
                 parts.append(m)
-        nv = pd.read_sql_query(NVTX_SQL, con) if _table_exists(con, "NVTX_EVENTS") else pd.DataFrame(
+        nv = pd.read_sql_query(nvtx_sql, con) if _table_exists(con, "NVTX_EVENTS") else pd.DataFrame(
             columns=["phase", "start_ns", "end_ns"])
         t0 = _session_start_ns(con)
     finally:
@@ -145,13 +157,102 @@ def read_nsys_sqlite(path: str | Path, first_decode_step: int = 1) -> tuple[pd.D
         tl[col] = tl[col].fillna(fill).astype("int64")
     tl["op"] = None
     tl["op_shapes"] = None
-    phases = _phases_from_nvtx(nv, first_decode_step)
+    tl.attrs["session_start_ns"] = nv.attrs["session_start_ns"] = t0
+    return tl, nv
+
+
+def _phased(tl: pd.DataFrame, nv: pd.DataFrame, first_decode_step: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(timeline, phases): the activity `tl` with the phase and step of each launch, from the NVTX ranges `nv`
+    (columns phase, start_ns, end_ns; other names are left out)."""
     from ..load.trace import _assign_phase
 
-    tl["phase"], tl["step"] = _assign_phase(tl["launch_ns"].to_numpy(), tl["start_ns"].to_numpy(),
-                                            phases)
-    tl.attrs["session_start_ns"] = phases.attrs["session_start_ns"] = t0
+    phases = _phases_from_nvtx(nv, first_decode_step)
+    tl = tl.copy()
+    tl["phase"], tl["step"] = _assign_phase(tl["launch_ns"].to_numpy(), tl["start_ns"].to_numpy(), phases)
+    phases.attrs["session_start_ns"] = tl.attrs.get("session_start_ns", 0)
     return tl.sort_values("start_ns", kind="stable").reset_index(drop=True), phases
+
+
+# the default domain's ranges only (torch's and kernelbook's): libraries mark ranges of their own in a domain of
+# their own, such as CUB's device algorithms (`cub::DeviceRadixSort`, CCCL's domain), which are no torch op
+NVTX_THREAD_SQL = f"""
+SELECT COALESCE(n.text, s.value) AS phase, n.start AS start_ns, n.end AS end_ns, n.globalTid AS tid
+FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL AND COALESCE(n.domainId, 0) = 0
+ORDER BY n.start
+"""
+_SIZES = re.compile(r", sizes = (\[(?:\[[^\]]*\](?:, )?)*\])")
+
+
+def read_capture_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
+    """(timeline, phases, shaped) from the one-process capture's report (`capture_command`): the profiled generate,
+    marked `kbpass#profiled`, and the shapes pass, marked `kbpass#shapes` (None where it did not run), each an NVTX
+    range of the capture's thread. The shapes pass's kernels carry their aten op and its input shapes (the innermost
+    range torch's `emit_nvtx(record_shapes=True)` pushed around the launch: `aten::mm, seq = 3, op_id = 7, sizes =
+    [[1, 1280], [1280, 896]]`), their op call (`kbop#<i>`) and module (`kbmod#<path>|<class>`), as a torch profiler's
+    shapes pass gives them (load.trace `join_shapes` takes them onto the profiled pass)."""
+    tl, nv = _read_db(path, NVTX_THREAD_SQL)
+    passes = nv[nv.phase.str.startswith(PASS_RANGE, na=False)]
+    found = {name[len(PASS_RANGE):]: row for name, row in zip(passes.phase, passes.itertuples(index=False))}
+    if PROFILED_PASS not in found:
+        raise ValueError(f"{path} has no NVTX range {PASS_RANGE}{PROFILED_PASS}: it is not a report of the "
+                         "one-process capture (capture.nsys `capture_command`)")
+    t = np.where(np.isnan(tl["launch_ns"].to_numpy()), tl["start_ns"].to_numpy(), tl["launch_ns"].to_numpy())
+
+    def part(p):
+        inside = nv[(nv.start_ns >= p.start_ns) & (nv.end_ns <= p.end_ns) & (nv.tid == p.tid)]
+        sel = tl[(t >= p.start_ns) & (t <= p.end_ns)]
+        sel.attrs = dict(tl.attrs)
+        return (*_phased(sel, inside), inside)
+
+    timeline, phases, _ = part(found[PROFILED_PASS])
+    if SHAPES_PASS not in found:
+        return timeline, phases, None
+    shaped, _, ranges = part(found[SHAPES_PASS])
+    return timeline, phases, _with_ops(shaped, ranges)
+
+
+def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """The shapes pass's activity with each launch's aten op and input shapes, op call and module (see
+    `read_capture_sqlite`), from the NVTX ranges of its thread."""
+    from ..load.trace import _shapes_str, innermost
+
+    text = ranges["phase"].astype(str).to_numpy()
+    # a range's name ends where emit_nvtx's fields begin; names repeat (an op's, a module's, an op call's), so what
+    # each name is is decided once per distinct name
+    codes, names = pd.factorize(pd.Series(text).str.split(", ", n=1).str[0])
+    names = pd.Series(names)
+    mine = (names.str.startswith((OP_RANGE, MODULE_RANGE, PASS_RANGE, "kb::")) | names.isin(PHASES)
+            | (names == NCU_TARGET))
+    name = names.to_numpy(dtype=object)[codes]
+    ours = pd.Series(mine.to_numpy()[codes])
+    start, end = ranges["start_ns"].to_numpy("float64"), ranges["end_ns"].to_numpy("float64")
+    t = tl["launch_ns"].to_numpy()
+    tl = tl.copy()
+    # the op: the innermost range around the launch, where it is an op's (a launch whose innermost range is one of
+    # kernelbook's has none, as in the torch profiler's trace, whose launch then points at a user range)
+    at = innermost(start, end, t)
+    op_at = np.where(at >= 0, at, 0)
+    is_op = (at >= 0) & ~ours.to_numpy()[op_at]
+    tl["op"] = np.where(is_op, name[op_at], None)
+    shapes = {}
+    for i in np.unique(at[is_op]):
+        m = _SIZES.search(text[i])
+        shapes[i] = _shapes_str(json.loads(m.group(1))) if m else None
+    tl["op_shapes"] = [shapes.get(i) if ok else None for i, ok in zip(at.tolist(), is_op.tolist())]
+    for prefix, col in ((OP_RANGE, "op_index"), (MODULE_RANGE, "module")):
+        mine = names.str.startswith(prefix).to_numpy()[codes]
+        j = innermost(start[mine], end[mine], t)
+        values = name[mine]
+        got = np.where(j >= 0, values[np.where(j >= 0, j, 0)] if len(values) else None, None)
+        if col == "op_index":
+            tl[col] = [int(v[len(prefix):]) if v is not None else -1 for v in got]
+        else:
+            parts = pd.Series([v[len(prefix):] if v is not None else None for v in got], index=tl.index, dtype=object)
+            split = parts.str.rsplit("|", n=1)
+            tl["module"], tl["module_class"] = split.str[0], split.str[1]
+    tl["op_index"] = tl["op_index"].astype("int64")
+    return tl
 
 
 def read_nsys_windows(paths: list[Path], first_decode_steps: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -205,14 +306,14 @@ class NsysPass:
     window_starts: list[int] | None
 
 
-def nsys_command(lay: RunLayout, sampling=None) -> list[str]:
+def nsys_command(lay: RunLayout, sampling=None, repeat: bool = False) -> list[str]:
     """`nsys profile` up to the application it runs, its report(s) at `lay.nsys_base`: `--capture-range=cudaProfilerApi`
     (the worker brackets its measured generate, or each sampled window: `--capture-range-end=repeat`, one report per
     window), `--cuda-graph-trace=node` so a CUDA-graph replay shows its kernels, no CPU sampling or context switches
     (`-s none --cpuctxsw=none`)."""
     exe = str(find_nsys() or "nsys")
     return [exe, "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "--capture-range=cudaProfilerApi",
-            f"--capture-range-end={'repeat' if sampling else 'stop'}", "--cuda-graph-trace=node",
+            f"--capture-range-end={'repeat' if sampling or repeat else 'stop'}", "--cuda-graph-trace=node",
             "-o", str(lay.nsys_base), "--force-overwrite", "true"]
 
 
@@ -247,6 +348,71 @@ def start_nsys(params: CaptureConfig, run_dir: Path, sampling=None) -> NsysPass:
                     window_starts(sampling.steps) if sampling else None)
 
 
+def start_capture(params: CaptureConfig, run_dir: Path) -> NsysPass:
+    """Start the timeline stage's own process under nsys (`nsys_command`; torch_backend `nsys_capture_worker`): it
+    builds and warms up the model at once, then waits for the go file before its plain generates; its profiled
+    generate and its shapes pass are one capture range, one report."""
+    import json
+    import os
+    import sys
+    import time
+
+    from ..proc import start_limited
+
+    lay = RunLayout(run_dir)
+    pfile = lay.nsys_params
+    pfile.write_text(json.dumps(params.as_dict()))
+    done = worker_done(lay)
+    done.unlink(missing_ok=True)
+    go = pfile.with_name("go")
+    go.unlink(missing_ok=True)
+    cmd = nsys_command(lay, repeat=PRIME == "range") + [
+        sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys-capture", "--out",
+        str(run_dir), "--early", f"{go}:{os.getpid()}"]
+    with open(lay.nsys_log, "w") as log:
+        proc = start_limited(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, LAUNCHED: repr(time.time())})
+    return NsysPass(proc, run_dir, go, time.perf_counter(), params.capture_timeout_s, None)
+
+
+LAUNCHED = "KB_NSYS_LAUNCHED"  # when the stage started nsys (time.time()), for the process's own account of its start
+
+
+# How the one-process capture primes nsys before its profiled generate. Measured on the H100, the generate in nsys's
+# first capture range ran ~2x slower than the plain one, in the ranges after it ~1.1x (bench/timeline_overhead.py).
+# `range`: a capture range of its own around a one-token generate first (its report, <base>.1, is dropped; the
+# passes' report is <base>.2); `inline`: the one-token generate inside the passes' range; `none`. KB_NSYS_PRIME
+# chooses for a bench.
+PRIME = os.environ.get("KB_NSYS_PRIME", "range")
+
+
+def capture_report(lay: RunLayout) -> Path:
+    """The one-process capture's report of its passes (see `PRIME`)."""
+    return lay.nsys_base.with_name(f"{lay.nsys_base.name}.2{NSYS_REPORT}") if PRIME == "range" else lay.nsys_report
+
+
+# the capture process under nsys marks the lines of its progress so the stage can pass them on from nsys's log
+PROGRESS_MARK = "kernelbook: "
+
+
+def relay(log: Path, progress):
+    """A call that passes the progress lines (`PROGRESS_MARK`) written to `log` since the last call on to `progress`."""
+    at = [0]
+
+    def more() -> None:
+        try:
+            with open(log, "rb") as f:
+                f.seek(at[0])
+                chunk = f.read()
+        except OSError:
+            return
+        end = chunk.rfind(b"\n") + 1  # whole lines only
+        at[0] += end
+        for line in chunk[:end].decode(errors="replace").splitlines():
+            if line.startswith(PROGRESS_MARK):
+                progress(line[len(PROGRESS_MARK):])
+    return more
+
+
 def tp_rank_exec(params_file: Path, out: Path) -> None:
     """One torchrun rank of `tp_nsys_timeline`'s profiled pass: this process becomes `nsys profile` around the rank's
     worker (its reports in the rank's raw/, its output in the rank's nsys.log); the worker inherits torchrun's
@@ -270,9 +436,10 @@ def tp_rank_exec(params_file: Path, out: Path) -> None:
     os.execvp(cmd[0], cmd)
 
 
-def await_worker(proc, done: Path, started: float, timeout_s: float, generated) -> None:
+def await_worker(proc, done: Path, started: float, timeout_s: float, generated, tick=lambda: None) -> None:
     """Wait for nsys (`proc`) to end, calling `generated()` once, as soon as its worker has written `done` (or when nsys
-    ends without it); at `timeout_s` after `started` nsys and its worker are ended (TimeLimitExceeded)."""
+    ends without it), and `tick()` at every look; at `timeout_s` after `started` nsys and its worker are ended
+    (TimeLimitExceeded)."""
     import time
 
     from ..proc import TimeLimitExceeded, end
@@ -280,6 +447,7 @@ def await_worker(proc, done: Path, started: float, timeout_s: float, generated) 
     told = False
     try:
         while proc.poll() is None:
+            tick()
             if not told and done.exists():
                 told = True
                 generated()
@@ -290,6 +458,7 @@ def await_worker(proc, done: Path, started: float, timeout_s: float, generated) 
     except BaseException:
         end(proc)
         raise
+    tick()
     if not told:
         generated()
 
@@ -318,19 +487,37 @@ def read_reports(lay: RunLayout, starts: list[int] | None, timeout_s: float, ret
     """The report(s) nsys wrote for the run (or rank) `lay`, exported to sqlite and read: (timeline, phases, info).
     `starts`: a sampled generation's window starts (one report each), None for one report of every step;
     `returncode`: nsys's (or torchrun's) exit code; `wall_s`: how long nsys ran."""
-    import json
+    import time
+
+    dbs, export_s = exported(lay, window_reports(lay, starts), timeout_s, returncode)
+    t = time.perf_counter()
+    if starts is None:
+        tl, phases = read_nsys_sqlite(dbs[0])
+    else:  # a window's report: decode steps count from its first step (step 0: vision encode and prefill)
+        tl, phases = read_nsys_windows(dbs, [max(s, 1) for s in starts])
+    return tl, phases, nsys_info(lay, tl, wall_s, export_s, time.perf_counter() - t, len(dbs))
+
+
+def window_reports(lay: RunLayout, starts: list[int] | None) -> list[Path]:
+    """The report(s) nsys writes for the run (or rank) `lay` (see `read_reports`)."""
+    if starts is None:
+        return [lay.nsys_report]
+    # nsys names the reports of --capture-range-end=repeat <base>.<n>.nsys-rep, n from 1
+    return [lay.nsys_base.with_name(f"{lay.nsys_base.name}.{i}{NSYS_REPORT}") for i in range(1, len(starts) + 1)]
+
+
+def exported(lay: RunLayout, reports: list[Path], timeout_s: float, returncode: int) -> tuple[list[Path], float]:
+    """nsys's reports for the run (or rank) `lay`, each exported to sqlite: (the databases, the export's s). A failed
+    nsys, or a report missing, raises with the end of nsys's log."""
     import time
 
     from ..proc import run_limited
 
-    if starts is None:
-        reports = [lay.nsys_report]
-    else:  # nsys names the reports of --capture-range-end=repeat <base>.<n>.nsys-rep, n from 1
-        reports = [lay.nsys_base.with_name(f"{lay.nsys_base.name}.{i}{NSYS_REPORT}") for i in range(1, len(starts) + 1)]
     if returncode != 0 or not all(r.exists() for r in reports):
         got = sorted(p.name for p in lay.raw.glob(f"{lay.nsys_base.name}*{NSYS_REPORT}"))
+        tail = lay.nsys_log.read_text(errors="replace").strip().splitlines()[-6:] if lay.nsys_log.exists() else []
         raise RuntimeError(f"nsys profile failed (exit {returncode}; reports {got or 'none'} of {len(reports)} "
-                           f"expected); see {lay.rel(lay.nsys_log)}")
+                           f"expected); see {lay.rel(lay.nsys_log)}" + "".join(f"\n  | {line}" for line in tail))
     exe = str(find_nsys() or "nsys")
     t = time.perf_counter()
     dbs = []
@@ -342,28 +529,28 @@ def read_reports(lay: RunLayout, starts: list[int] | None, timeout_s: float, ret
         if exp.returncode != 0:
             raise RuntimeError(f"nsys export failed: {exp.stderr.strip()[-400:]}")
         dbs.append(db)
-    export_s = time.perf_counter() - t
-    t = time.perf_counter()
-    if starts is None:
-        tl, phases = read_nsys_sqlite(dbs[0])
-    else:  # a window's report: decode steps count from its first step (step 0: vision encode and prefill)
-        tl, phases = read_nsys_windows(dbs, [max(s, 1) for s in starts])
+    return dbs, time.perf_counter() - t
+
+
+def nsys_info(lay: RunLayout, tl: pd.DataFrame, wall_s: float, export_s: float, ingest_s: float, reports: int) -> dict:
+    """The nsys pass's record: the profiled generate's s (as its process wrote them), nsys's wall, export and ingest
+    s, the kernels and reports read."""
     done = worker_done(lay)
     worker = json.loads(done.read_text()) if done.exists() else {}
-    return tl, phases, {"generate_s": worker.get("generate_s", float("nan")),
-                        "capture_toggle_s": worker.get("capture_toggle_s", 0.0), "nsys_profile_wall_s": wall_s,
-                        "trace_export_s": export_s, "ingest_s": time.perf_counter() - t,
-                        "nsys_kernels": int((tl.kind == "kernel").sum()), "nsys_reports": len(reports)}
+    return {"generate_s": worker.get("generate_s", float("nan")),
+            "capture_toggle_s": worker.get("capture_toggle_s", 0.0), "nsys_profile_wall_s": wall_s,
+            "trace_export_s": export_s, "ingest_s": ingest_s,
+            "nsys_kernels": int((tl.kind == "kernel").sum()), "nsys_reports": reports}
 
 
 # Why `auto` keeps the torch profiler for a decode step replayed as a CUDA graph (a static cache): one launch a step
-# leaves the torch profiler little to add, so nsys's lower overhead on eager steps does not carry over, while its
-# worker builds and compiles the model a second time. Measured on the lent H100 (2026-11-26), profiled ÷ plain
-# generate: torch 0.95x (data/runs/h100-variant-static-graphs) and 0.95-1.26x (data/studies/h100-serving, batch
-# 1-32); nsys 1.41x (tests/fixtures/nsys/h100-nsys-graphs), whose timeline stage took 86 s against 42-50 s.
+# leaves the torch profiler little to add, so nsys's lower overhead on eager steps does not carry over. Measured on the
+# lent H100 (2026-11-26), profiled ÷ plain generate: torch 0.95x (data/runs/h100-variant-static-graphs) and
+# 0.95-1.26x (data/studies/h100-serving, batch 1-32); nsys 1.41x (tests/fixtures/nsys/h100-nsys-graphs, captured when
+# the profiled generate ran in a worker that built and compiled the model a second time: runs captured then store
+# the reason with that clause, analyze.provenance keeps both forms).
 GRAPH_STEP_REASON = ("auto: torch; decode replays a CUDA graph (static cache): measured on the H100, the torch profiler's "
-                     "overhead there is no higher than nsys's (0.95-1.26x against 1.41x), and nsys's worker builds and "
-                     "compiles the model a second time")
+                     "overhead there is no higher than nsys's (0.95-1.26x against 1.41x)")
 
 
 def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | None = None) -> tuple[str, str]:

@@ -47,6 +47,9 @@ class PhaseTracker:
     record: bool = True
     ncu_target: tuple[str, int] | None = None
     op_record: bool = False
+    # the op and module ranges of `op_record` as NVTX ranges (the shapes pass under Nsight Systems, beside
+    # emit_nvtx's op ranges) rather than torch.profiler record_function ranges
+    op_nvtx: bool = False
     op_targets: dict | None = None
     op_seen: list = field(default_factory=list)  # ncu mode by op call: (phase, step, op_index, aten op) marked
     active: bool = False
@@ -182,13 +185,19 @@ class PhaseTracker:
         if path is not None:
             import torch
 
-            rf = torch.profiler.record_function(f"{MODULE_RANGE}{path}")
+            rf = self._range(f"{MODULE_RANGE}{path}")
             rf.__enter__()
             self._mod_stack.append((module, rf))
 
     def _module_post(self, module, args, output):
         if self._mod_stack and self._mod_stack[-1][0] is module:
             self._mod_stack.pop()[1].__exit__(None, None, None)
+
+    def _range(self, name: str):
+        """An op or module range of the shapes pass: NVTX under Nsight Systems (`op_nvtx`), else a profiler range."""
+        import torch
+
+        return torch.cuda.nvtx.range(name) if self.op_nvtx else torch.profiler.record_function(name)
 
     def op_call(self, func, args, kwargs):
         """Run one aten op call (from the dispatch mode), numbered within the innermost open phase range."""
@@ -201,7 +210,7 @@ class PhaseTracker:
         i = self._op_counts.get(key, 0)
         self._op_counts[key] = i + 1
         if self.op_record and (self.sample_steps is None or top.step in self.sample_steps):
-            with torch.profiler.record_function(f"{OP_RANGE}{i}"):
+            with self._range(f"{OP_RANGE}{i}"):
                 return func(*args, **kwargs)
         spans = self.ranges.get(key) if self.ranges else None
         if isinstance(spans, list) and torch.cuda.is_available():

@@ -15,8 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..contract.config import CaptureConfig
-from ..contract.layout import RunLayout, rank_run, trace_json, window_json
+from ..contract.layout import NSYS_REPORT, RunLayout, rank_run, trace_json, window_json
 from ..i18n import N_
+from ..contract.names import PASS_RANGE, PROFILED_PASS, SHAPES_PASS
+from .nsys import await_worker, worker_done
 from .phases import PhaseTracker, require_vision_work
 from .common import PARQUET, CaptureError, _write_timeline
 
@@ -202,6 +204,8 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
     if params.tensor_parallel > 1:
         return tp_nsys_timeline(params, run_dir, progress, quiet)
     sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
+    if sampling is None:
+        return _nsys_one_process(params, run_dir, progress, quiet, timed)
     nsys = None
 
     def start():  # the worker builds and warms up its model beside this process's remaining CPU work
@@ -227,6 +231,111 @@ def nsys_timeline(params: CaptureConfig, run_dir: Path, progress=lambda msg: Non
         raise
     timeline, info = _nsys_joined(params, timeline, shaped, shapes_s, info, plain, nsys_info, sampling)
     return timeline, phases, info
+
+
+def _nsys_one_process(params: CaptureConfig, run_dir: Path, progress, quiet, timed):
+    """The timeline stage of every step under Nsight Systems in one process (`nsys_capture_worker` under
+    `nsys profile`): the model is built once, for the plain generates, the profiled generate and the shapes pass,
+    whose op ranges are NVTX (`emit_nvtx`) in the same report. This process relays its progress, lets its timed
+    passes start once nothing else of the book runs (`quiet`), calls `timed()` when they are over (an ncu worker
+    started then builds beside the shapes pass), then, once nsys has ended, exports and reads its report. (nsys
+    writes the report after the process has ended: on the H100 no report was on disk yet when the stop that ends
+    the range had returned, so the export cannot overlap the process's routing pass.)"""
+    from ..proc import end
+    from .nsys import capture_report, exported, nsys_info, read_capture_sqlite, relay, start_capture
+
+    lay = RunLayout(run_dir)
+    progress("  the timeline stage's process under Nsight Systems: model build, inputs, warmup")
+    run = start_capture(params, run_dir)
+    tick = relay(lay.nsys_log, progress)
+    try:
+        quiet()  # the plain generates are the book's times: nothing else of the book runs beside them
+        run.go.write_text("go")
+        await_worker(run.proc, worker_done(lay), run.started, run.timeout_s, timed, tick)
+    except BaseException:
+        end(run.proc)
+        raise
+    wall = time.perf_counter() - run.started
+    report = capture_report(lay)
+    dbs, export_s = exported(lay, [report], run.timeout_s, run.proc.returncode)
+    for primer in set(lay.raw.glob(f"{lay.nsys_base.name}.*{NSYS_REPORT}")) - {report}:
+        primer.unlink()  # the priming range's report
+    t = time.perf_counter()
+    timeline, phases, shaped = read_capture_sqlite(dbs[0])
+    nsys = nsys_info(lay, timeline, wall, export_s, time.perf_counter() - t, 1)
+    info = json.loads(lay.nsys_capture_info.read_text())
+    shapes_s, plain = info.pop("shapes_s"), info.pop("plain_s")
+    timeline, info = _nsys_joined(params, timeline, shaped, shapes_s, info, plain, nsys, None,
+                                  method=N_("NVTX op ranges with shapes (emit_nvtx) of a second generate in the same "
+                                            "Nsight Systems report, joined by (phase, step, kernel, n-th launch)"),
+                                  order="after the profiled generate, in its process", by_stem=False)
+    info["nsys_process"] = N_("one: the timeline stage's own process under nsys (model built once)")
+    return timeline, phases, info
+
+
+def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
+    """`_nsys_one_process`'s process, under `nsys profile --capture-range=cudaProfilerApi`: the model built and warmed
+    up, then (once the go file is there) the plain generates (steps.parquet), the profiled generate with its phases as
+    NVTX ranges (after a one-token generate that primes nsys: capture.nsys `PRIME`) and, in the same range, the
+    shapes pass: `emit_nvtx(record_shapes=True)` makes every aten op
+    an NVTX range with its input shapes, and the op calls and module forwards are NVTX ranges too (`op_nvtx`). Each
+    generate is an NVTX range `kbpass#<pass>`. The profiled generate's s go to the worker file as soon as it ends
+    (the capture's timed passes are over); the workload's record to raw/capture-info.json at the end."""
+    import torch
+
+    from .ncu_worker import _wait_until
+    from .nsys import LAUNCHED, PRIME, PROGRESS_MARK
+
+    lay = RunLayout(run_dir)
+
+    def say(msg: str) -> None:
+        print(f"{PROGRESS_MARK}{msg}", file=sys.stderr, flush=True)
+
+    launched = float(os.environ.get(LAUNCHED, time.time()))
+    say(f"  up {time.time() - launched:.1f} s after nsys started, torch imported; model build, inputs, warmup")
+    wl, tracker, load_s = prepare(params)
+    go_file, owner = go.rsplit(":", 1)
+    _wait_until(Path(go_file).exists, int(owner))
+    say(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
+    plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
+    plain_steps.to_parquet(lay.steps, **PARQUET)
+    say("  profiled generate under Nsight Systems (timeline pass, every step)")
+    tracker.record, tracker.nvtx = False, False
+    cudart = torch.cuda.cudart()
+    torch.cuda.synchronize()
+    one_token = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": 1, "min_new_tokens": 1})
+    if PRIME == "range":  # nsys's first capture range is its slow one (capture.nsys `PRIME`)
+        cudart.cudaProfilerStart()
+        one_token.generate()
+        torch.cuda.synchronize()
+        cudart.cudaProfilerStop()
+    cudart.cudaProfilerStart()
+    if PRIME == "inline":  # outside the passes' ranges, so no table holds it
+        one_token.generate()
+        torch.cuda.synchronize()
+    tracker.nvtx = True
+    with torch.cuda.nvtx.range(f"{PASS_RANGE}{PROFILED_PASS}"):
+        gen_s = _timed_generate(wl, tracker)
+    require_vision_work(wl.loaded.kind, tracker, type(wl.loaded.model).__name__)
+    worker_done(lay).write_text(json.dumps({"generate_s": gen_s, "model_load_s": load_s, "capture_toggle_s": 0.0}))
+    shapes_s = None
+    if params.shapes_pass:
+        say("  shapes pass (NVTX op ranges with shapes, op numbering, module ranges)")
+        tracker.op_record = tracker.op_nvtx = True
+        try:
+            with torch.cuda.nvtx.range(f"{PASS_RANGE}{SHAPES_PASS}"), torch.autograd.profiler.emit_nvtx(
+                    record_shapes=True):
+                shapes_s = _timed_generate(wl, tracker)
+        finally:
+            tracker.op_record = tracker.op_nvtx = False
+    torch.cuda.synchronize()
+    cudart.cudaProfilerStop()
+    say("  Nsight Systems writes its report")
+    info = _workload_info(wl, tracker, load_s, plain, plain_phases, f"{params.warmup} generate(s)")
+    tracker.remove()
+    info["moe_routing"] = _routing(wl, params, say)
+    info.update(shapes_s=shapes_s, plain_s=plain)
+    lay.nsys_capture_info.write_text(json.dumps(info, default=str))
 
 
 def _plain_and_shapes(params: CaptureConfig, run_dir: Path, progress, quiet=lambda: None, after=None):
@@ -268,8 +377,12 @@ def _plain_and_shapes(params: CaptureConfig, run_dir: Path, progress, quiet=lamb
 
 
 def _nsys_joined(params: CaptureConfig, timeline, shaped, shapes_s, info: dict, plain: list[float], nsys_info: dict,
-                 sampling):
-    """The nsys timeline with the shapes pass's ops, shapes and modules joined on, and the run's timeline info."""
+                 sampling, method: str = N_("torch profiler pass with record_shapes, joined to the nsys timeline by "
+                                            "(phase, step, kernel stem, n-th launch)"), order: str | None = None,
+                 by_stem: bool = True):
+    """The nsys timeline with the shapes pass's ops, shapes and modules joined on, and the run's timeline info.
+    `method`, `order`: how the shapes pass ran (the torch profiler's, before the nsys pass, by default); `by_stem`:
+    whether its kernel names come from another demangler (the torch profiler's), so launches match by stem."""
     from ..load.trace import join_shapes
     from ..measure import summarize
 
@@ -277,9 +390,10 @@ def _nsys_joined(params: CaptureConfig, timeline, shaped, shapes_s, info: dict, 
     info = dict(info)
     if shaped is not None:
         t = time.perf_counter()
-        timeline, shapes = join_shapes(timeline, shaped, by_stem=True)
+        timeline, shapes = join_shapes(timeline, shaped, by_stem=by_stem)
         shapes.update(pass_generate_s=shapes_s, join_s=time.perf_counter() - t,
-                      order="first, as the warmup" if _shapes_first(params, sampling) else "before the nsys pass")
+                      order=order or ("first, as the warmup" if _shapes_first(params, sampling) else
+                                      "before the nsys pass"))
     # a sampled generation's generate also holds the calls that end and start each window's capture range, where nsys
     # writes the window's report: the profiled generate is the rest
     profiled_s = nsys_info["generate_s"] - nsys_info["capture_toggle_s"]
@@ -288,8 +402,7 @@ def _nsys_joined(params: CaptureConfig, timeline, shaped, shapes_s, info: dict, 
                 sampling=({**sampling.describe(), "method": "nsys capture ranges (cudaProfilerStart/Stop) over the "
                            "windows, one report each; every step of the plain generates timed (steps.parquet)"}
                           if sampling else None),
-                shapes=({"method": N_("torch profiler pass with record_shapes, joined to the nsys timeline by "
-                                      "(phase, step, kernel stem, n-th launch)"), **shapes} if shapes is not None
+                shapes=({"method": method, **shapes} if shapes is not None
                         else {"method": N_("none (shapes_pass: false)")}))
     return timeline, info
 

@@ -8,9 +8,11 @@ contract"). Capture writes through it, load reads through it; no other module sp
     <run>/steps.parquet             every plain step's wall ms (runs captured before it lack it)
     <run>/capture-error.txt         the traceback of a capture that landed partial
     <run>/raw/                      trace files: trace.json.gz, trace-shapes.json.gz (torch.profiler; a sampled
-                                    window's trace-w<i>.json is read and deleted), timeline.nsys-rep / .sqlite,
-                                    nsys.log and params.json (nsys); tp-params.json and rank<r>/ (tensor parallel:
-                                    each rank's tables, shaped like a run, with its info.json)
+                                    window's trace-w<i>.json is read and deleted), timeline.nsys-rep / .sqlite
+                                    (timeline.2.* from the one-process capture, whose priming range is .1),
+                                    nsys.log, params.json and capture-info.json (nsys); tp-params.json and
+                                    rank<r>/ (tensor parallel: each rank's tables, shaped like a run, with its
+                                    info.json)
     <run>/ncu/                      rank 0's (or a one-GPU run's) ncu tables: kernels, metrics, results, launches
                                     (.parquet); params.json, targets.json (+ .seen.json, .worker.json) for its worker;
                                     ncu.ncu-rep / ncu.log (by op call) or <phase>.ncu-rep / <phase>.log (by name)
@@ -315,6 +317,12 @@ class RunLayout(_Rooted):
     @property
     def nsys_log(self) -> Path:
         return self.raw / "nsys.log"
+
+    @property
+    def nsys_capture_info(self) -> Path:
+        """The one-process nsys capture's record of its workload and plain generates, written by the process under
+        nsys for the stage that reads its report (raw/capture-info.json)."""
+        return self.raw / "capture-info.json"
 
     @property
     def tp_params(self) -> Path:

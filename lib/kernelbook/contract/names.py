@@ -17,6 +17,9 @@ VISION_CLASS_WORDS = ("VisionModel", "VisionTransformer", "VisionEncoder", "Visu
 
 OP_RANGE = "kbop#"
 MODULE_RANGE = "kbmod#"
+# the one-process Nsight Systems capture marks each generate of its report as an NVTX range `kbpass#<pass>`
+PASS_RANGE = "kbpass#"
+PROFILED_PASS, SHAPES_PASS = "profiled", "shapes"
 
 
 def record_name(phase: str, step: int) -> str:

@@ -735,24 +735,39 @@ def _strings(values):
 
 def _assign_module(timeline: pd.DataFrame, mod_ranges: list[tuple]) -> np.ndarray:
     """The innermost module (`kbmod#<path>` range, see capture.phases) whose forward holds each kernel's CPU
-    launch; None where none. Module ranges nest: ranges of one depth never overlap, so each depth is searched
-    like the op ranges, outermost first, and a deeper range that holds the launch wins."""
+    launch; None where none."""
     out = np.full(len(timeline), None, dtype=object)
-    t = timeline["launch_ns"].to_numpy()
-    ranges = sorted(mod_ranges, key=lambda r: (r[0], -r[1]))
-    depth, open_ends = [], []
-    for start, end, _ in ranges:
-        while open_ends and open_ends[-1] <= start:
+    if not mod_ranges:
+        return out
+    at = innermost(np.array([r[0] for r in mod_ranges]) * US_TO_NS, np.array([r[1] for r in mod_ranges]) * US_TO_NS,
+                   timeline["launch_ns"].to_numpy())
+    paths = np.array([r[2] for r in mod_ranges], dtype=object)
+    out[at >= 0] = paths[at[at >= 0]]
+    return out
+
+
+def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time in `t` (NaN: none), the index of the innermost of the ranges [start, end] that holds it, -1
+    where none does. The ranges nest or are disjoint (one thread's push/pop ranges): those of one depth never
+    overlap, so each depth is searched by bisection, outermost first, and a deeper range that holds the time wins."""
+    out = np.full(len(t), -1, dtype="int64")
+    if not len(start):
+        return out
+    order = np.lexsort((-np.asarray(end), np.asarray(start)))  # by start, the longer first
+    s, e = np.asarray(start)[order], np.asarray(end)[order]
+    depth = np.empty(len(s), dtype="int64")
+    open_ends: list = []
+    for k, (a, b) in enumerate(zip(s.tolist(), e.tolist())):
+        while open_ends and open_ends[-1] <= a:
             open_ends.pop()
-        depth.append(len(open_ends))
-        open_ends.append(end)
-    depth = np.array(depth)
+        depth[k] = len(open_ends)
+        open_ends.append(b)
+    t = np.asarray(t, dtype="float64")
     for d in range(int(depth.max()) + 1):
-        level = [r for r, dd in zip(ranges, depth) if dd == d]
-        j, ok = _containing(np.array([r[0] for r in level]) * US_TO_NS, np.array([r[1] for r in level]) * US_TO_NS, t)
+        level = np.flatnonzero(depth == d)
+        j, ok = _containing(s[level], e[level], t)
         ok &= ~np.isnan(t)
-        paths = np.array([r[2] for r in level], dtype=object)
-        out[ok] = paths[j[ok]]
+        out[ok] = order[level[j[ok]]]
     return out
 
 

@@ -55,3 +55,16 @@ def end(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def wait_until(ready, owner: int, poll_s: float = 0.2) -> None:
+    """Poll `ready()` until it is true; end this process (SystemExit) when the process `owner` (the capture that
+    started it) is gone, so that a worker never waits for a capture that has died."""
+    import time
+
+    while not ready():
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            raise SystemExit("kernelbook worker: the capture that started it is gone") from None
+        time.sleep(poll_s)

@@ -11,20 +11,9 @@ from pathlib import Path
 
 from ..contract.config import CaptureConfig
 from ..contract.layout import seen_file, worker_file
+from ..proc import wait_until
 from .phases import EnoughSteps, require_vision_work
 from .torch_backend import _timed_generate, prepare
-
-
-def _wait_until(ready, owner: int) -> None:
-    """Poll `ready()`; end the process when `owner` (the capture that started ncu) is gone."""
-    import os
-
-    while not ready():
-        try:
-            os.kill(owner, 0)
-        except ProcessLookupError:
-            raise SystemExit("kernelbook worker: the capture that started it is gone") from None
-        time.sleep(0.2)
 
 
 # The early worker builds beside the timeline stage where the GPU's free memory is at least this many times what is
@@ -41,10 +30,10 @@ def _await_gate(targets_file: Path, gate: Path, owner: int) -> None:
     targets are written (the timeline stage has ended)."""
     import torch
 
-    _wait_until(lambda: gate.exists() or targets_file.exists(), owner)
+    wait_until(lambda: gate.exists() or targets_file.exists(), owner)
     free, total = torch.cuda.mem_get_info()
     if free < MEMORY_HEADROOM * (total - free):
-        _wait_until(targets_file.exists, owner)
+        wait_until(targets_file.exists, owner)
 
 
 def read_ranges(path: str | Path) -> dict:
@@ -95,7 +84,7 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
             wl, tracker, load_s = prepare(params, nvtx=False, op_targets={}, warmup_tokens=1, cudnn_free_prefix=True)
             warmups = params.warmup
         ready_early = time.perf_counter() - t
-        _wait_until(Path(targets_file).exists, int(owner))
+        wait_until(Path(targets_file).exists, int(owner))
     graph_target = early and params.static_cache
     if graph_target:  # the early graph worker's targets file names its step: {"step": "decode:<n>"}
         phase, step = json.loads(Path(targets_file).read_text())["step"].split(":")
@@ -162,7 +151,7 @@ def worker(params: CaptureConfig, mode: str, target: str | None, targets_file: s
 
         if go:
             go_file, owner = go.rsplit(":", 1)
-            _wait_until(Path(go_file).exists, int(owner))
+            wait_until(Path(go_file).exists, int(owner))
         sampling = plan(params.max_new_tokens, params.sample_window, params.sample_every)
         tracker.capture_steps = sampling.steps if sampling else None
         torch.cuda.synchronize()

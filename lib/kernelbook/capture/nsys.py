@@ -327,51 +327,40 @@ def worker_command(pfile: Path, done: Path) -> list[str]:
 def start_nsys(params: CaptureConfig, run_dir: Path, sampling=None) -> NsysPass:
     """Start the profiled generate under nsys (`nsys_command`) in a worker of its own, which builds and warms up its
     model at once and waits for the go file before its measured generate (`finish_nsys` writes it)."""
-    import json
-    import os
-    import time
-
-    from ..contract.layout import worker_file
-    from ..proc import start_limited
-
     lay = RunLayout(run_dir)
-    pfile = lay.nsys_params
-    pfile.write_text(json.dumps(params.as_dict()))
-    done = worker_file(pfile)
-    done.unlink(missing_ok=True)
-    go = pfile.with_name("go")
-    go.unlink(missing_ok=True)
-    cmd = nsys_command(lay, sampling) + worker_command(pfile, done) + ["--early", f"{go}:{os.getpid()}"]
-    with open(lay.nsys_log, "w") as log:
-        proc = start_limited(cmd, stdout=log, stderr=subprocess.STDOUT)
-    return NsysPass(proc, run_dir, go, time.perf_counter(), params.capture_timeout_s,
-                    window_starts(sampling.steps) if sampling else None)
+    return _launch(params, lay, nsys_command(lay, sampling) + worker_command(lay.nsys_params, worker_done(lay)),
+                   window_starts(sampling.steps) if sampling else None)
 
 
 def start_capture(params: CaptureConfig, run_dir: Path) -> NsysPass:
     """Start the timeline stage's own process under nsys (`nsys_command`; torch_backend `nsys_capture_worker`): it
     builds and warms up the model at once, then waits for the go file before its plain generates; its profiled
     generate and its shapes pass are one capture range, one report."""
-    import json
-    import os
     import sys
+
+    lay = RunLayout(run_dir)
+    return _launch(params, lay, nsys_command(lay, repeat=PRIME == "range") + [
+        sys.executable, "-m", "kernelbook", "_worker", "--params", str(lay.nsys_params), "--mode", "nsys-capture",
+        "--out", str(run_dir)], None)
+
+
+def _launch(params: CaptureConfig, lay: RunLayout, cmd: list[str], starts: list[int] | None) -> NsysPass:
+    """`cmd` (nsys around a kernelbook process) with `--early <go file>:<this pid>`, its output in nsys.log, once the
+    parameters are written for it (raw/params.json) and its go and done files are gone; `starts`: its window
+    starts (`NsysPass.window_starts`)."""
+    import os
     import time
 
     from ..proc import start_limited
 
-    lay = RunLayout(run_dir)
-    pfile = lay.nsys_params
-    pfile.write_text(json.dumps(params.as_dict()))
-    done = worker_done(lay)
-    done.unlink(missing_ok=True)
-    go = pfile.with_name("go")
+    lay.nsys_params.write_text(json.dumps(params.as_dict()))
+    worker_done(lay).unlink(missing_ok=True)
+    go = lay.nsys_params.with_name("go")
     go.unlink(missing_ok=True)
-    cmd = nsys_command(lay, repeat=PRIME == "range") + [
-        sys.executable, "-m", "kernelbook", "_worker", "--params", str(pfile), "--mode", "nsys-capture", "--out",
-        str(run_dir), "--early", f"{go}:{os.getpid()}"]
     with open(lay.nsys_log, "w") as log:
-        proc = start_limited(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, LAUNCHED: repr(time.time())})
-    return NsysPass(proc, run_dir, go, time.perf_counter(), params.capture_timeout_s, None)
+        proc = start_limited(cmd + ["--early", f"{go}:{os.getpid()}"], stdout=log, stderr=subprocess.STDOUT,
+                             env={**os.environ, LAUNCHED: repr(time.time())})
+    return NsysPass(proc, lay.root, go, time.perf_counter(), params.capture_timeout_s, starts)
 
 
 LAUNCHED = "KB_NSYS_LAUNCHED"  # when the stage started nsys (time.time()), for the process's own account of its start

@@ -283,7 +283,7 @@ def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
     (the capture's timed passes are over); the workload's record to raw/capture-info.json at the end."""
     import torch
 
-    from .ncu_worker import _wait_until
+    from ..proc import wait_until
     from .nsys import LAUNCHED, PRIME, PROGRESS_MARK
 
     lay = RunLayout(run_dir)
@@ -295,7 +295,7 @@ def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
     say(f"  up {time.time() - launched:.1f} s after nsys started, torch imported; model build, inputs, warmup")
     wl, tracker, load_s = prepare(params)
     go_file, owner = go.rsplit(":", 1)
-    _wait_until(Path(go_file).exists, int(owner))
+    wait_until(Path(go_file).exists, int(owner))
     say(f"  model ready in {load_s:.1f} s; {params.timing_trials} plain generates")
     plain, plain_phases, plain_steps = _plain_trials(wl, tracker, params.timing_trials)
     plain_steps.to_parquet(lay.steps, **PARQUET)

@@ -303,15 +303,18 @@ def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
     tracker.record, tracker.nvtx = False, False
     cudart = torch.cuda.cudart()
     torch.cuda.synchronize()
-    one_token = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": 1, "min_new_tokens": 1})
+    # a one-token generate; under a static cache the whole one, whose cache length (prompt + new tokens) is the
+    # compiled step's: another length would compile the step anew
+    primer = wl if params.static_cache else replace(
+        wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": 1, "min_new_tokens": 1})
     if PRIME == "range":  # nsys's first capture range is its slow one (capture.nsys `PRIME`)
         cudart.cudaProfilerStart()
-        one_token.generate()
+        primer.generate()
         torch.cuda.synchronize()
         cudart.cudaProfilerStop()
     cudart.cudaProfilerStart()
     if PRIME == "inline":  # outside the passes' ranges, so no table holds it
-        one_token.generate()
+        primer.generate()
         torch.cuda.synchronize()
     tracker.nvtx = True
     with torch.cuda.nvtx.range(f"{PASS_RANGE}{PROFILED_PASS}"):

@@ -162,7 +162,10 @@ kb.table(W.replay_host_table({r.run_id: tr, **({dep.run_id: tr_dep} if tr_dep is
 
 # %%
 kb.table(WN.design_table(W.design_table(designs, tr, env, deployed=tr_dep, val=val, dep_val=dep_val, xerr=xerr)),
-         kb.tr("Predicted times per design"))
+         kb.tr("Predicted times per design"), columns=WN.design_headers())
+
+# %%
+kb.md(WN.deployed_note(W.deployed_step_figures(tr, tr_dep))) if tr_dep is not None else None
 
 # %% [markdown]
 # ## The levers one at a time

@@ -145,3 +145,31 @@ def test_top_kernels_in_us_per_step(run):
         assert fig.layout[ax].title.text == "µs per call (one step)"
     pre = tl[(tl.kind == "kernel") & (tl.phase == "prefill")].duration_ns.groupby(tl.name).sum().max() / 1e3
     assert max(max(t.x) for t in fig.data if t.yaxis == "y2") == pytest.approx(pre, rel=1e-9)
+
+
+def test_bandwidth_roofs_name_which_peak_and_whose_capture(run):
+    """The DRAM roof read 3,343 GB/s in chapter 04 and 3,325 GB/s in chapter 08 with nothing to tell them apart: both
+    are ncu's DRAM peak (`dram__bytes.sum.peak_sustained` × the DRAM clock ncu read, median over results), each read
+    in its own capture. Each legend now says which peak it is and whose capture measured it; a roof from
+    devices.yaml says spec."""
+    from dataclasses import replace
+
+    from kernelbook.analyze import serving as SV
+    from kernelbook.load.study import open_study
+
+    k = R.profiled_kernels(run)
+    dev, _, roofs = R.for_run(run, k)
+    med = run.ncu_metrics().groupby("metric").value.median()
+    gbps = med["dram__bytes.sum.peak_sustained"] * med["dram__cycles_elapsed.avg.per_second"] / 1e9
+    assert dev.dram_gbps == pytest.approx(gbps) and round(gbps) == 3343  # not the spec sheet's 3,350
+    names = [t.name for t in F.roofline_physical(R.points(k, roofs), roofs, "decode").data]
+    assert "DRAM 3,343 GB/s (ncu peak, h100-deepseek-ocr-2)" in names
+    assert "L2 13,054 GB/s (ncu peak, h100-deepseek-ocr-2)" in names
+    st = open_study("data/studies/h100-serving")
+    sroofs = SV.roofs_of(st)
+    served = [t.name for t in F.serving_roofline(SV.kernel_table(st), sroofs).data]
+    assert f"DRAM {sroofs.bandwidth['dram'] / 1e9:,.0f} GB/s (ncu peak, {st.held[0].run.run_id})" in served
+    assert "DRAM 3,325 GB/s (ncu peak, batch_size-1)" in served  # the study's batch-1 capture read its own clock
+    # without ncu counters the roof is devices.yaml's, and the legend says so (no run measured it)
+    spec = R.roofs(replace(dev, dram_gbps=3350.0), run.info, k)
+    assert "DRAM 3,350 GB/s (spec)" in [t.name for t in F.roofline_physical(R.points(k, spec), spec, "decode").data]

@@ -160,3 +160,28 @@ def test_moe_in_place_takes_the_twins_measured_in_loop_reads(runs):
     assert alone.consumer_read_bytes_inloop.isna().all()
     assert L.moe_in_place(dep).saving_us == pytest.approx(L.moe_in_place(dep, eager).saving_us, rel=0.05)
 
+
+
+def test_the_baseline_row_and_the_prose_say_which_figure_is_measured_and_which_the_models(runs, table):
+    """The deployed step's row showed 2.05 ms beside 2.20 ms with "how priced: measured": the first is the plain step
+    measured, the second chapter 06's model as fitted, which the hardware levers' changes are taken against."""
+    from kernelbook.narrate import levers as NL
+
+    dep, _ = runs
+    base = table[table.status == "baseline"].iloc[0]
+    assert base["decode ms/token"] == pytest.approx(dep.info.plain_ms_per_step()["decode"])
+    tr = W.for_run(dep)[0]
+    assert base["predicted ms/token"] == W.at(tr, tr.gpu)
+    assert base["how priced"] == "measured; predicted ms/token: chapter 06's model as fitted"
+    prose = NL.levers_prose(table, dep)
+    assert "plain step measured at 2.05 ms per token" in prose
+    assert "-36.9 % by the model, against its own 2.20 ms as fitted" in prose
+
+
+def test_the_gather_levers_bandwidth_names_whose_copy_it_is(runs):
+    """The MoE lever priced its added reads at 2,954 GB/s beside chapter 07's 3,008 GB/s limit: each is the
+    device-to-device copy its own capture measured (the deployed run's here, the eager run's for the limit)."""
+    dep, eager = runs
+    assert round(dep.info.measured_peaks.d2d_copy_gbps) == 2954 and round(eager.info.measured_peaks.d2d_copy_gbps) == 3008
+    note = str(L.moe_in_place(dep, eager).note)
+    assert "at 2,954 GB/s (measured device-to-device copy, run h100-variant-static-graphs; an upper bound)" in note

@@ -251,6 +251,21 @@ def test_headline_decode_step_is_the_plain_step_whatever_is_passed(runs):
     assert t.loc["wall per step (measured, plain run)", "value"] == plain
 
 
+def test_the_limit_prose_names_the_bandwidth_it_divides_by(runs):
+    """Chapter 07 priced the step's bytes "at the measured 3,008 GB/s" beside chapter 04's 3,343 GB/s DRAM roof: the
+    3,008 is the device-to-device copy the capture measured (as chapter 00 and the limit table name it), and a run
+    without measured peaks divides by the spec sheet's figure, which the prose called measured too."""
+    from kernelbook.analyze.modules import dram_bandwidth
+
+    base, _, tb, _, _, roofs = runs
+    lim = S.decode_limit(tb, base, roofs)
+    assert lim.dram_bytes_per_s == base.info.measured_peaks.d2d_copy_gbps * 1e9 == dram_bandwidth(base)[0]
+    assert "at 3,008 GB/s (measured device-to-device copy) that takes 0.41 ms" in NS.decode_limit_prose(lim)
+    spec = S.DecodeLimit(**{**lim.__dict__, "dram_bytes_per_s": 3350e9, "dram_source": "spec sheet"})
+    line = NS.decode_limit_prose(spec)
+    assert "at 3,350 GB/s (spec sheet)" in line and "measured" not in line.split("that takes")[0]
+
+
 def test_a_sampled_generation_says_how_many_decode_steps_its_phase_share_rests_on():
     """The 2048-token run's profiled pass recorded windows of decode steps (72 of 2,047): its "decode holds N %"
     says so; a run that recorded every step does not."""

@@ -131,3 +131,41 @@ def test_sensitivity_sweeps_the_levers_and_a_graph_run_draws_one_line(graph):
     # less is better for the kernel floor: its knee is the largest floor within 5 % of the best
     assert k.loc[("kernel floor (µs per kernel)", "decode"), "knee_x"] == k.loc[
         ("kernel floor (µs per kernel)", "decode"), "knee_x"]  # not NaN
+
+
+def test_the_deployed_step_shows_three_figures_each_named_for_what_it_is(graph, eager):
+    """Chapter 06 showed the deployed decode step as 2.28 ms (design table), 2.20 ms (lever table) and 2.05 ms
+    (replay table) without saying which is which. 2.05 is the plain step measured; 2.20 the deployed run's model as
+    fitted; 2.28 that run's launches on this run's GPU as a design, whose kernel floor (1.152 µs, the eager run's 5th
+    percentile) scales the deployed run's fitted latencies against its own (1.056 µs). The design table's column is
+    headed apart from the lever table's, the lever table's baseline says it is the model, and a note sets the three
+    side by side."""
+    run, g, _, _ = graph
+    _, e, _, _ = eager
+    f = W.deployed_step_figures(e, g)
+    assert f["measured"] == pytest.approx(run.manifest["timeline_info"]["plain_phases"]["decode"]["ms_per_step"])
+    assert f["measured"].key == "h100-variant-static-graphs/decode.plain_step_ms"
+    levers = W.lever_table(e, e.gpu, g).set_index("lever")
+    assert f["as_fitted"] == levers.loc["as fitted", "decode ms/token as deployed"]
+    designs = W.design_table({e.gpu.key: e.gpu}, e, deployed=g).set_index("design")
+    assert f["on_this_gpu"] == designs.loc[e.gpu.key, "decode ms/token as deployed"]
+    # the same GPU twice, apart in the kernel floor each run measured (and by 0.1 % in the DRAM and L2 peaks ncu read
+    # in each capture): with the deployed run's floor the design predicts the deployed run's own fit
+    assert (f["floor_us"], f["floor_us_deployed"]) == (e.gpu.floor_us, g.gpu.floor_us) == pytest.approx((1.152, 1.056))
+    assert W.predict(g, e.gpu.with_(floor_us=g.gpu.floor_us)).set_index("phase").loc[
+        "decode", "per_token_ms"] == pytest.approx(f["as_fitted"], rel=1e-3)
+    assert (round(f["measured"], 2), round(f["as_fitted"], 2), round(f["on_this_gpu"], 2)) == (2.05, 2.20, 2.28)
+    note = WN.deployed_note(f)
+    assert "plain step measured 2.05 ms" in note and "model as fitted predicts 2.20 ms" in note
+    assert "h100-sxm (this run's GPU) in the table above, 2.28 ms" in note and "(1.15 ÷ 1.06 µs)" in note
+    head = WN.design_headers()["decode ms/token as deployed"]
+    assert "on this design" in head
+    assert levers.loc["as fitted", "setting"] == "none: the model as fitted, not a measured step"
+
+
+def test_this_runs_gpu_as_a_design_names_its_dram_peak(eager):
+    """The design table's h100-sxm row showed DRAM 3,343 GB/s with the source 'devices.yaml h100-sxm spec' (3,350):
+    the figure is ncu's DRAM peak measured on the run, and the source says so."""
+    _, tr, gpu, _ = eager
+    assert round(gpu.dram_gbps) == 3343
+    assert "DRAM bandwidth: ncu DRAM peak × DRAM clock (measured on this GPU)" in gpu.source

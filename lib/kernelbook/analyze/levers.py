@@ -51,6 +51,8 @@ GAIN = phrase("gain")
 BASELINE = phrase("baseline")
 MEASURED = phrase("measured kernel time removed")
 MODEL = phrase("model prediction (chapter 06)")
+# the baseline row's two figures: its decode ms/token the measured plain step, its predicted ms/token the model's
+BASELINE_PRICED = phrase("measured; predicted ms/token: chapter 06's model as fitted")
 SOFTWARE, HARDWARE = phrase("software"), phrase("hardware")
 SERVING = phrase("serving")  # the batch lever: how the step is served (chapter 08 measures it), not a change to it
 
@@ -167,7 +169,7 @@ def moe_in_place(run, twin=None) -> SoftwareLever | None:
     g = gather_kernels(run, twin)
     if g.empty:
         return None
-    bw, _ = M.dram_bandwidth(run)
+    bw, bw_source = M.dram_bandwidth(run)  # this run's own: another capture of the GPU measures its own copy
     removed = float(g.us_per_step.sum())
     # the consumer's DRAM reads now: ncu's range pass where it (or the eager twin's same kernel) was measured, else
     # what the gather wrote back to DRAM
@@ -186,9 +188,10 @@ def moe_in_place(run, twin=None) -> SoftwareLever | None:
                module=re.sub(r"\.\d+\.", ".N.", g.module.dropna().iloc[0]) if g.module.notna().any() else "-"),
         phrase(" (the eager twin's aten::index there gathers the routed experts: {src})", src=src) if src else "",
         phrase("; in place the expert "
-               "GEMMs ({shapes}) read {extra:.0f} MB more per step from DRAM: +{added:.0f} µs at {bw:,.0f} GB/s (an "
-               "upper bound); range: the gather time alone ({removed:.0f} µs) to that less the added reads",
-               shapes=shapes, extra=extra / 1e6, added=added, bw=bw / 1e9, removed=removed))
+               "GEMMs ({shapes}) read {extra:.0f} MB more per step from DRAM: +{added:.0f} µs at {bw:,.0f} GB/s "
+               "({source}, run {run}; an upper bound); range: the gather time alone ({removed:.0f} µs) to that less the "
+               "added reads", shapes=shapes, extra=extra / 1e6, added=added, bw=bw / 1e9, source=bw_source,
+               run=run.run_id, removed=removed))
     return SoftwareLever(phrase("MoE experts read in place (no gather copy)"),
                          phrase("{n:.0f} gather kernels per step removed", n=g.launches_per_step.sum()),
                          removed - added, removed - added, removed, False, MEASURED, note)
@@ -309,7 +312,7 @@ def levers(deployed, eager, tr_dep, val_dep) -> pd.DataFrame:
     fitted = hw[hw.lever == "as fitted"].iloc[0]
     row = {"lever": phrase("the run as deployed"), "kind": "", "setting": phrase("plain step, measured"),
            "status": BASELINE, "decode ms/token": plain, "change %": 0.0,
-           "predicted ms/token": fitted["decode ms/token"], "how priced": phrase("measured"),
+           "predicted ms/token": fitted["decode ms/token"], "how priced": BASELINE_PRICED,
            "model error": fitted["model error"], "detail": ""}
     base = pd.DataFrame([row], columns=COLUMNS)
     base["decode ms/token"] = quantity.column([plain])

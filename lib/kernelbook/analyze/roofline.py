@@ -13,7 +13,7 @@ Labels and causes are English phrases (`contract.phrase`); `narrate.roofline` wr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,8 @@ LEVEL_LABEL = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
 ABOVE_TOLERANCE = 1.05  # a point more than 5 % above its roof is flagged, never silently drawn
 RELIABLE_PCT = 20.0     # L2 % of peak needed before a bytes/% ratio is trusted as a roof estimate
 SPEC = phrase("devices.yaml (spec)")  # where a roof comes from when nothing better measured it
+# which peak a bandwidth roof is (`Roofs.peak_kind`): a figure's legend names it beside the roof's GB/s
+PEAK_SPEC, PEAK_NCU, PEAK_ESTIMATE = phrase("spec"), phrase("ncu peak"), phrase("estimate")
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Roofs:
     sources: dict[str, str] = field(default_factory=dict)    # level -> where its bandwidth comes from (a phrase)
     estimates: set[str] = field(default_factory=set)         # levels whose roof is an estimate
     estimated_from: dict[str, tuple[str, float]] = field(default_factory=dict)  # level -> (kernel id, its % of peak)
+    run_id: str = ""  # the run whose ncu counters and manifest measured these roofs (`for_run`)
 
     def ridge(self, compute: str = "tensor bf16") -> float:
         """FLOP/byte where `compute`'s roof meets the DRAM roof (the device's ridge, on the roofs drawn)."""
@@ -48,6 +51,14 @@ class Roofs:
 
     def estimated(self, level: str) -> bool:
         return level in self.estimates
+
+    def peak_kind(self, level: str) -> str:
+        """Which peak a bandwidth roof is, in a figure's few words (a phrase): the spec sheet's, ncu's peak as one
+        capture measured it (a DRAM or cache clock read in that capture: two captures of one GPU differ by a few
+        GB/s), or an estimate from the run's counters."""
+        if level in self.estimates:
+            return PEAK_ESTIMATE
+        return PEAK_SPEC if self.sources.get(level, SPEC) == SPEC else PEAK_NCU
 
     def compute_for(self, row) -> tuple[str, float]:
         """(label, FLOP/s) of the compute roof that applies to a kernel row."""
@@ -349,7 +360,7 @@ def for_run(run, kernels: pd.DataFrame | None = None) -> tuple[object, dict, Roo
 
     dev, sources = device_of(run)
     k = profiled_kernels(run) if kernels is None else kernels
-    return dev, sources, roofs(dev, run.info, k, run.ncu_metrics(), sources)
+    return dev, sources, replace(roofs(dev, run.info, k, run.ncu_metrics(), sources), run_id=run.run_id)
 
 
 TENSOR_PIPE = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"

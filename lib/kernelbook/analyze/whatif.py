@@ -133,9 +133,11 @@ def load_designs(path: str | Path = NPUS_YAML) -> dict[str, Design]:
 
 
 def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
-    """The GPU that produced the run, as a design: devices.yaml spec peaks, L2 as the on-chip memory with
-    chapter 04's L2 roof; latency, slowdown and host gaps left to the run (null); `floor_us` the run's
-    measured kernel floor (`kernel_floor_us_of`), which `build` fills in when it is None."""
+    """The GPU that produced the run, as a design: `device`'s peaks (devices.yaml's spec, with the DRAM peak ncu
+    measured on the GPU where the run has it: `devices.for_run`), L2 as the on-chip memory with chapter 04's L2 roof;
+    latency, slowdown and host gaps left to the run (null); `floor_us` the run's measured kernel floor
+    (`kernel_floor_us_of`), which `build` fills in when it is None. Its `source` names where the DRAM and L2
+    figures come from (the design table shows it)."""
     l2 = roofs.bandwidth.get("l2")
     return Design(key=phrase("{device} (this run's GPU)", device=device.key),
                   matrix_tflops={p: device.tflops[p] for p in ("bf16", "fp8") if device.tflops.get(p)},
@@ -143,8 +145,9 @@ def run_gpu_design(device, roofs, floor_us: float | None = None) -> Design:
                   sram_gbps=l2 / 1e9 if l2 else device.dram_gbps * 2, kernel_floor_us=None, launch_overhead_us=None,
                   mem_efficiency=None, matrix_efficiency=None, fuse_elementwise=False, floor_us=floor_us,
                   sram_keeps_weights=False,
-                  source=phrase("devices.yaml {device} spec; L2 bandwidth: {l2}; latency, slowdown and host gaps "
-                                "fitted on the run", device=device.key,
+                  source=phrase("devices.yaml {device} spec; DRAM bandwidth: {dram}; L2 bandwidth: {l2}; latency, "
+                                "slowdown and host gaps fitted on the run", device=device.key,
+                                dram=phrase(roofs.sources.get("dram", R.SPEC)),
                                 l2=roofs.sources.get("l2", phrase("2 × DRAM (no estimate)"))))
 
 
@@ -1580,6 +1583,24 @@ def design_table(designs: dict, tr: Trace, env: dict | None = None, deployed: Tr
     return out if env else out.drop(columns="outside what was checked")
 
 
+def deployed_step_figures(tr: Trace, deployed: Trace) -> dict:
+    """The deployed run's decode step as chapter 06 shows it in three places, each what it is (ms per token of a plain
+    run): `measured` the plain step the capture timed (a named quantity, `ReplayHost.step_name`); `as_fitted` the
+    model of the deployed run fitted on its own phases (`lever_table`'s "as fitted" row: `at` on its own GPU);
+    `on_this_gpu` the deployed run's launches on this run's GPU as a design (`design_table`'s first row: `predict`
+    with `tr.gpu`, whose kernel floor scales the deployed run's fitted latencies, `launch_time_s`). `floor_us` and
+    `floor_us_deployed`: the two runs' kernel floors (µs, `kernel_floor_us_of`), whose ratio is that scale and most
+    of the gap between the last two figures. `design`: the design `on_this_gpu` is priced on (a phrase)."""
+    h = deployed.host
+    if h is not None and h.plain_step_ms == h.plain_step_ms:
+        measured = deployed.q(h.step_name, h.plain_step_ms)
+    else:
+        measured = None
+    return {"measured": measured, "as_fitted": at(deployed, deployed.gpu),
+            "on_this_gpu": float(predict(deployed, tr.gpu).set_index("phase").loc["decode", "per_token_ms"]),
+            "design": tr.gpu.key, "floor_us": tr.gpu.floor_us, "floor_us_deployed": deployed.gpu.floor_us}
+
+
 def sensitivity_both(tr: Trace, d: Design, graph_host_us: float = 2.0, deployed: Trace | None = None) -> pd.DataFrame:
     """`sensitivity` per way of dispatching decode; `dispatch` labels each (a phrase: legend entries, which
     `narrate.whatif.sensitivity` shows in the reader's language). An eager run: at its own host gaps and at
@@ -1637,6 +1658,9 @@ def replay_host_table(traces: dict) -> pd.DataFrame:
     return out
 
 
+# the "as fitted" row's setting: its figures are the model's, not a measured step (the deployed run's measured step
+# is the replay table's plain step; `deployed_step_figures` sets the two side by side)
+AS_FITTED_SETTING = phrase("none: the model as fitted, not a measured step")
 # the levers of `lever_table` (catalog keys)
 LEVER_ROWS = (phrase("as fitted"), phrase("kernel floor"), phrase("efficiency"),
               phrase("efficiency and kernel floor"), phrase("DRAM bandwidth"), phrase("on-chip SRAM keeping weights"),
@@ -1653,7 +1677,7 @@ def lever_table(tr: Trace, d: Design, deployed: Trace | None = None, graph_host_
     g = tr.gpu if tr.host is not None and tr.host.graph else tr.gpu.with_(launch_overhead_us=graph_host_us)
     mib = active_weight_bytes(tr) / 2**20
     keep = dict(sram_keeps_weights=True)
-    cases = [("as fitted", "", {}, 1), ("kernel floor", phrase("{us:g} µs per kernel", us=0.5),
+    cases = [("as fitted", AS_FITTED_SETTING, {}, 1), ("kernel floor", phrase("{us:g} µs per kernel", us=0.5),
                                         dict(kernel_floor_us=0.5), 1),
              ("efficiency", phrase("{pct:.0f} % of peak", pct=100), dict(matrix_efficiency=1.0, mem_efficiency=1.0), 1),
              ("efficiency and kernel floor", phrase("{pct:.0f} % of peak, {us:g} µs per kernel", pct=100, us=0.5),

@@ -27,8 +27,8 @@ def levers_prose(table: pd.DataFrame, deployed) -> str:
     g = table[table.status == GAIN]
     sw, hw = g[g.kind == SOFTWARE], g[g.kind == HARDWARE]
     base = table[table.status == BASELINE].iloc[0]
-    out = [tr("On the deployed decode step ({run}, plain {ms:.2f} ms per token):", run=md(deployed.run_id),
-              ms=base["decode ms/token"])]
+    out = [tr("On the deployed decode step ({run}, plain step measured at {ms:.2f} ms per token):",
+              run=md(deployed.run_id), ms=base["decode ms/token"])]
     if len(sw):
         s = sw.iloc[0]
         out.append(tr("the best software lever, {lever}, takes it to {ms:.2f} ms ({pct:+.1f} %) from measured kernel "
@@ -36,8 +36,9 @@ def levers_prose(table: pd.DataFrame, deployed) -> str:
                       pct=s["change %"]))
     if len(hw):
         h = hw.iloc[0]  # the batch lever's kind is serving: not among them
-        out.append(tr("the best hardware lever at batch 1, {lever} ({setting}), {pct:+.1f} % by the model ({err}).",
-                      lever=say(h.lever), setting=_named(h.setting), pct=h["change %"], err=_named(h["model error"])))
+        out.append(tr("the best hardware lever at batch 1, {lever} ({setting}), {pct:+.1f} % by the model, against "
+                      "its own {fitted:.2f} ms as fitted ({err}).", lever=say(h.lever), setting=_named(h.setting),
+                      pct=h["change %"], fitted=base["predicted ms/token"], err=_named(h["model error"])))
     pulled = table[table.status == ALREADY]
     if len(pulled):
         out.append(tr("Already in the deployed run, so not proposed: {levers}.",

@@ -30,13 +30,14 @@ def _limit_rows(d: DecodeLimit) -> pd.DataFrame:
 
 
 def decode_limit_prose(d: DecodeLimit) -> str:
-    return tr("A decode step must read {weights:.0f} MB of weights and {kv:.1f} MB of KV cache; at the measured "
-              "{bw:,.0f} GB/s that takes {limit:.2f} ms. The GPU is busy {busy:.2f} ms per step "
+    return tr("A decode step must read {weights:.0f} MB of weights and {kv:.1f} MB of KV cache; at {bw:,.0f} GB/s "
+              "({source}) that takes {limit:.2f} ms. The GPU is busy {busy:.2f} ms per step "
               "({busy_x:.1f}× the limit) and the step takes {wall:.2f} ms of wall time under the profiler "
               "({wall_x:.1f}× the limit): the distance between the last two is host and launch time, the "
               "distance between the first two is kernels that do not stream at full bandwidth.",
-              weights=d.q("weight_mb"), kv=d.q("kv_mb"), bw=d.q("dram_gbps"), limit=d.q("limit_ms"),
-              busy=d.q("busy_ms"), busy_x=d.q("busy_x"), wall=d.q("wall_ms"), wall_x=d.q("wall_x"))
+              weights=d.q("weight_mb"), kv=d.q("kv_mb"), bw=d.q("dram_gbps"), source=say(d.dram_source),
+              limit=d.q("limit_ms"), busy=d.q("busy_ms"), busy_x=d.q("busy_x"), wall=d.q("wall_ms"),
+              wall_x=d.q("wall_x"))
 
 
 def variants_prose(rows: pd.DataFrame, controls: dict[str, pd.DataFrame], left_out: list[str] = ()) -> str:

@@ -58,9 +58,9 @@ def headline(val: pd.DataFrame, trace: W.Trace) -> str:
     if reading == "graph":
         q = W.replay_quantities(trace)
         return tr("Model vs this run, each phase held out of the fit (device time): {errors}; decode runs as "
-                  "CUDA graphs: of the plain {step:.2f} ms step the replay's kernels are {busy:.2f} ms GPU-busy "
-                  "with {node:.2f} ms of node gaps (median {gap:.2f} µs), and {host:.2f} ms is host time between "
-                  "replays (generate's loop, one term per step, not per launch), so the hardware knobs below "
+                  "CUDA graphs: of the plain step, measured at {step:.2f} ms, the replay's kernels are {busy:.2f} ms "
+                  "GPU-busy with {node:.2f} ms of node gaps (median {gap:.2f} µs), and {host:.2f} ms is host time "
+                  "between replays (generate's loop, one term per step, not per launch), so the hardware knobs below "
                   "move the rest", errors=errs, step=q["step"], busy=q["busy"], node=q["node"], gap=q["gap"],
                   host=q["host"])
     if reading == "device":
@@ -87,8 +87,8 @@ def answer(val: pd.DataFrame, trace: W.Trace, xd: pd.DataFrame | None = None) ->
     reading = W.decode_reading(val, trace)
     if reading == "graph":
         q = W.replay_quantities(trace)
-        return out + tr("; {busy:.2f} ms of the {step:.2f} ms decode step is kernel work that hardware can move.",
-                        busy=q["busy"], step=q["step"])
+        return out + tr("; {busy:.2f} ms of the measured {step:.2f} ms decode step is kernel work hardware can "
+                        "move.", busy=q["busy"], step=q["step"])
     if reading == "device":
         return out + tr("; decode is device-bound, so hardware moves it.")
     return out + tr("; decode is host-bound, so no hardware moves it until launches are batched.")
@@ -178,6 +178,26 @@ def design_table(table: pd.DataFrame) -> pd.DataFrame:
     return said(table, W.DESIGN_TEXT)
 
 
+def design_headers() -> dict[str, str]:
+    """Headers of `design_table` that differ from the lever table's same column: there "decode ms/token as deployed"
+    is the deployed run's own model, here each design's prediction of the deployed run's launches."""
+    return {"decode ms/token as deployed": tr("Decode ms/token, the run as deployed on this design")}
+
+
+def deployed_note(f: dict) -> str:
+    """The deployed run's decode step as the chapter shows it three times (`analyze.whatif.deployed_step_figures`):
+    measured, its model as fitted (the levers' baseline) and predicted on this run's GPU as a design, and why the last
+    two differ (this run's kernel floor scales the deployed run's fitted latencies)."""
+    out = tr("The run as deployed, three figures for its decode step: ")
+    if f["measured"] is not None:
+        out += tr("its plain step measured {measured:.2f} ms; ", measured=f["measured"])
+    out += tr("its model as fitted predicts {fitted:.2f} ms per token (the levers' baseline below); on {design} in "
+              "the table above, {here:.2f} ms, its fitted latencies scaled by this run's kernel floor over its own "
+              "({floor:.2f} ÷ {floor_dep:.2f} µs).", fitted=f["as_fitted"], design=say(f["design"]),
+              here=f["on_this_gpu"], floor=f["floor_us"], floor_dep=f["floor_us_deployed"])
+    return out
+
+
 def lever_table(table: pd.DataFrame) -> pd.DataFrame:
     """`analyze.whatif.lever_table` with its text cells in the reader's language."""
     return said(table, W.LEVER_TEXT)
@@ -198,11 +218,11 @@ def sensitivity_note(xerr: pd.DataFrame | None, env: dict | None) -> str:
                             pct=r.device_error_pct, gain=r.gain_error) for r in xerr.itertuples())
     lo, hi = env["dram_gbps"]
     return tr("Read each curve with the cross-device error of its phase's device time: {errs}. The check covers "
-              "the DRAM bandwidth panel from {lo:,.0f} to {hi:,.0f} GB/s only; far lower bandwidth (where "
-              "latency-bound kernels turn bandwidth-bound, which the fixed share φ does not follow), any other "
-              "matrix peak (both GPUs have {tf:g} TFLOP/s), on-chip memory beyond {sram:,.0f} MiB, batches "
-              "above 1 and fused graphs lie outside what was validated.", errs=errs, lo=lo, hi=hi,
-              tf=min(env["matrix_tflops"]), sram=env["sram_mb"][1])
+              "the DRAM bandwidth panel from {lo:,.0f} to {hi:,.0f} GB/s (the two GPUs' DRAM roofs, as chapter 04 "
+              "takes them) only; far lower bandwidth (where latency-bound kernels turn bandwidth-bound, which the "
+              "fixed share φ does not follow), any other matrix peak (both GPUs have {tf:g} TFLOP/s), on-chip memory "
+              "beyond {sram:,.0f} MiB, batches above 1 and fused graphs lie outside what was validated.", errs=errs,
+              lo=lo, hi=hi, tf=min(env["matrix_tflops"]), sram=env["sram_mb"][1])
 
 
 def sensitivity_errors(trace: W.Trace, val: pd.DataFrame, deployed: W.Trace | None = None,

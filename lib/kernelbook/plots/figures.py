@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..analyze.histograms import bin_labels
+from ..analyze.roofline import PEAK_SPEC
 from ..contract.kernels import Category
 from ..display import eng, phase_label
 from ..escape import plot
@@ -44,6 +45,16 @@ def _esc(values) -> pd.Series:
     """A column of run strings (kernel names, ids, variant labels) as text plotly draws (`escape.plot`);
     missing values stay missing."""
     return pd.Series(values).map(lambda v: v if v is None or v != v else plot(v))
+
+
+def _bandwidth_roof_name(roofs, level: str) -> str:
+    """A bandwidth roof's legend entry: its level and GB/s, and which peak it is (`Roofs.peak_kind`) with the run
+    whose capture measured it, so chapter 04's DRAM roof and chapter 08's (two captures) read as what they are."""
+    bw, kind = roofs.bandwidth[level], roofs.peak_kind(level)
+    if roofs.run_id and kind != PEAK_SPEC:  # a spec roof was not measured in any capture
+        return tr("{level} {gbps:,.0f} GB/s ({kind}, {run})", level=level.upper(), gbps=bw / 1e9, kind=text(kind),
+                  run=plot(roofs.run_id))
+    return tr("{level} {gbps:,.0f} GB/s ({kind})", level=level.upper(), gbps=bw / 1e9, kind=text(kind))
 
 
 def phase_bars(summary: pd.DataFrame) -> go.Figure:
@@ -223,7 +234,7 @@ def roofline_physical(points: pd.DataFrame, roofs, phase: str = "decode", useful
     dashes = {"dram": "solid", "l2": "dash", "l1": "dot"}
     for lvl, bw in roofs.bandwidth.items():
         x = xs[bw * xs <= top]
-        fig.add_trace(go.Scatter(x=x, y=bw * x, mode="lines", name=f"{lvl.upper()} {bw / 1e9:,.0f} GB/s",
+        fig.add_trace(go.Scatter(x=x, y=bw * x, mode="lines", name=_bandwidth_roof_name(roofs, lvl),
                                  line=dict(width=1.5, dash=dashes[lvl], color="#2b6cb0")))
     for label, v in roofs.measured.items():  # measured ceilings, dashed: the GEMM peak and the DRAM copy
         if "TFLOP" in label:
@@ -603,7 +614,7 @@ def serving_roofline(kt: pd.DataFrame, roofs) -> go.Figure:
                                  line=dict(width=1.5, color="#444" if "tensor" in label else "#999")))
     bw = roofs.bandwidth["dram"]
     x = xs[bw * xs <= top]
-    fig.add_trace(go.Scatter(x=x, y=bw * x, mode="lines", name=f"DRAM {bw / 1e9:,.0f} GB/s",
+    fig.add_trace(go.Scatter(x=x, y=bw * x, mode="lines", name=_bandwidth_roof_name(roofs, "dram"),
                              line=dict(width=1.5, color="#2b6cb0")))
     batches = sorted(p.batch.unique())
     colours = px.colors.sequential.Viridis

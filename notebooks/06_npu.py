@@ -90,6 +90,8 @@ kb.table(tr.work.groupby(["phase", "source"]).agg(rows=("name", "size"), launche
 
 # %%
 kb.table(tr.calib.drop(columns="ops_per_element"), kb.tr("Latency L and slowdown b per kernel class, fitted on the run"))
+
+# %%
 kb.md(WN.line_note(tr) + " " + WN.issue_note(tr))
 
 # %% [markdown]

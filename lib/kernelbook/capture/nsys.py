@@ -55,10 +55,13 @@ SELECT 'Memset' AS name, m.start AS start_ns, m.end AS end_ns, m.streamId AS str
 FROM CUPTI_ACTIVITY_KIND_MEMSET m
 LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
 """
+# the ranges of NVTX's default domain (torch's and kernelbook's), with their thread: libraries mark ranges of their own
+# in a domain of their own, such as CUB's device algorithms (`cub::DeviceRadixSort`, CCCL's domain), which are no
+# torch op
 NVTX_SQL = f"""
-SELECT COALESCE(n.text, s.value) AS phase, n.start AS start_ns, n.end AS end_ns
+SELECT COALESCE(n.text, s.value) AS phase, n.start AS start_ns, n.end AS end_ns, n.globalTid AS tid
 FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
-WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL
+WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL AND COALESCE(n.domainId, 0) = 0
 ORDER BY n.start
 """
 
@@ -118,13 +121,12 @@ def _session_start_ns(con) -> int:
 def read_nsys_sqlite(path: str | Path, first_decode_step: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(timeline, phases) from an `nsys export --type sqlite` database. `first_decode_step`: the step of its first
     decode range (a sampled window's report starts mid-generation, without a prefill to count from)."""
-    tl, nv = _read_db(path, NVTX_SQL)
-    return _phased(tl, nv, first_decode_step)
+    return _phased(*_read_db(path), first_decode_step)
 
 
-def _read_db(path: str | Path, nvtx_sql: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(GPU activity without phases, the NVTX ranges `nvtx_sql` selects) of an nsys sqlite export; the session's
-    start (ns since the epoch) in each frame's attrs."""
+def _read_db(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(GPU activity without phases, the NVTX ranges: `NVTX_SQL`) of an nsys sqlite export; the session's start (ns
+    since the epoch) in each frame's attrs."""
     con = sqlite3.connect(str(path))
     try:
         if not _table_exists(con, "CUPTI_ACTIVITY_KIND_KERNEL"):
@@ -144,8 +146,8 @@ def _read_db(path: str | Path, nvtx_sql: str) -> tuple[pd.DataFrame, pd.DataFram
                 m = pd.read_sql_query(sql, con)
                 m["kind"] = kind
                 parts.append(m)
-        nv = pd.read_sql_query(nvtx_sql, con) if _table_exists(con, "NVTX_EVENTS") else pd.DataFrame(
-            columns=["phase", "start_ns", "end_ns"])
+        nv = pd.read_sql_query(NVTX_SQL, con) if _table_exists(con, "NVTX_EVENTS") else pd.DataFrame(
+            columns=["phase", "start_ns", "end_ns", "tid"])
         t0 = _session_start_ns(con)
     finally:
         con.close()
@@ -173,30 +175,22 @@ def _phased(tl: pd.DataFrame, nv: pd.DataFrame, first_decode_step: int = 1) -> t
     return tl.sort_values("start_ns", kind="stable").reset_index(drop=True), phases
 
 
-# the default domain's ranges only (torch's and kernelbook's): libraries mark ranges of their own in a domain of
-# their own, such as CUB's device algorithms (`cub::DeviceRadixSort`, CCCL's domain), which are no torch op
-NVTX_THREAD_SQL = f"""
-SELECT COALESCE(n.text, s.value) AS phase, n.start AS start_ns, n.end AS end_ns, n.globalTid AS tid
-FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
-WHERE n.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}) AND n.end IS NOT NULL AND COALESCE(n.domainId, 0) = 0
-ORDER BY n.start
-"""
 _SIZES = re.compile(r", sizes = (\[(?:\[[^\]]*\](?:, )?)*\])")
 
 
 def read_capture_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """(timeline, phases, shaped) from the one-process capture's report (`capture_command`): the profiled generate,
+    """(timeline, phases, shaped) from the one-process capture's report (`start_capture`): the profiled generate,
     marked `kbpass#profiled`, and the shapes pass, marked `kbpass#shapes` (None where it did not run), each an NVTX
     range of the capture's thread. The shapes pass's kernels carry their aten op and its input shapes (the innermost
     range torch's `emit_nvtx(record_shapes=True)` pushed around the launch: `aten::mm, seq = 3, op_id = 7, sizes =
     [[1, 1280], [1280, 896]]`), their op call (`kbop#<i>`) and module (`kbmod#<path>|<class>`), as a torch profiler's
     shapes pass gives them (load.trace `join_shapes` takes them onto the profiled pass)."""
-    tl, nv = _read_db(path, NVTX_THREAD_SQL)
+    tl, nv = _read_db(path)
     passes = nv[nv.phase.str.startswith(PASS_RANGE, na=False)]
     found = {name[len(PASS_RANGE):]: row for name, row in zip(passes.phase, passes.itertuples(index=False))}
     if PROFILED_PASS not in found:
         raise ValueError(f"{path} has no NVTX range {PASS_RANGE}{PROFILED_PASS}: it is not a report of the "
-                         "one-process capture (capture.nsys `capture_command`)")
+                         "one-process capture (capture.nsys `start_capture`)")
     t = np.where(np.isnan(tl["launch_ns"].to_numpy()), tl["start_ns"].to_numpy(), tl["launch_ns"].to_numpy())
 
     def part(p):
@@ -222,10 +216,9 @@ def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     # each name is is decided once per distinct name
     codes, names = pd.factorize(pd.Series(text).str.split(", ", n=1).str[0])
     names = pd.Series(names)
-    mine = (names.str.startswith((OP_RANGE, MODULE_RANGE, PASS_RANGE, "kb::")) | names.isin(PHASES)
-            | (names == NCU_TARGET))
+    ours = (names.str.startswith((OP_RANGE, MODULE_RANGE, PASS_RANGE, "kb::")) | names.isin(PHASES)
+            | (names == NCU_TARGET)).to_numpy()[codes]
     name = names.to_numpy(dtype=object)[codes]
-    ours = pd.Series(mine.to_numpy()[codes])
     start, end = ranges["start_ns"].to_numpy("float64"), ranges["end_ns"].to_numpy("float64")
     t = tl["launch_ns"].to_numpy()
     tl = tl.copy()
@@ -233,7 +226,7 @@ def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     # kernelbook's has none, as in the torch profiler's trace, whose launch then points at a user range)
     at = innermost(start, end, t)
     op_at = np.where(at >= 0, at, 0)
-    is_op = (at >= 0) & ~ours.to_numpy()[op_at]
+    is_op = (at >= 0) & ~ours[op_at]
     tl["op"] = np.where(is_op, name[op_at], None)
     shapes = {}
     for i in np.unique(at[is_op]):
@@ -241,9 +234,9 @@ def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
         shapes[i] = _shapes_str(json.loads(m.group(1))) if m else None
     tl["op_shapes"] = [shapes.get(i) if ok else None for i, ok in zip(at.tolist(), is_op.tolist())]
     for prefix, col in ((OP_RANGE, "op_index"), (MODULE_RANGE, "module")):
-        mine = names.str.startswith(prefix).to_numpy()[codes]
-        j = innermost(start[mine], end[mine], t)
-        values = name[mine]
+        kind = names.str.startswith(prefix).to_numpy()[codes]
+        j = innermost(start[kind], end[kind], t)
+        values = name[kind]
         got = np.where(j >= 0, values[np.where(j >= 0, j, 0)] if len(values) else None, None)
         if col == "op_index":
             tl[col] = [int(v[len(prefix):]) if v is not None else -1 for v in got]
@@ -348,7 +341,6 @@ def _launch(params: CaptureConfig, lay: RunLayout, cmd: list[str], starts: list[
     """`cmd` (nsys around a kernelbook process) with `--early <go file>:<this pid>`, its output in nsys.log, once the
     parameters are written for it (raw/params.json) and its go and done files are gone; `starts`: its window
     starts (`NsysPass.window_starts`)."""
-    import os
     import time
 
     from ..proc import start_limited
@@ -376,7 +368,12 @@ PRIME = os.environ.get("KB_NSYS_PRIME", "range")
 
 def capture_report(lay: RunLayout) -> Path:
     """The one-process capture's report of its passes (see `PRIME`)."""
-    return lay.nsys_base.with_name(f"{lay.nsys_base.name}.2{NSYS_REPORT}") if PRIME == "range" else lay.nsys_report
+    return numbered_report(lay, 2) if PRIME == "range" else lay.nsys_report
+
+
+def numbered_report(lay: RunLayout, n: int) -> Path:
+    """The `n`-th report (from 1) nsys writes under `--capture-range-end=repeat`: <base>.<n>.nsys-rep."""
+    return lay.nsys_base.with_name(f"{lay.nsys_base.name}.{n}{NSYS_REPORT}")
 
 
 # the capture process under nsys marks the lines of its progress so the stage can pass them on from nsys's log
@@ -491,8 +488,7 @@ def window_reports(lay: RunLayout, starts: list[int] | None) -> list[Path]:
     """The report(s) nsys writes for the run (or rank) `lay` (see `read_reports`)."""
     if starts is None:
         return [lay.nsys_report]
-    # nsys names the reports of --capture-range-end=repeat <base>.<n>.nsys-rep, n from 1
-    return [lay.nsys_base.with_name(f"{lay.nsys_base.name}.{i}{NSYS_REPORT}") for i in range(1, len(starts) + 1)]
+    return [numbered_report(lay, i) for i in range(1, len(starts) + 1)]
 
 
 def exported(lay: RunLayout, reports: list[Path], timeout_s: float, returncode: int) -> tuple[list[Path], float]:

@@ -277,8 +277,8 @@ def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
     """`_nsys_one_process`'s process, under `nsys profile --capture-range=cudaProfilerApi`: the model built and warmed
     up, then (once the go file is there) the plain generates (steps.parquet), the profiled generate with its phases as
     NVTX ranges (after a one-token generate that primes nsys: capture.nsys `PRIME`) and, in the same range, the
-    shapes pass: `emit_nvtx(record_shapes=True)` makes every aten op
-    an NVTX range with its input shapes, and the op calls and module forwards are NVTX ranges too (`op_nvtx`). Each
+    shapes pass: `emit_nvtx(record_shapes=True)` makes every aten op an NVTX range with its input shapes, and the
+    op calls and module forwards are NVTX ranges too (`op_nvtx`). Each
     generate is an NVTX range `kbpass#<pass>`. The profiled generate's s go to the worker file as soon as it ends
     (the capture's timed passes are over); the workload's record to raw/capture-info.json at the end."""
     import torch

@@ -214,7 +214,7 @@ def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     text = ranges["phase"].astype(str).to_numpy()
     # a range's name ends where emit_nvtx's fields begin; names repeat (an op's, a module's, an op call's), so what
     # each name is is decided once per distinct name
-    codes, names = pd.factorize(pd.Series(text).str.split(", ", n=1).str[0])
+    codes, names = pd.factorize(np.array([x.partition(", ")[0] for x in text.tolist()], dtype=object))
     names = pd.Series(names)
     ours = (names.str.startswith((OP_RANGE, MODULE_RANGE, PASS_RANGE, "kb::")) | names.isin(PHASES)
             | (names == NCU_TARGET)).to_numpy()[codes]
@@ -228,10 +228,13 @@ def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     op_at = np.where(at >= 0, at, 0)
     is_op = (at >= 0) & ~ours[op_at]
     tl["op"] = np.where(is_op, name[op_at], None)
-    shapes = {}
-    for i in np.unique(at[is_op]):
+    shapes, parsed = {}, {}
+    for i in np.unique(at[is_op]).tolist():
         m = _SIZES.search(text[i])
-        shapes[i] = _shapes_str(json.loads(m.group(1))) if m else None
+        sizes = m.group(1) if m else None
+        if sizes not in parsed:  # one op's shapes recur step after step
+            parsed[sizes] = _shapes_str(json.loads(sizes)) if sizes else None
+        shapes[i] = parsed[sizes]
     tl["op_shapes"] = [shapes.get(i) if ok else None for i, ok in zip(at.tolist(), is_op.tolist())]
     for prefix, col in ((OP_RANGE, "op_index"), (MODULE_RANGE, "module")):
         kind = names.str.startswith(prefix).to_numpy()[codes]
@@ -358,12 +361,14 @@ def _launch(params: CaptureConfig, lay: RunLayout, cmd: list[str], starts: list[
 LAUNCHED = "KB_NSYS_LAUNCHED"  # when the stage started nsys (time.time()), for the process's own account of its start
 
 
-# How the one-process capture primes nsys before its profiled generate. Measured on the H100, the generate in nsys's
-# first capture range ran ~2x slower than the plain one, in the ranges after it ~1.1x (bench/timeline_overhead.py).
-# `range`: a capture range of its own around a one-token generate first (its report, <base>.1, is dropped; the
-# passes' report is <base>.2); `inline`: the one-token generate inside the passes' range; `none`. KB_NSYS_PRIME
-# chooses for a bench.
-PRIME = os.environ.get("KB_NSYS_PRIME", "range")
+# How the one-process capture primes nsys before its profiled generate: `inline`, a one-token generate inside the
+# passes' capture range, before the profiled one (outside the passes' ranges: no table holds it); `range`, a capture
+# range of its own around it (its report, <base>.1, is dropped; the passes' report is <base>.2); `none`. Measured on
+# the H100 (bench/nsys_ranges.py, bench/measured/nsys_ranges_h100_s26.json): every cudaProfilerStop holds the process
+# about 3 s, whatever the range holds (3.0 s after a one-token generate; 7.1-7.6 s after the shapes pass), so a range
+# of its own costs the book those seconds, and `inline` primes the same way (the kernels' first traced launches come
+# before the profiled generate's) inside the one range. KB_NSYS_PRIME chooses for a bench.
+PRIME = os.environ.get("KB_NSYS_PRIME", "inline")
 
 
 def capture_report(lay: RunLayout) -> Path:

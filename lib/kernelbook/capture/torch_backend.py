@@ -256,6 +256,7 @@ def _nsys_one_process(params: CaptureConfig, run_dir: Path, progress, quiet, tim
         end(run.proc)
         raise
     wall = time.perf_counter() - run.started
+    progress(f"  Nsight Systems wrote its report ({wall:.1f} s after it started); export to sqlite, read")
     report = capture_report(lay)
     dbs, export_s = exported(lay, [report], run.timeout_s, run.proc.returncode)
     for primer in set(lay.raw.glob(f"{lay.nsys_base.name}.*{NSYS_REPORT}")) - {report}:
@@ -276,7 +277,7 @@ def _nsys_one_process(params: CaptureConfig, run_dir: Path, progress, quiet, tim
 def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
     """`_nsys_one_process`'s process, under `nsys profile --capture-range=cudaProfilerApi`: the model built and warmed
     up, then (once the go file is there) the plain generates (steps.parquet), the profiled generate with its phases as
-    NVTX ranges (after a one-token generate that primes nsys: capture.nsys `PRIME`) and, in the same range, the
+    NVTX ranges (after a one-token generate that primes nsys, capture.nsys `PRIME`) and, in the same range, the
     shapes pass: `emit_nvtx(record_shapes=True)` makes every aten op an NVTX range with its input shapes, and the
     op calls and module forwards are NVTX ranges too (`op_nvtx`). Each
     generate is an NVTX range `kbpass#<pass>`. The profiled generate's s go to the worker file as soon as it ends
@@ -307,7 +308,7 @@ def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
     # compiled step's: another length would compile the step anew
     primer = wl if params.static_cache else replace(
         wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": 1, "min_new_tokens": 1})
-    if PRIME == "range":  # nsys's first capture range is its slow one (capture.nsys `PRIME`)
+    if PRIME == "range":  # a capture range of its own (capture.nsys `PRIME`)
         cudart.cudaProfilerStart()
         primer.generate()
         torch.cuda.synchronize()
@@ -332,8 +333,8 @@ def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
         finally:
             tracker.op_record = tracker.op_nvtx = False
     torch.cuda.synchronize()
+    say("  the capture range ends: Nsight Systems gathers what it traced (3 s and more)")
     cudart.cudaProfilerStop()
-    say("  Nsight Systems writes its report")
     info = _workload_info(wl, tracker, load_s, plain, plain_phases, f"{params.warmup} generate(s)")
     tracker.remove()
     info["moe_routing"] = _routing(wl, params, say)

@@ -755,13 +755,18 @@ def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
         return out
     order = np.lexsort((-np.asarray(end), np.asarray(start)))  # by start, the longer first
     s, e = np.asarray(start)[order], np.asarray(end)[order]
-    depth = np.empty(len(s), dtype="int64")
-    open_ends: list = []
-    for k, (a, b) in enumerate(zip(s.tolist(), e.tolist())):
-        while open_ends and open_ends[-1] <= a:
-            open_ends.pop()
-        depth[k] = len(open_ends)
-        open_ends.append(b)
+    if (e > s).all():
+        # a range's depth is how many ranges before it are still open at its start: nested ranges of positive length
+        # that closed at or before it started all came before it, so the rest of those before it are open
+        depth = np.arange(len(s)) - np.searchsorted(np.sort(e), s, side="right")
+    else:  # a range of no length ties with the one that starts with it: a stack of the open ranges' ends
+        depth = np.empty(len(s), dtype="int64")
+        open_ends: list = []
+        for k, (a, b) in enumerate(zip(s.tolist(), e.tolist())):
+            while open_ends and open_ends[-1] <= a:
+                open_ends.pop()
+            depth[k] = len(open_ends)
+            open_ends.append(b)
     t = np.asarray(t, dtype="float64")
     for d in range(int(depth.max()) + 1):
         level = np.flatnonzero(depth == d)

@@ -148,6 +148,10 @@ def test_the_nsys_and_torch_timelines_of_one_workload_agree():
     assert nsys.info.timeline_backend.backend == "nsys" and torch.info.timeline_backend.backend == "torch"
     kn, kt = (r.timeline[r.timeline.kind == "kernel"] for r in (nsys, torch))
     assert len(kn) == len(kt) == 52223
+    # launch by launch, the same aten op: CUB's sort and scan kernels are `aten::sort` and `aten::cumsum` in both, not
+    # the names of CUB's own NVTX ranges (session 25's nsys run: 136 kernels named `cub::DeviceRadixSort`, ...)
+    assert not kn.op.str.startswith("cub::", na=False).any()
+    assert (kn.op.to_numpy() == kt.op.to_numpy()).mean() > 0.999
     gn, gt = (k.groupby("phase").duration_ns.sum() for k in (kn, kt))
     for phase in ("vision_encode", "prefill", "decode"):
         assert abs(gn[phase] / gt[phase] - 1) <= 0.02, (phase, gn[phase], gt[phase])
@@ -157,9 +161,10 @@ def test_the_nsys_and_torch_timelines_of_one_workload_agree():
     assert set(dn.index) == set(dt.index)
     big = dt[dt >= 0.01 * dt.sum()].index
     off = {name: dn[name] / dt[name] - 1 for name in big if abs(dn[name] / dt[name] - 1) > 0.02}
-    # every kernel over 1 % of decode within 2 % (13 of the 14, within 1.4 %) but one decode GEMV, +2.1 %: `nvjet_sm90_
-    # tst_128x8_64x12_4x1_v_bz_TNT`, 8.99 against 8.80 µs a launch (median of 693), 4.3 % of decode; the lent GPU's
-    # clocks are not locked. (The pair before the one-process capture: the reduce kernels off by 2.8 and 5.8 %.)
+    # every kernel over 1 % of decode within 2 % (13 of the 14, within 1.25 %) but one decode GEMV, +2.3 %: `nvjet_sm90_
+    # tst_128x8_64x12_4x1_v_bz_TNT`, 9.06 against 8.83 µs a launch (median of 693), 4.4 % of decode (session 25's pair:
+    # +2.1 %); the lent GPU's clocks are not locked. (The pair before the one-process capture: the reduce kernels off
+    # by 2.8 and 5.8 %.)
     assert set(off) <= {"nvjet_sm90_tst_128x8_64x12_4x1_v_bz_TNT"}, off
     assert all(abs(v) <= 0.025 for v in off.values()), off
     assert sum(dt[n] for n in off) <= 0.05 * dt.sum()

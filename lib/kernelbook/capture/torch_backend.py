@@ -242,7 +242,7 @@ def _nsys_one_process(params: CaptureConfig, run_dir: Path, progress, quiet, tim
     writes the report after the process has ended: on the H100 no report was on disk yet when the stop that ends
     the range had returned, so the export cannot overlap the process's routing pass.)"""
     from ..proc import end
-    from .nsys import capture_report, exported, nsys_info, read_capture_sqlite, relay, start_capture
+    from .nsys import PRIME, capture_report, exported, nsys_info, read_capture_sqlite, relay, start_capture
 
     lay = RunLayout(run_dir)
     progress("  the timeline stage's process under Nsight Systems: model build, inputs, warmup")
@@ -271,6 +271,7 @@ def _nsys_one_process(params: CaptureConfig, run_dir: Path, progress, quiet, tim
                                             "Nsight Systems report, joined by (phase, step, kernel, n-th launch)"),
                                   order="after the profiled generate, in its process", by_stem=False)
     info["nsys_process"] = N_("one: the timeline stage's own process under nsys (model built once)")
+    info["nsys_prime"] = PRIME  # how nsys was primed before the profiled generate (capture.nsys `PRIME`)
     return timeline, phases, info
 
 

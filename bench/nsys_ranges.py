@@ -2,9 +2,9 @@
 spends its time after the profiled generate).
 
 One process under `nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat` (the capture's options,
-capture.nsys `nsys_command`) builds the model once, then runs one generate per capture range, a plain generate
-outside the ranges before each:
-- `prime`: a one-token generate (the capture's priming range);
+capture.nsys `nsys_command`, with one report per range) builds the model once, then runs one generate per capture
+range, a plain generate outside the ranges before each:
+- `prime`: a one-token generate (the capture's primer);
 - `profiled`, `profiled2`: the profiled generate (phase NVTX ranges only), twice: is the second range slow too?
 - `shapes`: the capture's shapes pass (op numbering, `kbop#`/`kbmod#` NVTX ranges, emit_nvtx(record_shapes=True));
 - `shapes_noshape`: the same with emit_nvtx(record_shapes=False): the same ranges, names that repeat;

@@ -221,7 +221,7 @@ backend, bk = (T.backend_agreement(r, twin), T.backend_kernels(r, twin)) if twin
 kb.md(TN.backend_prose(r, twin, backend, bk))
 
 # %%
-kb.table(backend, kb.tr("GPU time per phase, this run and the other backend's")) if twin is not None else None
+kb.table(backend, kb.tr("Kernel time per phase, this run and the other backend's")) if twin is not None else None
 
 # %%
 kb.table(bk, kb.tr("Decode kernels holding ≥ 1 % of decode kernel time, by kernel stem")) if twin is not None else None

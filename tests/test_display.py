@@ -26,6 +26,8 @@ def test_engineering_prefixes_with_three_significant_digits(run):
     assert D.eng(999_700, "B") == "1.00 MB" and D.sig(9.996) == "10.0" and D.sig(0.00745) == "0.00745"
     assert D.count(45675) == "45,675" and D.count(2_647_654_400) == "2.65 G"
     assert D.pct(0.002) == "< 0.1" and D.pct(0) == "0.0" and D.pct(87.6) == "87.6"
+    # a small negative share keeps the hyphen-minus every other negative in its column has (-0.2)
+    assert D.pct(-0.0006) == "> -0.1" and D.pct(-0.2) == "-0.2"
 
 
 def test_missing_prints_as_a_dash_and_quantities_carry_their_unit():

@@ -228,9 +228,16 @@ def test_the_book_renders_the_nsys_run_as_it_renders_a_torch_run(tmp_path):
     nsys_x, torch_x = (load_run(PAIR / n).info.timeline_info.overhead_ratio
                        for n in ("h100-nsys-deepseek-ocr-2", "h100-nsys-twin-torch"))
     assert f"Nsight Systems {nsys_x:.2f}×, the torch profiler {torch_x:.2f}×" in ch01
-    # each in its own capture, back to back on one H100 lease: nsys 1.43x, the torch profiler 1.60x (issue 46's
-    # target, <= 1.2x, is met by bench/timeline_overhead.py's alternating generates, 1.06-1.09x, not by this capture)
-    assert 1.0 < nsys_x < torch_x
+    # each in its own capture, back to back on one H100 lease: 1.61x under both (session 25's pair: nsys 1.43x, the
+    # torch profiler 1.60x); each capture's plain generates spread 16 and 18 %, which the chapter says beside them,
+    # so neither ratio tells which profiler costs less (issue 46's target, <= 1.2x, is not met by a capture)
+    assert 1.0 < nsys_x and 1.0 < torch_x
+    assert "The plain generates of each capture spread 16 % (Nsight Systems) and 18 % (the torch profiler)" in ch01
+    # the table and the sentence say what they sum: the kernels' durations (chapter 01's phase table gives copies and
+    # memsets a column of their own)
+    assert "kernel time per phase within 0.5 %" in ch01 and "Kernel time, the other backend's run" in ch01
+    # every decode step was profiled: the check of sampled steps against the plain total has nothing to check
+    assert "Every decode step was profiled, so no step stands in for another" in ch01
     # its timeline stage ran in one process under nsys: the shapes pass's ops from emit_nvtx in the same report
     ti = run.manifest["timeline_info"]
     assert ti["nsys_process"].startswith("one:") and ti["shapes"]["method"].startswith("NVTX op ranges")

@@ -19,7 +19,10 @@ serving study measured (issue 42: that lever −69.9 → −70.8 % per token, it
 the study's 4.88 ms; the eager batch-8 variant's prefill gain error +16.7 → +18.7 %); rewritten in session 23 when the
 serving study was re-captured with the routing pass (one H100 lease, its points chained in one process) and the batch
 lever's host growth was read on the study's steady step, each generate's first decode step left out (issue 42: that
-lever −70.8 → −70.3 % per token; the study's steady steps −62.8 % from batch 1 to 8).
+lever −70.8 → −70.3 % per token; the study's steady steps −62.8 % from batch 1 to 8); rewritten in session 26 when
+chapter 01's phase table split its "Kernel time", which had summed the copies' and memsets' durations too, into the
+kernels' time and a column of its own for copies and memsets (kernel time, vision encode 50.99 → 50.80 ms, prefill
+9.50 → 9.01, decode 142.79 → 142.64, other 7.31 → 6.45; the copies 0.19, 0.49, 0.15, 0.86 ms).
 
 A change that means to change a figure rewrites the fixture (`python bench/book_numbers.py`) in the same
 commit, so the diff shows which numbers moved."""

@@ -108,6 +108,9 @@ def test_split_kv_reduction_counts_as_attention(run):
 
 def test_every_bundled_kernel_has_identity(run):
     assert run.timeline.friendly_name.notna().all()
+    # one tile, two kernels: the vision encoder's GEMMs with and without a bias epilogue read apart
+    a, b = (friendly_name(f"nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB{e}_TNN", "aten::addmm") for e in ("_bias", ""))
+    assert a == "nvjet GEMM (mixed, 192x192 tile, bias)" and b == "nvjet GEMM (mixed, 192x192 tile)"
     assert short_name("void at::native::(anonymous namespace)::CatArrayBatchedCopy<int, 4>(int)") == \
         "CatArrayBatchedCopy"
 

@@ -55,9 +55,9 @@ COLUMNS: dict[str, Col] = {
     # two timeline backends on one workload (chapter 01)
     "kernels_this": Col("Kernels, this run", "count"),
     "kernels_other": Col("Kernels, the other backend's run", "count"),
-    "gpu_ms_this": Col("GPU time, this run", "ms"),
-    "gpu_ms_other": Col("GPU time, the other backend's run", "ms"),
-    "difference_pct": Col("Difference %", "signed"),
+    "gpu_ms_this": Col("Kernel time, this run", "ms"),
+    "gpu_ms_other": Col("Kernel time, the other backend's run", "ms"),
+    "difference_pct": Col("This run against the other %", "signed"),
     # the first page (index, chapter 07): each phase's bound, the top levers
     "first_opportunity": Col("First opportunity", "text"),
     "lever_kind": Col("Kind", "text"),
@@ -214,6 +214,7 @@ COLUMNS: dict[str, Col] = {
     "ratio": Col("B ÷ A", "ratio"),
     "launches_per_step": Col("Launches per step", "count"),
     "kernel_time_ms": Col("Kernel time", "ms"),
+    "copy_time_ms": Col("Copy and memset time", "ms"),
     "pct": Col("% of kernel time", "pct"),
     "this_run_pct": Col("This run %", "pct"),
     "reference_pct": Col("Reference report %", "pct"),
@@ -417,7 +418,7 @@ def pct(v: float) -> str:
         return MISSING
     v = float(v)
     if v != 0 and abs(v) < 0.05:
-        return "< 0.1" if v > 0 else "> −0.1"
+        return "< 0.1" if v > 0 else "> -0.1"  # the hyphen-minus of every other negative
     return f"{v:,.1f}" if abs(v) < 1e4 else sig(v)
 
 

@@ -71,7 +71,8 @@ def phase_wall_ns(phases: pd.DataFrame, timeline: pd.DataFrame | None = None) ->
 
 
 def phase_summary(timeline: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
-    """Per phase: wall_ms, gpu_busy_ms, idle_pct, kernels, steps, launches_per_step, kernel time."""
+    """Per phase: wall_ms, gpu_busy_ms, idle_pct, kernels, steps, launches_per_step, kernel time (the kernels'
+    durations) and copy time (the copies' and memsets' durations)."""
     wall = phase_wall_ns(phases, timeline)
     steps = phases.groupby("phase")["step"].nunique().to_dict()
     rows = []
@@ -90,7 +91,8 @@ def phase_summary(timeline: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
             "kernels": int((k.kind == "kernel").sum()),
             "steps": n_steps,
             "launches_per_step": (k.kind == "kernel").sum() / n_steps if n_steps else np.nan,
-            "kernel_time_ms": k.duration_ns.sum() / 1e6,
+            "kernel_time_ms": k.duration_ns[k.kind == "kernel"].sum() / 1e6,
+            "copy_time_ms": k.duration_ns[k.kind != "kernel"].sum() / 1e6,
         })
     return pd.DataFrame(rows)
 

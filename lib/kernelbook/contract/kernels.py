@@ -188,7 +188,9 @@ def friendly_name(name: str, op: str | None = None) -> str:
     if cat == Category.GEMM:
         tile = re.search(r"(\d+)x(\d+)(?:x(\d+))?", short)
         kind = "nvjet" if "nvjet" in name else ("CUTLASS" if lib == Library.CUTLASS else "cuBLAS")
-        return f"{kind} GEMM ({dt or 'mixed'}{', ' + tile.group(0) + ' tile' if tile else ''})"
+        # a bias epilogue is another kernel of the same tile (`…_coopB_bias_TNN` beside `…_coopB_TNN`)
+        bias = ", bias" if re.search(r"(?:^|_)bias(?:_|$)", short) else ""
+        return f"{kind} GEMM ({dt or 'mixed'}{', ' + tile.group(0) + ' tile' if tile else ''}{bias})"
     if cat == Category.ATTENTION:
         if "lean_reduction" in name:
             return f"cuDNN Split-KV Reduction ({dt or 'mixed'})"

@@ -40,6 +40,9 @@ def check_prose(run) -> str:
     a = S.check(run)
     if a is None:
         return ""
+    if a["every_step"]:
+        return tr("Every decode step was profiled, so no step stands in for another and the estimate is the plain "
+                  "total itself: the check speaks only where a long generation is sampled.")
     return (tr("The profiled steps stand for the whole decode: their estimate is {e:+.1f} % from the plain total "
                "(within {p:.0f} %).", e=a["error_pct"], p=S.CHECK_PCT) if a["ok"] else
             tr("The profiled steps do not stand for the whole decode: their estimate is {e:+.1f} % from the plain "

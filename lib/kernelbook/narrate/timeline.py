@@ -197,7 +197,7 @@ def backend_prose(run, other, phases: pd.DataFrame, kernels: pd.DataFrame) -> st
     worst = float(phases.difference_pct.abs().max()) if len(phases) else np.nan
     kworst = float(kernels.difference_pct.abs().max()) if len(kernels) else np.nan
     same = bool(len(phases)) and (phases.kernels_this == phases.kernels_other).all()
-    out = [tr("{this} ({b1}) beside {other} ({b2}), the same workload on the same GPU: {count}; GPU time per phase "
+    out = [tr("{this} ({b1}) beside {other} ({b2}), the same workload on the same GPU: {count}; kernel time per phase "
               "within {worst:.1f} % ({verdict}); the {n} decode kernels holding ≥ 1 % of decode kernel time, matched "
               "by kernel stem, within {kworst:.1f} %.", this=md(run.run_id), b1=label[run.info.timeline_profiler],
               other=md(other.run_id), b2=label[other.info.timeline_profiler],
@@ -213,4 +213,10 @@ def backend_prose(run, other, phases: pd.DataFrame, kernels: pd.DataFrame) -> st
                       "{nsys:.2f}×, the torch profiler {torch:.2f}× (each capture's own plain generate: the host's "
                       "speed moves between captures, so the two are compared as ratios).", nsys=over["nsys"],
                       torch=over["torch"]))
+        spread = {b: (r.info.timeline_info.plain_generate.spread if r.info.timeline_info.plain_generate else None)
+                  for b, r in names.items()}
+        if all(isinstance(v, (int, float)) for v in spread.values()) and max(spread.values()) > 0.02:
+            out.append(tr("The plain generates of each capture spread {nsys:.0f} % (Nsight Systems) and {torch:.0f} % "
+                          "(the torch profiler) from fastest to slowest: each ratio is that uncertain.",
+                          nsys=100 * spread["nsys"], torch=100 * spread["torch"]))
     return " ".join(out)

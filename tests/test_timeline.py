@@ -197,3 +197,13 @@ def test_profiler_overhead_sentence_divides_what_it_names(run):
     assert f"it took {tl['profiled_generate_s']:.3f} s ({ratio:.2f}× the plain run)" in text  # 1.614 s, 1.58×
     assert f"{summary.wall_ms.sum() / 1e3:.3f} s of it in the phases above" in text  # 1.473 s, a part of it
     assert summary.wall_ms.sum() / 1e3 < tl["profiled_generate_s"]
+
+
+def test_the_step_curve_says_which_plain_step_it_quotes(run):
+    """Chapter 01 quotes the plain decode step three ways (the median generate's mean step in the headline, the
+    first and last steps here, their total in the check): the step curve's figures are each step's median over the
+    plain generates, and the sentence says so, or a reader takes 21.3 against 17.9 ms for a contradiction (the nsys
+    pair's run)."""
+    from kernelbook.narrate import steps as SN
+
+    assert "step by step, the median of the plain generates" in SN.prose(run)

@@ -14,8 +14,8 @@ end (from its last stop to nsys's exit), each report's size and when it appeared
 report's `nsys export --type sqlite` s, its NVTX and kernel rows and the s to read it (capture.nsys `_read_db`).
 nsys's own output is kept with the time of each line.
 
-    [KB_RANGES=prime,shapes] [KB_NSYS_EXTRA="--flush-on-cudaprofilerstop=false"] python bench/nsys_ranges.py [params]
-    (GPU machine) → $OUT/nsys_ranges.json (or bench/out/nsys_ranges.json)
+    [KB_RANGES=prime,shapes] [KB_NSYS_EXTRA="--cuda-flush-interval=100"] [KB_STEPS=1] python bench/nsys_ranges.py
+    [params]   (GPU machine) → $OUT/nsys_ranges.json (or bench/out/nsys_ranges.json)
 """
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ from _common import ROOT, save_json
 
 RANGES = tuple(os.environ.get("KB_RANGES", "prime,profiled,profiled2,shapes,shapes_noshape,kbop").split(","))
 EXTRA = os.environ.get("KB_NSYS_EXTRA", "").split()  # more nsys options, e.g. --flush-on-cudaprofilerstop=false
+# KB_STEPS=1: every generate also times its decode steps one by one (the GPU synchronized at each step's end, in the
+# plain and the ranged generate alike): does the step under nsys slow down as the range fills? (session 26's committed
+# nsys capture: 24.9 ms a step over steps 1-10, 34-47 ms after, its plain steps 18-22 ms)
+STEPS = os.environ.get("KB_STEPS") == "1"
 
 
 def one(params_path: str, out: Path) -> None:
@@ -39,6 +43,7 @@ def one(params_path: str, out: Path) -> None:
     import torch
 
     from kernelbook import params as P
+    from kernelbook.capture.phases import plain_step_times
     from kernelbook.capture.torch_backend import _timed_generate, prepare
     from kernelbook.contract.config import CaptureConfig
 
@@ -47,9 +52,17 @@ def one(params_path: str, out: Path) -> None:
     one_token = replace(wl, gen_kwargs={**wl.gen_kwargs, "max_new_tokens": 1, "min_new_tokens": 1})
     cudart = torch.cuda.cudart()
     rows = []
+
+    def decode_ms() -> list[float]:  # the generate's decode steps (ms, GPU synchronized at each step's end)
+        steps = plain_step_times(tracker.clock)
+        tracker.clock = []
+        return [round(x, 3) for x in steps[steps.phase == "decode"].sort_values("step").wall_ms]
+
     for name in RANGES:
         tracker.record, tracker.nvtx = False, False
+        tracker.clock = [] if STEPS else None
         plain = _timed_generate(wl, tracker)
+        plain_steps = decode_ms() if STEPS else None
         torch.cuda.synchronize()
         t0 = time.time()
         cudart.cudaProfilerStart()
@@ -76,7 +89,9 @@ def one(params_path: str, out: Path) -> None:
         cudart.cudaProfilerStop()
         stopped = time.time()
         rows.append({"range": name, "plain_s": plain, "generate_s": s, "start_call_s": started - t0,
-                     "stop_call_s": stopped - stop_at, "stop_at": stop_at, "stopped_at": stopped})
+                     "stop_call_s": stopped - stop_at, "stop_at": stop_at, "stopped_at": stopped,
+                     "plain_decode_ms": plain_steps, "decode_ms": decode_ms() if STEPS and s is not None else None})
+        tracker.clock = None
         print(f"  {name}: plain {plain:.3f} s, generate {s or 0:.3f} s, stop {stopped - stop_at:.2f} s", flush=True)
     out.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "model_load_s": load_s, "rows": rows,
                                "done_at": time.time()}))

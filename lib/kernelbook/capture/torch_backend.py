@@ -260,7 +260,7 @@ def _nsys_one_process(params: CaptureConfig, run_dir: Path, progress, quiet, tim
     report = capture_report(lay)
     dbs, export_s = exported(lay, [report], run.timeout_s, run.proc.returncode)
     for primer in set(lay.raw.glob(f"{lay.nsys_base.name}.*{NSYS_REPORT}")) - {report}:
-        primer.unlink()  # the priming range's report
+        primer.unlink()  # the priming range's report (KB_NSYS_PRIME=range)
     t = time.perf_counter()
     timeline, phases, shaped = read_capture_sqlite(dbs[0])
     nsys = nsys_info(lay, timeline, wall, export_s, time.perf_counter() - t, 1)

@@ -9,7 +9,8 @@ contract"). Capture writes through it, load reads through it; no other module sp
     <run>/capture-error.txt         the traceback of a capture that landed partial
     <run>/raw/                      trace files: trace.json.gz, trace-shapes.json.gz (torch.profiler; a sampled
                                     window's trace-w<i>.json is read and deleted), timeline.nsys-rep / .sqlite
-                                    (timeline.2.* from the one-process capture, whose priming range is .1),
+                                    (timeline.<n>.* where nsys wrote a report per capture range: a sampled
+                                    long generation's windows, or a bench's `KB_NSYS_PRIME=range`),
                                     nsys.log, params.json and capture-info.json (nsys); tp-params.json and
                                     rank<r>/ (tensor parallel: each rank's tables, shaped like a run, with its
                                     info.json)

@@ -209,7 +209,8 @@ def read_capture_sqlite(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, p
 def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """The shapes pass's activity with each launch's aten op and input shapes, op call and module (see
     `read_capture_sqlite`), from the NVTX ranges of its thread."""
-    from ..load.trace import _shapes_str, innermost
+    from ..contract.names import parse_module_range, parse_op_range
+    from ..load.trace import _shapes_str, innermost, with_calls
 
     text = ranges["phase"].astype(str).to_numpy()
     # a range's name ends where emit_nvtx's fields begin; names repeat (an op's, a module's, an op call's), so what
@@ -236,19 +237,13 @@ def _with_ops(tl: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
             parsed[sizes] = _shapes_str(json.loads(sizes)) if sizes else None
         shapes[i] = parsed[sizes]
     tl["op_shapes"] = [shapes.get(i) if ok else None for i, ok in zip(at.tolist(), is_op.tolist())]
-    for prefix, col in ((OP_RANGE, "op_index"), (MODULE_RANGE, "module")):
-        kind = names.str.startswith(prefix).to_numpy()[codes]
-        j = innermost(start[kind], end[kind], t)
-        values = name[kind]
-        got = np.where(j >= 0, values[np.where(j >= 0, j, 0)] if len(values) else None, None)
-        if col == "op_index":
-            tl[col] = [int(v[len(prefix):]) if v is not None else -1 for v in got]
-        else:
-            parts = pd.Series([v[len(prefix):] if v is not None else None for v in got], index=tl.index, dtype=object)
-            split = parts.str.rsplit("|", n=1)
-            tl["module"], tl["module_class"] = split.str[0], split.str[1]
-    tl["op_index"] = tl["op_index"].astype("int64")
-    return tl
+    # the op call and the module: kernelbook's ranges, read as in the torch profiler's trace (load.trace)
+    def spans(parse) -> list[tuple]:
+        value = names.map(parse).to_numpy(dtype=object)[codes]
+        k = np.flatnonzero(pd.notna(value))
+        return list(zip(start[k], end[k], value[k]))
+
+    return with_calls(tl, spans(parse_op_range), spans(parse_module_range), to_ns=1)
 
 
 def read_nsys_windows(paths: list[Path], first_decode_steps: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -97,12 +97,21 @@ def _tables(gpu: dict, annotations: list[tuple]) -> tuple[pd.DataFrame, pd.DataF
             mod_ranges.append((start, end, path))
     phases = _phase_table(ranges)
     timeline = _gpu_frame(gpu, phases)
-    timeline["op_index"] = _assign_op_index(timeline, op_ranges)
+    return with_calls(timeline, op_ranges, mod_ranges), phases
+
+
+def with_calls(timeline: pd.DataFrame, op_ranges: list[tuple], mod_ranges: list[tuple],
+               to_ns: float = US_TO_NS) -> pd.DataFrame:
+    """`timeline` with each launch's op call (`op_index`, -1 where none) and, where the pass marked modules, its
+    module and the module's class: from the `kbop#<i>` ranges (start, end, i) and the `kbmod#<path>|<class>` ranges
+    (start, end, "<path>|<class>") of one thread (capture.phases), in µs (the torch profiler's trace) or in any unit
+    `to_ns` turns into ns (nsys: 1)."""
+    timeline["op_index"] = _assign_op_index(timeline, op_ranges, to_ns)
     if mod_ranges:
-        mod = pd.Series(_assign_module(timeline, mod_ranges), index=timeline.index, dtype=object)
+        mod = pd.Series(_assign_module(timeline, mod_ranges, to_ns), index=timeline.index, dtype=object)
         parts = mod.str.rsplit("|", n=1)
         timeline["module"], timeline["module_class"] = parts.str[0], parts.str[1]
-    return timeline, phases
+    return timeline
 
 
 def _parse_events(events: list[dict]) -> tuple[dict, list[tuple]]:
@@ -733,13 +742,13 @@ def _strings(values):
     return pd.array(column, dtype=pd.StringDtype("pyarrow", na_value=np.nan))
 
 
-def _assign_module(timeline: pd.DataFrame, mod_ranges: list[tuple]) -> np.ndarray:
+def _assign_module(timeline: pd.DataFrame, mod_ranges: list[tuple], to_ns: float = US_TO_NS) -> np.ndarray:
     """The innermost module (`kbmod#<path>` range, see capture.phases) whose forward holds each kernel's CPU
     launch; None where none."""
     out = np.full(len(timeline), None, dtype=object)
     if not mod_ranges:
         return out
-    at = innermost(np.array([r[0] for r in mod_ranges]) * US_TO_NS, np.array([r[1] for r in mod_ranges]) * US_TO_NS,
+    at = innermost(np.array([r[0] for r in mod_ranges]) * to_ns, np.array([r[1] for r in mod_ranges]) * to_ns,
                    timeline["launch_ns"].to_numpy())
     paths = np.array([r[2] for r in mod_ranges], dtype=object)
     out[at >= 0] = paths[at[at >= 0]]
@@ -776,7 +785,7 @@ def innermost(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def _assign_op_index(timeline: pd.DataFrame, op_ranges: list[tuple]) -> np.ndarray:
+def _assign_op_index(timeline: pd.DataFrame, op_ranges: list[tuple], to_ns: float = US_TO_NS) -> np.ndarray:
     """The numbered op call (`kbop#i` range, see capture.phases) around each kernel's CPU launch; -1
     where none (a pass without op numbering, or a launch outside any phase range)."""
     out = np.full(len(timeline), -1, dtype="int64")
@@ -784,7 +793,7 @@ def _assign_op_index(timeline: pd.DataFrame, op_ranges: list[tuple]) -> np.ndarr
         return out
     r = np.array(sorted(op_ranges))
     t = timeline["launch_ns"].to_numpy()
-    j, ok = _containing(r[:, 0] * US_TO_NS, r[:, 1] * US_TO_NS, t)
+    j, ok = _containing(r[:, 0] * to_ns, r[:, 1] * to_ns, t)
     ok &= ~np.isnan(t)
     out[ok] = r[j[ok], 2].astype("int64")
     return out

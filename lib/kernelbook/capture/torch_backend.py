@@ -334,8 +334,10 @@ def nsys_capture_worker(params: CaptureConfig, run_dir: Path, go: str) -> None:
         finally:
             tracker.op_record = tracker.op_nvtx = False
     torch.cuda.synchronize()
-    say("  the capture range ends: Nsight Systems gathers what it traced (3 s and more)")
+    say("  the capture range ends: Nsight Systems gathers what it traced")
+    t = time.perf_counter()
     cudart.cudaProfilerStop()
+    say(f"  the capture range ended after {time.perf_counter() - t:.1f} s in its stop")
     info = _workload_info(wl, tracker, load_s, plain, plain_phases, f"{params.warmup} generate(s)")
     tracker.remove()
     info["moe_routing"] = _routing(wl, params, say)

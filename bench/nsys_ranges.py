@@ -6,6 +6,8 @@ capture.nsys `nsys_command`, with one report per range) builds the model once, t
 range, a plain generate outside the ranges before each:
 - `prime`: a one-token generate (the capture's primer);
 - `profiled`, `profiled2`: the profiled generate (phase NVTX ranges only), twice: is the second range slow too?
+- `primed`, `primed2`: the capture's range as it primes inline (capture.nsys `PRIME`): the one-token generate, then
+  the profiled generate, in one range (session 26's capture: decode steps 24.9 ms to step 10, 36 ms from step 11);
 - `shapes`: the capture's shapes pass (op numbering, `kbop#`/`kbmod#` NVTX ranges, emit_nvtx(record_shapes=True));
 - `shapes_noshape`: the same with emit_nvtx(record_shapes=False): the same ranges, names that repeat;
 - `kbop`: op numbering and the kernelbook ranges only, no emit_nvtx.
@@ -61,16 +63,22 @@ def one(params_path: str, out: Path) -> None:
     for name in RANGES:
         tracker.record, tracker.nvtx = False, False
         tracker.clock = [] if STEPS else None
+        cpu = time.thread_time()
         plain = _timed_generate(wl, tracker)
+        plain_cpu = time.thread_time() - cpu
         plain_steps = decode_ms() if STEPS else None
         torch.cuda.synchronize()
         t0 = time.time()
         cudart.cudaProfilerStart()
         started = time.time()
+        cpu = time.thread_time()
         if name == "prime":
             one_token.generate()
             s = None
-        elif name.startswith("profiled"):
+        elif name.startswith(("profiled", "primed")):
+            if name.startswith("primed"):
+                one_token.generate()
+                torch.cuda.synchronize()
             tracker.nvtx = True
             s = _timed_generate(wl, tracker)
         else:
@@ -85,16 +93,23 @@ def one(params_path: str, out: Path) -> None:
             finally:
                 tracker.op_record = tracker.op_nvtx = False
         torch.cuda.synchronize()
+        cpu = time.thread_time() - cpu
         stop_at = time.time()
         cudart.cudaProfilerStop()
         stopped = time.time()
         rows.append({"range": name, "plain_s": plain, "generate_s": s, "start_call_s": started - t0,
                      "stop_call_s": stopped - stop_at, "stop_at": stop_at, "stopped_at": stopped,
-                     "plain_decode_ms": plain_steps, "decode_ms": decode_ms() if STEPS and s is not None else None})
+                     "plain_decode_ms": plain_steps, "plain_thread_cpu_s": plain_cpu, "thread_cpu_s": cpu,
+                     "decode_ms": decode_ms() if STEPS and s is not None else None})
         tracker.clock = None
-        print(f"  {name}: plain {plain:.3f} s, generate {s or 0:.3f} s, stop {stopped - stop_at:.2f} s", flush=True)
+        print(f"  {name}: plain {plain:.3f} s (thread CPU {plain_cpu:.3f}), generate {s or 0:.3f} s (thread CPU "
+              f"{cpu:.3f}), stop {stopped - stop_at:.2f} s", flush=True)
     out.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "model_load_s": load_s, "rows": rows,
                                "done_at": time.time()}))
+
+
+def _median(xs: list[float]) -> float:
+    return float(sorted(xs)[len(xs) // 2]) if xs else 0.0
 
 
 def _rows(db: Path) -> dict:
@@ -109,7 +124,7 @@ def _rows(db: Path) -> dict:
 
 
 def main(params_path: str = "params/default.yaml") -> None:
-    from kernelbook.capture.nsys import _read_db
+    from kernelbook.capture.nsys import _phases_from_nvtx, _read_db
     from kernelbook.env import find_nsys
 
     nsys = find_nsys()
@@ -135,6 +150,8 @@ def main(params_path: str = "params/default.yaml") -> None:
     reports = []
     for i, row in enumerate(child["rows"], 1):
         rep = work / f"ranges.{i}.nsys-rep"
+        if len(child["rows"]) == 1 and not rep.exists():
+            rep = work / "ranges.nsys-rep"  # nsys numbers its reports only where there are several
         r = {"range": row["range"], "report": rep.name, "exists": rep.exists()}
         if rep.exists():
             r.update(bytes=rep.stat().st_size, written_after_stop_s=rep.stat().st_mtime - row["stopped_at"])
@@ -146,14 +163,21 @@ def main(params_path: str = "params/default.yaml") -> None:
             r["sqlite_bytes"] = db.stat().st_size
             r["rows"] = _rows(db)
             e = time.perf_counter()
-            _read_db(db)
+            _, nv = _read_db(db)
             r["read_s"] = time.perf_counter() - e
+            steps = _phases_from_nvtx(nv)
+            r["nvtx_decode_ms"] = [round(x / 1e6, 2) for x in steps[steps.phase == "decode"].duration_ns]
         reports.append(r)
-        print(f"  {r}", flush=True)
-    help_text = subprocess.run([str(nsys), "export", "--help"], capture_output=True, text=True).stdout
+        d, p = r.get("nvtx_decode_ms") or [0], row["plain_decode_ms"] or [0]
+        ratio = (f"{row['generate_s'] / row['plain_s']:.2f}x the plain generate (thread CPU "
+                 f"{row['thread_cpu_s'] / row['plain_thread_cpu_s']:.2f}x)" if row["generate_s"] else "-")
+        print(f"  {r['report']} {r['range']}: {ratio}; export {r.get('export_s', 0):.2f} s; decode step median "
+              f"{_median(d):.1f} ms (steps 1-10 {_median(d[:10]):.1f}, 11- {_median(d[10:]):.1f}), the plain "
+              f"generate's before it {_median(p):.1f} ms", flush=True)
+    help_text = subprocess.run([str(nsys), "profile", "--help"], capture_output=True, text=True).stdout
     data = {"params": params_path, "command": cmd, "process_wall_s": ended - t,
             "after_last_stop_s": ended - child["rows"][-1]["stopped_at"], "child": child, "reports": reports,
-            "nsys_log": log, "nsys_export_help": help_text}
+            "nsys_log": log, "nsys_profile_help": help_text}
     name = os.environ.get("KB_NAME", "nsys_ranges")
     path = save_json(name, data)
     if os.environ.get("OUT"):

@@ -32,8 +32,8 @@ class Device:
     sm_clock_max_mhz: float
     source: str
     link_gbps: float | None = None  # GPU-to-GPU link (NVLink), GB/s per direction; None: none listed
-    # profiled ÷ plain generate per timeline backend as measured on this part ({"nsys": x, "torch": y, "measured":
-    # where}); None: not measured (timeline_backend: auto then keeps the torch profiler)
+    # profiled ÷ plain generate per timeline backend as measured on this part ({"nsys": x, "torch": y, "pairs": n,
+    # "measured": where}); None: not measured (timeline_backend: auto then keeps the torch profiler)
     timeline_overhead: dict | None = None
 
     @property
@@ -82,6 +82,34 @@ def lookup(name: str, path: str | Path = DEVICES_YAML) -> Device:
         f"unknown device {name!r}. Known devices: {known}.\n"
         f"To add one, copy a row in {path} with the name your driver reports under `names`, and fill "
         "its peaks from the vendor datasheet with a `source` note.")
+
+
+@dataclass(frozen=True)
+class MeasuredOverhead:
+    """A timeline backend's overhead on one GPU, as bench/timeline_overhead.py measures it: the median over `pairs`
+    alternating plain and profiled generates of the profiled ÷ plain ratio, per backend."""
+
+    device: str
+    nsys: float
+    torch: float
+    pairs: int | None
+    where: str
+
+
+def measured_overhead(gpu: str | None, path: str | Path = DEVICES_YAML) -> MeasuredOverhead | None:
+    """The timeline overhead devices.yaml records for the GPU named `gpu`; None where the GPU is unknown or its row
+    records none."""
+    if not gpu:
+        return None
+    try:
+        dev = lookup(gpu, path)
+    except UnknownDeviceError:
+        return None
+    o = dev.timeline_overhead
+    if not o or "nsys" not in o or "torch" not in o:
+        return None
+    return MeasuredOverhead(dev.display_name, float(o["nsys"]), float(o["torch"]),
+                            int(o["pairs"]) if o.get("pairs") else None, str(o.get("measured", "devices.yaml")))
 
 
 def peaks_table(path: str | Path = DEVICES_YAML):

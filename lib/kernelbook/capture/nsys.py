@@ -561,7 +561,7 @@ def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | No
     over = _measured_overhead(gpu)
     if over is None:
         return "torch", f"auto: torch; nsys works here ({why}), its overhead against the torch profiler's not yet measured"
-    dev, n, t, where = over
+    dev, n, t, where = over.device, over.nsys, over.torch, over.where
     if n < t:
         return "nsys", (f"auto: nsys; on {dev} its overhead was measured lower: {n:.2f}x against {t:.2f}x for the "
                         f"torch profiler ({where})")
@@ -570,9 +570,8 @@ def pick_backend(choice: str, params: CaptureConfig | None = None, gpu: str | No
 
 
 def _measured_overhead(gpu: str | None):
-    """(device name, nsys overhead, torch overhead, where measured) from the GPU's devices.yaml row; None where the
-    GPU is unknown or its row records none."""
-    from ..devices import UnknownDeviceError, lookup
+    """`devices.measured_overhead` for `gpu`, by default the GPU this process sees."""
+    from ..devices import measured_overhead
 
     if gpu is None:
         try:
@@ -581,13 +580,4 @@ def _measured_overhead(gpu: str | None):
             gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
         except Exception:
             gpu = None
-    if not gpu:
-        return None
-    try:
-        dev = lookup(gpu)
-    except UnknownDeviceError:
-        return None
-    o = dev.timeline_overhead
-    if not o or "nsys" not in o or "torch" not in o:
-        return None
-    return dev.display_name, float(o["nsys"]), float(o["torch"]), str(o.get("measured", "devices.yaml"))
+    return measured_overhead(gpu)

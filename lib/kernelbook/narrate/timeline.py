@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..analyze import timeline as T
 from ..contract.manifest import Manifest, read_manifest
+from ..devices import measured_overhead
 from ..display import phase_label
 from ..escape import md
 from ..i18n import N_, tr
@@ -219,4 +220,11 @@ def backend_prose(run, other, phases: pd.DataFrame, kernels: pd.DataFrame) -> st
             out.append(tr("The plain generates of each capture spread {nsys:.0f} % (Nsight Systems) and {torch:.0f} % "
                           "(the torch profiler) from fastest to slowest: each ratio is that uncertain.",
                           nsys=100 * spread["nsys"], torch=100 * spread["torch"]))
+    bench = measured_overhead(run.gpu_name)
+    if bench is not None:
+        out.append(tr("Measured as bench/timeline_overhead.py measures it on the {gpu}, each backend in one process "
+                      "that alternates plain and profiled generates ({pairs}), so the host's drift falls on both "
+                      "sides of each ratio: Nsight Systems {nsys:.2f}×, the torch profiler {torch:.2f}× (the median "
+                      "pair).", gpu=bench.device, nsys=bench.nsys, torch=bench.torch,
+                      pairs=tr("{n} pairs", n=bench.pairs) if bench.pairs else tr("several pairs")))
     return " ".join(out)

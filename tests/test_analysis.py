@@ -156,6 +156,33 @@ def test_wave_and_tile_formulas(run, k, dev):
     assert t.s_min == math.ceil(800 / t.t_load_cycles) + 1 == 2 and t.stages_ok
 
 
+def test_compute_bound_kernels_without_tensor_work_are_named_issue_bound(run, k, dev):
+    """Vision encode's lead class is compute-bound (62 % of its profiled time), but that time is a strided copy
+    (SM 64 %, DRAM 47 %), a strided add (SM 88 %, DRAM 18 %) and a layer norm: no tensor-core work, so the SM is
+    busy issuing index arithmetic, loads and stores, and 'compute-bound' read alone sends a reader to FLOP/s. The
+    kernels' reasons, chapter 05's headline and report.md's root cause say so; a GEMM is never issue-bound."""
+    c = C.classify(k, dev.ridge("bf16"))
+    issue = c[c.issue_bound]
+    assert len(issue) and (issue["class"] == "compute-bound").all() and (issue.flops_tensor.fillna(0) == 0).all()
+    assert not c[c.category == "GEMM"].issue_bound.any()
+    assert set(issue[issue.phase == "vision_encode"].category) == {"copy/cast", "elementwise", "reduction/norm"}
+    assert all("no tensor-core work" in r for r in issue.reason)
+    assert not any("no tensor-core work" in r for r in c[~c.issue_bound].reason)
+    f = C.lead(c[c.phase == "vision_encode"])
+    vis = c[(c.phase == "vision_encode") & (c["class"] == "compute-bound")]
+    assert f["class"] == "compute-bound" and f["issue_pct"] == pytest.approx(
+        100 * vis[vis.issue_bound].share.sum() / vis.share.sum()) and f["issue_pct"] > 95
+    line = NC.headline(c[c.phase == "vision_encode"], None, "vision_encode")
+    assert f"; {f['issue_pct']:.0f} % of that time without tensor-core work, in copy/cast, elementwise, " in line
+    # decode's lead is latency-bound: no note
+    assert "tensor-core" not in NC.headline(c[c.phase == "decode"], None, "decode")
+    report = NC.report_for_run(run.path)
+    cause = next(ln for ln in report.splitlines() if ln.startswith("Root cause") and "vision encode" in ln)
+    assert "99 % of that is in kernels without tensor-core work (copy/cast, elementwise, reduction/norm)" in cause
+    assert all("tensor-core" not in ln for ln in report.splitlines() if ln.startswith("Root cause")
+               and "vision encode" not in ln)
+
+
 def test_memory_bound_kernels_are_not_called_latency_bound(k, dev):
     """Chapter 05 said '3 of 3 have fewer stages than S_min: latency, not bandwidth, bounds them' of d000,
     d004 and d005, while its class table calls d004 memory-bound at 83 % of DRAM peak; and d004's achieved

@@ -87,12 +87,16 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
     reuse = reuses_operands(k)
     low_hit = k.l2_hit_pct < rules.l2_hit_min_pct
     k["locality_issue"] = low_hit & reuse
+    k["issue_bound"] = issue_bound(k)
     k["reason"] = phrase_column((joined(
         phrase("SM {sm:.1f} %, memory {mem:.1f} % (high ≥ {high:.0f}, low < {low:.0f})", sm=s, mem=m,
                high=rules.high_pct, low=rules.low_pct),
         (phrase("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
-         phrase("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "")
-        for s, m, h, lo, r in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct, low_hit, reuse)), k.index)
+         phrase("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "",
+        phrase("; no tensor-core work: the SM is busy issuing instructions (index arithmetic, loads, stores), not "
+               "doing math") if ib else "")
+        for s, m, h, lo, r, ib in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct, low_hit, reuse, k.issue_bound)),
+        k.index)
     def counters(r):
         if not (in_loop and r.kernel_id in in_loop):
             return phrase("cold cache, as in the loop")
@@ -107,6 +111,17 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
 
     k["counters"] = phrase_column((counters(r) for r in k.itertuples()), k.index)
     return k
+
+
+def issue_bound(k: pd.DataFrame) -> pd.Series:
+    """True for a compute-bound kernel that does no tensor-core work: its high SM throughput is instruction issue
+    (an elementwise, copy or norm kernel over a strided or broadcast layout spends it on index arithmetic, loads and
+    stores), not math, so more FLOP/s would not speed it up (on the bundled run, vision encode's strided copy and
+    add: SM 64 and 88 %, DRAM 47 and 18 %, no tensor FLOPs)."""
+    cls = k["class"] if "class" in k else pd.Series([classify_row(s, m) for s, m in zip(k.sm_pct, k.memory_pct)],
+                                                  index=k.index)
+    tensor = k["flops_tensor"].fillna(0) if "flops_tensor" in k else pd.Series(0.0, index=k.index)
+    return cls.eq("compute-bound") & tensor.le(0)
 
 
 def reuses_operands(k: pd.DataFrame) -> pd.Series:
@@ -152,9 +167,16 @@ def dominant_class(cp: pd.DataFrame) -> tuple[str, float]:
 
 def lead(cp: pd.DataFrame) -> dict:
     """The class that holds most of a phase's profiled kernel time (`class`), its share of that time (`pct`, %), its
-    kernels (`kernels`) and the phase's profiled kernels (`of`)."""
+    kernels (`kernels`) and the phase's profiled kernels (`of`); where it is compute-bound, the share of its time (%)
+    in kernels without tensor-core work (`issue_pct`, `issue_bound`) and their categories by time
+    (`issue_categories`)."""
     top, frac = dominant_class(cp)
-    return {"class": top, "pct": 100 * frac, "kernels": (cp["class"] == top).sum(), "of": len(cp)}
+    lead_k = cp[cp["class"] == top]
+    issue = lead_k[lead_k.issue_bound] if "issue_bound" in lead_k else lead_k.iloc[:0]
+    return {"class": top, "pct": 100 * frac, "kernels": (cp["class"] == top).sum(), "of": len(cp),
+            "issue_pct": 100 * issue.share.sum() / lead_k.share.sum() if len(issue) else 0.0,
+            "issue_categories": tuple(issue.groupby("category").share.sum().sort_values(ascending=False).index)
+            if len(issue) and "category" in issue else ()}
 
 
 def class_figures(cp: pd.DataFrame, rules: Rules, cache_control: str) -> dict:
@@ -517,6 +539,10 @@ class Section:
     profiled_idle_pct: float
     timed: bool
     top: pd.DataFrame
+    # where the bottleneck is compute-bound: the share of its time (%) in kernels without tensor-core work
+    # (`issue_bound`), and their categories by time
+    issue_pct: float = 0.0
+    issue_categories: tuple = ()
 
 
 def sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFrame],
@@ -529,12 +555,13 @@ def sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd.DataFram
     out = []
     for ph, o in opps.items():
         s = summary.set_index("phase").loc[ph]
-        bott, frac = dominant_class(c[c.phase == ph])  # opps holds only phases with profiled kernels
+        f = lead(c[c.phase == ph])  # opps holds only phases with profiled kernels
         wall, busy, basis = wall_basis(s, ratio, plain.get(ph), info.run_id or "", ph)
-        out.append(Section(ph, bott, 100 * frac, wall, busy, basis,
+        out.append(Section(ph, f["class"], f["pct"], wall, busy, basis,
                            idle_pct=100 * max(0.0, 1 - busy / wall) if wall else float("nan"),
                            profiled_idle_pct=100 * (1 - s.gpu_busy_ms / s.wall_ms),
-                           timed=bool(plain.get(ph) or ratio), top=o.head(3)))
+                           timed=bool(plain.get(ph) or ratio), top=o.head(3), issue_pct=f["issue_pct"],
+                           issue_categories=f["issue_categories"]))
     return out
 
 

@@ -170,7 +170,8 @@ def contract_sections(summary: pd.DataFrame, c: pd.DataFrame, opps: dict[str, pd
         lines += [f"## {md(ph)}", "", tr("Bottleneck: {cls}", cls=class_label(x.bottleneck).capitalize()), "",
                   tr("Root cause: the GPU is idle {idle:.0f} % of {phase} wall time between kernels ({where}), and "
                      "the kernels that run are mostly {cls} ({pct:.0f} % of profiled kernel time).", idle=x.idle_pct,
-                     phase=phase_label(ph), where=where, cls=class_label(x.bottleneck), pct=x.pct), "",
+                     phase=phase_label(ph), where=where, cls=class_label(x.bottleneck), pct=x.pct)
+                  + _issue_note(x.issue_pct, x.issue_categories), "",
                   tr("Top 3 Opportunities (ranked by estimated impact)"), "",
                   tr("Each gain is the share of {phase} wall time ({basis}) the change could remove at most, alone "
                      "and with the roof reached, and the speedup that gives: 1 ÷ (1 − share).",
@@ -236,9 +237,26 @@ def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
         gain=opps.iloc[0].gain_pct,
         speedup=C.times(opps.iloc[0].speedup),
         phase=phase_label(phase))
-    return tr("{phase}: {pct:.0f} % of profiled kernel time is {cls} ({n_cls} of {n} kernels){first}",
+    return tr("{phase}: {pct:.0f} % of profiled kernel time is {cls} ({n_cls} of {n} kernels{issue}){first}",
               phase=phase_label(phase), pct=f["pct"], cls=class_label(f["class"]), n_cls=f["kernels"], n=f["of"],
-              first=first)
+              issue=_issue_note(f["issue_pct"], f["issue_categories"], clause=True), first=first)
+
+
+ISSUE_NOTE_PCT = 50  # a compute-bound lead is qualified where at least this share of it does no tensor-core work
+
+
+def _issue_note(pct: float, categories: tuple, clause: bool = False) -> str:
+    """The sentence (`clause`: the clause, for a headline that ends without a stop) that qualifies a compute-bound
+    lead class held mostly by kernels without tensor-core work (`analyze.classify.issue_bound`); empty where they hold
+    less than ISSUE_NOTE_PCT % of it."""
+    if pct < ISSUE_NOTE_PCT:
+        return ""
+    if clause:
+        return tr("; {issue:.0f} % of that time without tensor-core work, in {cats} kernels: instruction issue, not "
+                  "math", issue=pct, cats=tr(", ").join(md(c) for c in categories))
+    return " " + tr("{issue:.0f} % of that is in kernels without tensor-core work ({cats}): their SM is busy issuing "
+                    "instructions (index arithmetic, loads, stores), not doing math, so more FLOP/s would not speed "
+                    "them up.", issue=pct, cats=tr(", ").join(md(c) for c in categories))
 
 
 def _pct_text(pct: float) -> str:

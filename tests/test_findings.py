@@ -75,6 +75,14 @@ def test_findings_are_the_analysis_largest_effects_first():
     g = next(f for f in found if f.key == "graphs")
     assert g.values["gain"] == pytest.approx(g.values["eager_ms"] / g.values["deployed_ms"])
     assert g.effect == pytest.approx(1 - g.values["deployed_ms"] / g.values["eager_ms"])
+    # the eager step is the host's and moves with it: the range over the eager run's plain generates goes beside it
+    samples = tw.eager.info.timeline_info.plain_phases["decode"].samples_ms_per_step
+    lo, hi = g.values["range"]
+    assert len(samples) == 3 and (lo, hi) == pytest.approx((min(samples) / g.values["deployed_ms"],
+                                                            max(samples) / g.values["deployed_ms"]))
+    assert lo <= g.values["gain"] <= hi and hi > lo
+    from kernelbook.narrate import findings as FN
+    assert f"({lo:.1f}–{hi:.1f}× over its plain generates)" in FN.sentence(g)
     assert all(f.run_id == tw.deployed.run_id for f in found)  # conclusions about the run as deployed
     share = next(f for f in found if f.key == "decode_share")  # of the whole plain generate, not the phases' sum
     plain = tw.deployed.info.timeline_info

@@ -80,9 +80,15 @@ def findings(eager, deployed, limit, deploy: pd.DataFrame, lev: pd.DataFrame | N
     if graphs and eager.run_id in ids and deployed.run_id in ids:
         e, d = (step_quantities(deploy, ids.index(x))["plain"] for x in (eager.run_id, deployed.run_id))
         if e == e and d == d and d > 0:
+            # the eager step is the host's: its plain generates spread with the host's speed (16-30 % on the lent
+            # H100s), and the gain with them; the range over them goes beside the median's
+            dec = eager.info.timeline_info.plain_phases.get("decode")
+            samples = dec.samples_ms_per_step if dec is not None else ()
             out.append(Finding("graphs", 1 - d / e, {
                 "eager_ms": e, "deployed_ms": d, "gain": quantity.ratio(e, d, f"{rid}/decode.graph_gain"),
-                "eager": eager.run_id}, rid, "plain", "07_summary", "Eager against deployed"))
+                "eager": eager.run_id,
+                "range": (min(samples) / d, max(samples) / d) if len(samples) > 1 else None},
+                rid, "plain", "07_summary", "Eager against deployed"))
     if lev is not None and not lev.empty:
         for kind in ("software", "hardware"):
             best = _levers(lev, kind).sort_values("change %")

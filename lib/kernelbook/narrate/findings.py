@@ -47,6 +47,10 @@ def sentence(f: Finding) -> str:
     if f.key == "kernel_class":
         return tr("{cls} kernels take {pct:.0f} % of decode kernel time, {ms:.2f} ms per step.",
                   cls=tr(v["cls"]), pct=v["pct"], ms=v["ms"])
+    if f.key == "graphs" and v.get("range"):
+        lo, hi = v["range"]
+        return tr("CUDA graphs measured {gain:.1f}× faster decode than HF's eager loop ({lo:.1f}–{hi:.1f}× over its "
+                  "plain generates): {eager_ms:.2f} → {deployed_ms:.2f} ms per step.", lo=lo, hi=hi, **v)
     if f.key == "graphs":
         return tr("CUDA graphs measured {gain:.1f}× faster decode than HF's eager loop: {eager_ms:.2f} → "
                   "{deployed_ms:.2f} ms per step.", **v)

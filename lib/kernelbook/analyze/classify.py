@@ -93,8 +93,8 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
                high=rules.high_pct, low=rules.low_pct),
         (phrase("; L2 hit {hit:.0f} % < {min:.0f} %", hit=h, min=rules.l2_hit_min_pct) if r else
          phrase("; L2 hit {hit:.0f} %: each byte is used once, nothing for L2 to reuse", hit=h)) if lo else "",
-        phrase("; no tensor-core work: the SM is busy issuing instructions (index arithmetic, loads, stores), not "
-               "doing math") if ib else "")
+        phrase("; no tensor-core work: the SM is busy issuing CUDA-core and load/store instructions (index "
+               "arithmetic, conversions, loads, stores), which more tensor FLOP/s would not speed up") if ib else "")
         for s, m, h, lo, r, ib in zip(k.sm_pct, k.memory_pct, k.l2_hit_pct, low_hit, reuse, k.issue_bound)),
         k.index)
     def counters(r):
@@ -114,10 +114,10 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
 
 
 def issue_bound(k: pd.DataFrame) -> pd.Series:
-    """True for a compute-bound kernel that does no tensor-core work: its high SM throughput is instruction issue
-    (an elementwise, copy or norm kernel over a strided or broadcast layout spends it on index arithmetic, loads and
-    stores), not math, so more FLOP/s would not speed it up (on the bundled run, vision encode's strided copy and
-    add: SM 64 and 88 %, DRAM 47 and 18 %, no tensor FLOPs)."""
+    """True for a compute-bound kernel that does no tensor-core work: its high SM throughput is the issue of CUDA-core
+    and load/store instructions (an elementwise, copy or norm kernel, over a strided or broadcast layout above all,
+    spends it on index arithmetic, conversions, loads and stores), which more tensor FLOP/s would not speed up (on the
+    bundled run, vision encode's strided copy and add: SM 64 and 88 %, DRAM 47 and 18 %, no tensor FLOPs)."""
     cls = k["class"] if "class" in k else pd.Series([classify_row(s, m) for s, m in zip(k.sm_pct, k.memory_pct)],
                                                   index=k.index)
     tensor = k["flops_tensor"].fillna(0) if "flops_tensor" in k else pd.Series(0.0, index=k.index)

@@ -253,10 +253,10 @@ def _issue_note(pct: float, categories: tuple, clause: bool = False) -> str:
         return ""
     if clause:
         return tr("; {issue:.0f} % of that time without tensor-core work, in {cats} kernels: instruction issue, not "
-                  "math", issue=pct, cats=tr(", ").join(md(c) for c in categories))
+                  "tensor math", issue=pct, cats=tr(", ").join(md(c) for c in categories))
     return " " + tr("{issue:.0f} % of that is in kernels without tensor-core work ({cats}): their SM is busy issuing "
-                    "instructions (index arithmetic, loads, stores), not doing math, so more FLOP/s would not speed "
-                    "them up.", issue=pct, cats=tr(", ").join(md(c) for c in categories))
+                    "CUDA-core and load/store instructions (index arithmetic, conversions, loads, stores), which more "
+                    "tensor FLOP/s would not speed up.", issue=pct, cats=tr(", ").join(md(c) for c in categories))
 
 
 def _pct_text(pct: float) -> str:

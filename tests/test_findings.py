@@ -82,7 +82,7 @@ def test_findings_are_the_analysis_largest_effects_first():
                                                             max(samples) / g.values["deployed_ms"]))
     assert lo <= g.values["gain"] <= hi and hi > lo
     from kernelbook.narrate import findings as FN
-    assert f"({lo:.1f}–{hi:.1f}× over its plain generates)" in FN.sentence(g)
+    assert f"({lo:.1f}–{hi:.1f}× across the eager run's timing trials)" in FN.sentence(g)
     assert all(f.run_id == tw.deployed.run_id for f in found)  # conclusions about the run as deployed
     share = next(f for f in found if f.key == "decode_share")  # of the whole plain generate, not the phases' sum
     plain = tw.deployed.info.timeline_info

@@ -26,6 +26,16 @@ STEPS = {"measure_peaks": phrase("measure peaks (bf16 GEMM, device copy)"), "tim
 # Each form the capture writes is a phrase here (its values the parts the pattern names), shown through the catalog;
 # any other text is shown as written. The analysis does not import the capture code, so these repeat its wording
 # (tests/test_i18n.py checks every stored text of the bundled runs against them).
+
+def short_of_whole(pct: float, digits: int = 2) -> str:
+    """A percentage with `digits` decimals, or as many more (up to 5) as it takes not to print a share short of
+    100 % as 100 (52,221 of 52,223 kernels: 99.996, not 100.00)."""
+    text = f"{pct:.{digits}f}"
+    while pct < 100 and float(text) >= 100 and digits < 5:
+        digits += 1
+        text = f"{pct:.{digits}f}"
+    return text
+
 def _literal(key: Phrase):
     """A stored text with no value in it: matched as written."""
     return re.compile("^" + re.escape(key) + "$"), lambda: key
@@ -167,10 +177,11 @@ def timeline_account(manifest: Manifest | dict) -> pd.DataFrame:
         (phrase("aten shapes"), shapes["method"] if shapes.get("method") else None),  # a catalog key
         (phrase("kernels tied to a module"), f"{shapes['kernels_with_module']:,}" if shapes.get("kernels_with_module")
          else None),
-        (phrase("shapes joined"), phrase("{matched:,} of {kernels:,} kernels ({pct:.2f} %), {identical} of "
+        (phrase("shapes joined"), phrase("{matched:,} of {kernels:,} kernels ({pct} %), {identical} of "
                                          "{instances} phase steps launched identically; shapes pass {time}",
                                          matched=shapes["kernels_matched"], kernels=shapes["kernels"],
-                                         pct=shapes["matched_pct"], identical=shapes["instances_identical"],
+                                         pct=short_of_whole(shapes["matched_pct"]),
+                                         identical=shapes["instances_identical"],
                                          instances=shapes["instances"], time=_s(shapes.get("pass_generate_s")))
          if "kernels_matched" in shapes else None),
         (phrase("vision forwards marked"), ti.vision_forwards_marked),

@@ -222,9 +222,10 @@ def backend_prose(run, other, phases: pd.DataFrame, kernels: pd.DataFrame) -> st
                           nsys=100 * spread["nsys"], torch=100 * spread["torch"]))
     bench = measured_overhead(run.gpu_name)
     if bench is not None:
-        out.append(tr("Measured as bench/timeline_overhead.py measures it on the {gpu}, each backend in one process "
-                      "that alternates plain and profiled generates ({pairs}), so the host's drift falls on both "
-                      "sides of each ratio: Nsight Systems {nsys:.2f}×, the torch profiler {torch:.2f}× (the median "
-                      "pair).", gpu=bench.device, nsys=bench.nsys, torch=bench.torch,
+        out.append(tr("bench/timeline_overhead.py, on the bundled workload on the {gpu} with each backend in one "
+                      "process that alternates plain and profiled generates ({pairs}), gives the figures to compare "
+                      "the two profilers by: Nsight Systems {nsys:.2f}×, the torch profiler {torch:.2f}× (the median "
+                      "pair). A capture's own ratio rests on one profiled generate, which moves with the host's "
+                      "speed.", gpu=bench.device, nsys=bench.nsys, torch=bench.torch,
                       pairs=tr("{n} pairs", n=bench.pairs) if bench.pairs else tr("several pairs")))
     return " ".join(out)

@@ -127,3 +127,14 @@ def test_a_studys_pivot_by_batch_is_headed_in_the_readers_language():
     with i18n.in_language("zh"):
         assert display.label("batch_32_pct") == "批大小 32"
     assert display.label("batch_size") == "Batch size"  # a named column keeps its label
+
+
+def test_the_limit_table_heads_its_multiples_with_what_they_divide():
+    """Chapter 07's table of the decode step against its limit headed its multiples 'Plain x' and 'Busy x' (the
+    columns' machine names): they are each step ÷ the limit."""
+    from kernelbook import i18n
+    from kernelbook.display import label
+
+    assert (label("plain_x"), label("busy_x")) == ("Plain step ÷ limit", "GPU busy ÷ limit")
+    with i18n.in_language("zh"):
+        assert label("plain_x") == "普通步 ÷ 下限"

@@ -62,6 +62,9 @@ COLUMNS: dict[str, Col] = {
     "first_opportunity": Col("First opportunity", "text"),
     "lever_kind": Col("Kind", "text"),
     "off_step": Col("Off the deployed decode step", "text"),
+    # the decode step against its physical limit (chapter 07): each step ÷ the limit
+    "plain_x": Col("Plain step ÷ limit", "auto"),
+    "busy_x": Col("GPU busy ÷ limit", "auto"),
     # the serving study (chapter 08)
     "batch": Col("Batch", "count"),
     "batch_size": Col("Batch size", "count"),

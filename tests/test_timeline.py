@@ -115,6 +115,31 @@ def test_every_bundled_kernel_has_identity(run):
         "CatArrayBatchedCopy"
 
 
+def test_gemms_on_the_cuda_cores_are_named_apart_from_tensor_core_ones(run):
+    """Two GEMM-category kernels of the bundled run do no tensor-core work (ncu: no tensor FLOPs): the vision
+    encoder's patch convolution, `implicit_convolve_sgemm` (cuDNN's, not cuBLAS's), and a prefill FP32 GEMM
+    (`sm80_xmma_gemm_f32f32_…_ffma`). They were named 'cuBLAS GEMM (BF16)' and 'cuBLAS GEMM (mixed, …)' and described
+    as a product on tensor cores."""
+    from kernelbook.analyze import roofline as R
+    from kernelbook.contract.kernels import DESCRIPTIONS
+
+    t = run.timeline
+    conv = t[t.name.str.contains("implicit_convolve_sgemm")].iloc[0]
+    assert conv.friendly_name == "cuDNN Convolution (BF16, implicit GEMM, CUDA cores)" and conv.library == "cuDNN"
+    ffma = t[t.name.str.contains("xmma_gemm_f32f32") & t.name.str.contains("ffma")].iloc[0]
+    assert ffma.friendly_name.startswith("cuBLAS GEMM (FP32, 128x32x8 tile") and ffma.friendly_name.endswith(
+        ", CUDA cores)")
+    for row in (conv, ffma):
+        assert row.category == "GEMM" and row.description == DESCRIPTIONS["simt"]
+    # ncu agrees: neither runs tensor-core FLOPs, while every GEMM named without ", CUDA cores" does
+    k = R.profiled_kernels(run)
+    gemm = k[k.category == "GEMM"]
+    simt = gemm.name.map(lambda n: "CUDA cores" in friendly_name(n))
+    assert (gemm[simt].flops_tensor.fillna(0) == 0).all() and len(gemm[simt]) >= 2
+    assert (gemm[~simt].flops_tensor > 0).all()
+    assert DESCRIPTIONS[Category.GEMM].startswith("Matrix-matrix product on tensor cores")
+
+
 def test_nocast_elementwise_kernels_are_not_casts(run):
     """`gpu_kernel_impl_nocast<...MulFunctor...>` is a multiply, not a dtype cast (seen in the bundled run)."""
     from kernelbook.contract.kernels import category_of, friendly_name

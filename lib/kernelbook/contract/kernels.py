@@ -70,7 +70,19 @@ def is_aten(n: str) -> bool:
 
 
 def is_cudnn(n: str) -> bool:
-    return "cudnn" in n.lower() or n.startswith(("void cudnn", "cudnn"))
+    return "cudnn" in n.lower() or n.startswith(("void cudnn", "cudnn")) or is_conv(n)
+
+
+def is_conv(n: str) -> bool:
+    """A convolution run as an implicit GEMM (cuDNN's `implicit_convolve_sgemm`, its `fprop_implicit_gemm`
+    kernels): a GEMM by its work, named for what it is."""
+    return bool(re.search(r"implicit_convolve|convolve_sgemm|fprop_implicit_gemm|implicit_gemm_conv", n))
+
+
+def is_simt_gemm(n: str) -> bool:
+    """A GEMM on the CUDA cores, not the tensor cores: FP32 FMA tiles (`…_ffma`, `sgemm`), cuDNN's SIMT implicit
+    GEMM (`implicit_convolve_sgemm`)."""
+    return bool(re.search(r"_ffma|\bsgemm|convolve_sgemm|(?<![a-z])sgemm", n))
 
 
 def is_attention_op(op: str | None) -> bool:
@@ -187,10 +199,14 @@ def friendly_name(name: str, op: str | None = None) -> str:
         return f"GEMV ({dt or 'mixed'}{', template=' + tpl.group(1) if tpl else ''})"
     if cat == Category.GEMM:
         tile = re.search(r"(\d+)x(\d+)(?:x(\d+))?", short)
+        dt = dt or ("FP32" if re.search(r"f32f32|_f32_", name) else "")
+        simt = ", CUDA cores" if is_simt_gemm(name) else ""
+        if is_conv(name):
+            return f"cuDNN Convolution ({dt or 'mixed'}, implicit GEMM{simt})"
         kind = "nvjet" if "nvjet" in name else ("CUTLASS" if lib == Library.CUTLASS else "cuBLAS")
         # a bias epilogue is another kernel of the same tile (`…_coopB_bias_TNN` beside `…_coopB_TNN`)
         bias = ", bias" if re.search(r"(?:^|_)bias(?:_|$)", short) else ""
-        return f"{kind} GEMM ({dt or 'mixed'}{', ' + tile.group(0) + ' tile' if tile else ''}{bias})"
+        return f"{kind} GEMM ({dt or 'mixed'}{', ' + tile.group(0) + ' tile' if tile else ''}{bias}{simt})"
     if cat == Category.ATTENTION:
         if "lean_reduction" in name:
             return f"cuDNN Split-KV Reduction ({dt or 'mixed'})"
@@ -239,6 +255,9 @@ def friendly_name(name: str, op: str | None = None) -> str:
 DESCRIPTIONS = {
     Category.GEMV: N_("Matrix-vector product: one token's activations against a weight matrix (memory-bound)"),
     Category.GEMM: N_("Matrix-matrix product on tensor cores (projections, MLPs, patch embedding)"),
+    # not a category: the description of a GEMM-category kernel on the CUDA cores (`is_simt_gemm`)
+    "simt": N_("Matrix-matrix product on the CUDA cores (FP32 FMA, no tensor cores): a convolution as an implicit "
+               "GEMM, or an FP32 GEMM"),
     Category.ATTENTION: N_("Fused attention over the KV cache / image tokens"),
     Category.ELEMENTWISE: N_("Pointwise arithmetic or activation; a fusion candidate"),
     Category.REDUCTION: N_("Reduction or normalization across a dimension"),
@@ -281,7 +300,8 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
     for n in names:
         op = op_of.get(n)
         cat = category_of(n, op)
-        rows.append((short_name(n), library_of(n).value, cat.value, friendly_name(n, op), DESCRIPTIONS[cat]))
+        rows.append((short_name(n), library_of(n).value, cat.value, friendly_name(n, op),
+                     DESCRIPTIONS["simt" if cat == Category.GEMM and is_simt_gemm(n) else cat]))
     added = ["short_name", "library", "category", "friendly_name", "description"]
     ident = np.array([*rows, (np.nan,) * len(added)], dtype=object).reshape(len(rows) + 1, len(added))
     out = df.drop(columns=[c for c in added if c in df.columns]).reset_index(drop=True)

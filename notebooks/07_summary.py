@@ -113,8 +113,8 @@ kb.md(MN.run_ledger(r)[1], fold=kb.tr("The ledger, module by module"))
 
 # %% [markdown]
 # ### Eager against deployed
-# No serving stack runs HF's eager decode loop: it runs each decode step as CUDA graphs. The same limit
-# against the plain step time of this run and of each variant whose decode ran as CUDA graphs.
+# Serving stacks run each decode step as CUDA graphs, not HF's eager loop: the same limit against the plain step
+# of this run and of each variant whose decode ran as graphs.
 
 # %%
 kb.table(deploy, kb.tr("Decode per step: eager and as deployed, against the physical limit (ms; × the limit)"),
@@ -122,6 +122,17 @@ kb.table(deploy, kb.tr("Decode per step: eager and as deployed, against the phys
 
 # %%
 kb.md(NS.deployed_prose(deploy, limit))
+
+# %% [markdown]
+# ### The run as deployed
+# Its own decode figures, which the first page quotes.
+
+# %%
+kb.md(NS.deployed_decode_prose(tw.deployed))
+
+# %%
+kb.table(FD.decode_categories(tw.deployed), kb.tr("Decode kernel time by category, as deployed")) \
+    if tw.deployed is not None else None
 
 # %% [markdown]
 # ## Bounds and the top opportunities

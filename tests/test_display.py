@@ -137,4 +137,4 @@ def test_the_limit_table_heads_its_multiples_with_what_they_divide():
 
     assert (label("plain_x"), label("busy_x")) == ("Plain step ÷ limit", "GPU busy ÷ limit")
     with i18n.in_language("zh"):
-        assert label("plain_x") == "普通步 ÷ 下限"
+        assert label("plain_x") == "普通步 ÷ 极限"

@@ -83,6 +83,18 @@ def test_findings_are_the_analysis_largest_effects_first():
     assert lo <= g.values["gain"] <= hi and hi > lo
     from kernelbook.narrate import findings as FN
     assert f"({lo:.1f}–{hi:.1f}× across the eager run's timing trials)" in FN.sentence(g)
+    # each finding about the run as deployed links to a section that shows its figure: chapter 01 shows the eager run
+    # (GEMV 33.9 % of decode kernel time there, 53 % as deployed), so they land on chapter 07's sections of the pair
+    by_key = {f.key: f for f in found}
+    assert all(f.chapter == "07_summary" for f in found)
+    assert by_key["decode_share"].section == by_key["kernel_class"].section == FD.DEPLOYED_SECTION
+    assert by_key["limit"].section == by_key["host"].section == by_key["graphs"].section == "Eager against deployed"
+    cats = FD.decode_categories(tw.deployed).set_index("category")
+    assert cats.loc["GEMV", "decode_kernel_pct"] == pytest.approx(by_key["kernel_class"].values["pct"])
+    assert cats.decode_kernel_pct.sum() == pytest.approx(100)
+    from kernelbook.narrate import summary as NS
+    prose = NS.deployed_decode_prose(tw.deployed)
+    assert f"decode takes {by_key['decode_share'].values['pct']:.0f} % of the plain generate" in prose
     assert all(f.run_id == tw.deployed.run_id for f in found)  # conclusions about the run as deployed
     share = next(f for f in found if f.key == "decode_share")  # of the whole plain generate, not the phases' sum
     plain = tw.deployed.info.timeline_info

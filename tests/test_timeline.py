@@ -131,6 +131,10 @@ def test_gemms_on_the_cuda_cores_are_named_apart_from_tensor_core_ones(run):
         ", CUDA cores)")
     for row in (conv, ffma):
         assert row.category == "GEMM" and row.description == DESCRIPTIONS["simt"]
+    # cuDNN's tensor-core convolutions (xmma implicit GEMM) are cuDNN's too, and not on the CUDA cores
+    fprop = t[t.name.str.contains("xmma_fprop_implicit_gemm")]
+    assert len(fprop) and set(fprop.library) == {"cuDNN"} and set(fprop.friendly_name) == {
+        "cuDNN Convolution (BF16, implicit GEMM)"} and set(fprop.description) == {DESCRIPTIONS[Category.GEMM]}
     # ncu agrees: neither runs tensor-core FLOPs, while every GEMM named without ", CUDA cores" does
     k = R.profiled_kernels(run)
     gemm = k[k.category == "GEMM"]
@@ -231,4 +235,4 @@ def test_the_step_curve_says_which_plain_step_it_quotes(run):
     pair's run)."""
     from kernelbook.narrate import steps as SN
 
-    assert "step by step, the median of the plain generates" in SN.prose(run)
+    assert "each step's median over the plain generates, not their mean" in SN.prose(run)

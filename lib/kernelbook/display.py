@@ -62,6 +62,9 @@ COLUMNS: dict[str, Col] = {
     "first_opportunity": Col("First opportunity", "text"),
     "lever_kind": Col("Kind", "text"),
     "off_step": Col("Off the deployed decode step", "text"),
+    # the run as deployed's decode kernel time by category (chapter 07)
+    "decode_step_kernel_ms": Col("Kernel time per decode step", "ms"),
+    "decode_kernel_pct": Col("Share of decode kernel time %", "pct"),
     # the decode step against its physical limit (chapter 07): each step ÷ the limit
     "plain_x": Col("Plain step ÷ limit", "auto"),
     "busy_x": Col("GPU busy ÷ limit", "auto"),

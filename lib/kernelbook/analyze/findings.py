@@ -28,12 +28,37 @@ class Finding:
     section: str = ""        # its heading (English: the catalog key; the link's anchor is made in the reader's language)
 
 
-def _kernel_classes(run) -> pd.Series:
+DEPLOYED_SECTION = "The run as deployed"  # chapter 07's section of the deployed run's own decode figures
+
+
+def decode_kernel_classes(run) -> pd.Series:
     """Decode kernel time per step by class (category), ms, largest first."""
     t = run.timeline
     k = t[(t.kind == "kernel") & (t.phase == "decode")]
     steps = max(1, k.step.nunique())
     return (k.groupby("category").duration_ns.sum() / steps / 1e6).sort_values(ascending=False)
+
+
+def decode_categories(run) -> pd.DataFrame:
+    """`decode_kernel_classes` as a table: category, kernel ms per decode step, % of decode kernel time."""
+    cls = decode_kernel_classes(run)
+    return pd.DataFrame({"category": cls.index, "decode_step_kernel_ms": cls.to_numpy(),
+                         "decode_kernel_pct": 100 * cls.to_numpy() / cls.sum() if len(cls) else []})
+
+
+def decode_share(run) -> dict | None:
+    """Decode's share of the run's plain generate (`share`, 0-1), with the decode ms (`decode_ms`), the whole
+    generate's (`whole_ms`) and the steps (`steps`); None where the plain decode was not timed. The whole is the plain
+    generate call where it was timed: the phase ranges leave out what generate does outside the model's forwards (as
+    deployed on the H100, about 150 of its 411 ms), which a share of their sum hands to them."""
+    plain = run.info.timeline_info.plain_phases
+    total = {ph: v.ms_per_step * v.steps for ph, v in plain.items() if v.ms_per_step and v.steps}
+    if not total.get("decode"):
+        return None
+    gen = run.info.timeline_info.plain_generate
+    whole = max(1e3 * gen.median_s if gen is not None and gen.median_s else 0.0, sum(total.values()))
+    return {"share": total["decode"] / whole, "decode_ms": total["decode"], "whole_ms": whole,
+            "steps": plain["decode"].steps}
 
 
 def findings(eager, deployed, limit, deploy: pd.DataFrame, lev: pd.DataFrame | None) -> list[Finding]:
@@ -46,17 +71,21 @@ def findings(eager, deployed, limit, deploy: pd.DataFrame, lev: pd.DataFrame | N
     main = deployed if deployed is not None else eager
     rid = main.run_id
     graphs = deployed is not None
-    plain = main.info.timeline_info.plain_phases
-    total = {ph: v.ms_per_step * v.steps for ph, v in plain.items() if v.ms_per_step and v.steps}
-    # of the whole plain generate where it was timed: the phase ranges leave out what generate does outside the
-    # model's forwards (as deployed on the H100, about 150 of its 411 ms), which a share of their sum hands to them
-    gen = main.info.timeline_info.plain_generate
-    whole = max(1e3 * gen.median_s if gen is not None and gen.median_s else 0.0, sum(total.values()))
-    if total.get("decode"):
-        share = total["decode"] / whole
-        out.append(Finding("decode_share", share, {
-            "pct": q(rid, "decode.plain_share_pct", 100 * share), "steps": plain["decode"].steps}, rid, "plain",
-            "01_timeline", "Phases: wall time, GPU-busy time, idle share"))
+    # each finding links to the section that shows its figure: chapter 01's of the eager run, chapter 07's of the run
+    # as deployed where the findings are about it
+    where = {"share": ("07_summary", DEPLOYED_SECTION) if graphs else
+             ("01_timeline", "Phases: wall time, GPU-busy time, idle share"),
+             "limit": ("07_summary", "Eager against deployed") if graphs else
+             ("07_summary", "The decode step against its physical limit"),
+             "host": ("07_summary", "Eager against deployed") if graphs else
+             ("07_summary", "Where the distance from the limit goes"),
+             "classes": ("07_summary", DEPLOYED_SECTION) if graphs else
+             ("01_timeline", "Categories per phase, and decode against the reference report")}
+    ds = decode_share(main)
+    if ds is not None:
+        out.append(Finding("decode_share", ds["share"], {
+            "pct": q(rid, "decode.plain_share_pct", 100 * ds["share"]), "steps": ds["steps"]}, rid, "plain",
+            *where["share"]))
     ids = deploy.attrs.get("run_ids", [])
     if limit is not None and rid in ids:
         row = step_quantities(deploy, ids.index(rid))
@@ -64,19 +93,19 @@ def findings(eager, deployed, limit, deploy: pd.DataFrame, lev: pd.DataFrame | N
         if step == step and step > 0:
             out.append(Finding("limit", 1 - row["limit"] / step, {
                 "step_ms": step, "x": row["plain_x"], "limit_ms": row["limit"], "graphs": graphs}, rid, "plain",
-                "07_summary", "The decode step against its physical limit"))
+                *where["limit"]))
             if busy == busy and step > busy:
                 out.append(Finding("host", (step - busy) / step, {
                     "pct": q(rid, "decode.host_share_pct", 100 * (step - busy) / step),
                     "host_ms": q(rid, "decode.host_step_ms", step - busy), "step_ms": step, "graphs": graphs},
-                    rid, "plain against GPU-busy", "07_summary", "Where the distance from the limit goes"))
-            cls = _kernel_classes(main)
+                    rid, "plain against GPU-busy", *where["host"]))
+            cls = decode_kernel_classes(main)
             if len(cls):
                 top = str(cls.index[0])
                 out.append(Finding("kernel_class", float(cls.iloc[0]) / step, {
                     "cls": top, "pct": q(rid, f"decode.class_share_pct.{top}", 100 * cls.iloc[0] / cls.sum()),
                     "ms": q(rid, f"decode.class_ms_per_step.{top}", float(cls.iloc[0]))}, rid, "GPU-busy",
-                    "01_timeline", "Categories per phase, and decode against the reference report"))
+                    *where["classes"]))
     if graphs and eager.run_id in ids and deployed.run_id in ids:
         e, d = (step_quantities(deploy, ids.index(x))["plain"] for x in (eager.run_id, deployed.run_id))
         if e == e and d == d and d > 0:

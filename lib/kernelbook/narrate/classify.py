@@ -233,7 +233,7 @@ def headline(cp: pd.DataFrame, opps: pd.DataFrame | None, phase: str) -> str:
     first = "" if opps is None or not len(opps) else tr(
         "; first to try: {what} (est. ≤ {gain:.1f} % of {phase} wall time, up to {speedup}× faster)",
         # the opportunity's name, without its parenthesis (the opportunities table gives the how)
-        what=md(re.sub(r"\s*[(（].*?[)）]", "", re.split("[:：]", say(opps.iloc[0].opportunity))[0]).lower()),
+        what=md(_lower_first(re.sub(r"\s*[(（].*?[)）]", "", re.split("[:：]", say(opps.iloc[0].opportunity))[0]))),
         gain=opps.iloc[0].gain_pct,
         speedup=C.times(opps.iloc[0].speedup),
         phase=phase_label(phase))
@@ -257,6 +257,11 @@ def _issue_note(pct: float, categories: tuple, clause: bool = False) -> str:
     return " " + tr("{issue:.0f} % of that is in kernels without tensor-core work ({cats}): their SM is busy issuing "
                     "CUDA-core and load/store instructions (index arithmetic, conversions, loads, stores), which more "
                     "tensor FLOP/s would not speed up.", issue=pct, cats=tr(", ").join(md(c) for c in categories))
+
+
+def _lower_first(s: str) -> str:
+    """A name as it reads inside a sentence: its first letter lowered, an acronym (GEMV, CUDA) kept."""
+    return s if s[:2].isupper() else s[:1].lower() + s[1:]
 
 
 def _pct_text(pct: float) -> str:

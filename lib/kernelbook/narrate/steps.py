@@ -29,9 +29,9 @@ def prose(run) -> str:
     what = (tr("the profiler recorded {n} of {total} decode steps in {w} windows", n=f["profiled"], total=f["n"],
                w=f["windows"]) if f["windows"] is not None else tr("the profiler recorded every decode step"))
     return tr("Over {n} decode steps (KV cache {a:,} → {b:,} tokens) a plain step took {head:.2f} ms at the start "
-              "and {tail:.2f} ms at the end ({chg:+.0f} %; step by step, the median of the plain generates, so a "
-              "generate's slow steps weigh less than in its mean step); {what}, whose GPU-busy time is {busy:.2f} ms "
-              "per step ({share:.0f} % of their wall time under the profiler).",
+              "and {tail:.2f} ms at the end ({chg:+.0f} %; each step's median over the plain generates, not their "
+              "mean); {what}, whose GPU-busy time is {busy:.2f} ms per step ({share:.0f} % of their wall time under "
+              "the profiler).",
               n=f["n"], a=f["a"], b=f["b"], head=f["head"], tail=f["tail"], chg=f["chg"], what=what, busy=f["busy"],
               share=f["share"])
 

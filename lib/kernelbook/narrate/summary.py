@@ -209,6 +209,23 @@ def deployed_prose(table: pd.DataFrame, limit: DecodeLimit | None) -> str:
         if g["busy"] < 0.95 * e["busy"] else "")
 
 
+def deployed_decode_prose(dep) -> str:
+    """The run as deployed's own decode (`analyze.findings.decode_share`): its share of the plain generate, before
+    the table of its decode kernel time by category (`decode_categories`); what to say where there is no such run."""
+    from ..analyze.findings import decode_share
+
+    if dep is None:
+        return tr("No run of this workload as deployed sits beside this one: the first page's findings are this run's, "
+                  "and chapter 01 shows their figures.")
+    ds = decode_share(dep)
+    if ds is None:
+        return tr("As deployed ({run}): its plain decode was not timed; its kernel time by category follows.",
+                  run=md(dep.run_id))
+    return tr("As deployed ({run}), decode takes {pct:.0f} % of the plain generate: {decode:.0f} of {whole:.0f} ms, "
+              "{steps} steps. Its decode kernel time by category:", run=md(dep.run_id), pct=100 * ds["share"],
+              decode=ds["decode_ms"], whole=ds["whole_ms"], steps=ds["steps"])
+
+
 def limit_table(limit: DecodeLimit | None) -> pd.DataFrame:
     return _limit_rows(limit) if limit is not None else pd.DataFrame(columns=["quantity", "value", "unit"])
 

@@ -67,20 +67,26 @@ def book_numbers(run_dir: str, notebooks: Path = ROOT / "notebooks") -> list[dic
         where["n"] += 1
         return shown
 
+    kept = kb.table, ipd.display
     kb.table = kd.table = record
     ipd.display = lambda *a, **k: None
-    for stem in CHAPTERS:
-        where.update(chapter=stem, n=0)
-        nb = jupytext.read(notebooks / f"{stem}.py")
-        g: dict = {}
-        for cell in nb.cells:
-            if cell.cell_type != "code":
-                continue
-            src = cell.source
-            if "parameters" in cell.metadata.get("tags", []):
-                src += f"\nrun_dir = {run_dir!r}"
-            with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(src, f"{stem}", "exec"), g)
+    try:
+        for stem in CHAPTERS:
+            where.update(chapter=stem, n=0)
+            nb = jupytext.read(notebooks / f"{stem}.py")
+            g: dict = {}
+            for cell in nb.cells:
+                if cell.cell_type != "code":
+                    continue
+                src = cell.source
+                if "parameters" in cell.metadata.get("tags", []):
+                    src += f"\nrun_dir = {run_dir!r}"
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(src, f"{stem}", "exec"), g)
+    finally:  # the process goes on as it was (a test run after this one sees no recorder and no chapter's cards)
+        kb.table, ipd.display = kept
+        kd.table = original
+        kd.link_kernels(())
     return rows
 
 

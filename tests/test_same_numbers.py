@@ -22,7 +22,11 @@ lever's host growth was read on the study's steady step, each generate's first d
 lever −70.8 → −70.3 % per token; the study's steady steps −62.8 % from batch 1 to 8); rewritten in session 26 when
 chapter 01's phase table split its "Kernel time", which had summed the copies' and memsets' durations too, into the
 kernels' time and a column of its own for copies and memsets (kernel time, vision encode 50.99 → 50.80 ms, prefill
-9.50 → 9.01, decode 142.79 → 142.64, other 7.31 → 6.45; the copies 0.19, 0.49, 0.15, 0.86 ms).
+9.50 → 9.01, decode 142.79 → 142.64, other 7.31 → 6.45; the copies 0.19, 0.49, 0.15, 0.86 ms); rewritten in session 27
+when chapter 07 showed the run as deployed's own decode kernel time by category (a table more: the ordinals after it
+moved) and cuDNN's convolutions were named apart from cuBLAS's GEMMs (the SIMT `implicit_convolve_sgemm` and the
+tensor-core `xmma_fprop_implicit_gemm` kernels had shared the family 'cuBLAS GEMM (BF16)' under
+aten::cudnn_convolution: that row of the family match 1275.76 → 1161.58 µs per step, the SIMT convolution alone).
 
 A change that means to change a figure rewrites the fixture (`python bench/book_numbers.py`) in the same
 commit, so the diff shows which numbers moved."""

@@ -100,6 +100,8 @@ def library_of(name: str) -> Library:
         return Library.NCCL
     if is_flash(name) and not is_aten(name.split("(")[0]):
         return Library.FLASH
+    if is_conv(name):  # cuDNN's convolutions, its xmma implicit-GEMM ones too (`sm90_xmma_fprop_implicit_gemm_…`)
+        return Library.CUDNN
     if is_cublas(name):
         return Library.CUBLAS
     if is_cudnn(name):

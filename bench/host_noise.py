@@ -64,8 +64,9 @@ def main(params_path: str = "params/default.yaml", rounds: str = "5") -> None:
                          "decode_p90_ms": sorted(d)[int(0.9 * len(d))], "decode_ms": [round(x, 2) for x in d],
                          "thread_cpu_s": cpu, "steal_s": steal,
                          "at_s": time.time() - t0, "loadavg": os.getloadavg()})
-            print(f"  round {r} {mode:9s} {s:.3f} s (thread CPU {cpu:.3f} s, steal {steal:.3f} s), decode step median {rows[-1]['decode_median_ms']:.1f} ms, "
-                  f"p90 {rows[-1]['decode_p90_ms']:.1f} ms, load {os.getloadavg()[0]:.1f}", flush=True)
+            print(f"  round {r} {mode:9s} {s:.3f} s (thread CPU {cpu:.3f} s, steal {steal:.3f} s), decode step "
+                  f"median {rows[-1]['decode_median_ms']:.1f} ms, p90 {rows[-1]['decode_p90_ms']:.1f} ms, load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
     os.sched_setaffinity(0, set(allowed))
     summary = {}
     for mode in MODES:

@@ -118,8 +118,8 @@ def test_every_bundled_kernel_has_identity(run):
 def test_gemms_on_the_cuda_cores_are_named_apart_from_tensor_core_ones(run):
     """Two GEMM-category kernels of the bundled run do no tensor-core work (ncu: no tensor FLOPs): the vision
     encoder's patch convolution, `implicit_convolve_sgemm` (cuDNN's, not cuBLAS's), and a prefill FP32 GEMM
-    (`sm80_xmma_gemm_f32f32_…_ffma`). They were named 'cuBLAS GEMM (BF16)' and 'cuBLAS GEMM (mixed, …)' and described
-    as a product on tensor cores."""
+    (`sm80_xmma_gemm_f32f32_…_ffma`). They were named 'cuBLAS GEMM (BF16)' and 'cuBLAS GEMM (mixed, …)' and
+    described as a product on tensor cores."""
     from kernelbook.analyze import roofline as R
     from kernelbook.contract.kernels import DESCRIPTIONS
 

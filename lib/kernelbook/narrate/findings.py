@@ -50,7 +50,8 @@ def sentence(f: Finding) -> str:
     if f.key == "graphs" and v.get("range"):
         lo, hi = v["range"]
         return tr("CUDA graphs measured {gain:.1f}× faster decode than HF's eager loop ({lo:.1f}–{hi:.1f}× across "
-                  "the eager run's timing trials): {eager_ms:.2f} → {deployed_ms:.2f} ms per step.", lo=lo, hi=hi, **v)
+                  "the eager run's timing trials): {eager_ms:.2f} → {deployed_ms:.2f} ms per step.",
+                  lo=lo, hi=hi, **v)
     if f.key == "graphs":
         return tr("CUDA graphs measured {gain:.1f}× faster decode than HF's eager loop: {eager_ms:.2f} → "
                   "{deployed_ms:.2f} ms per step.", **v)

@@ -121,7 +121,7 @@ def test_gemms_on_the_cuda_cores_are_named_apart_from_tensor_core_ones(run):
     (`sm80_xmma_gemm_f32f32_…_ffma`). They were named 'cuBLAS GEMM (BF16)' and 'cuBLAS GEMM (mixed, …)' and
     described as a product on tensor cores."""
     from kernelbook.analyze import roofline as R
-    from kernelbook.contract.kernels import DESCRIPTIONS
+    from kernelbook.contract.kernels import DESCRIPTIONS, SIMT_GEMM
 
     t = run.timeline
     conv = t[t.name.str.contains("implicit_convolve_sgemm")].iloc[0]
@@ -130,7 +130,7 @@ def test_gemms_on_the_cuda_cores_are_named_apart_from_tensor_core_ones(run):
     assert ffma.friendly_name.startswith("cuBLAS GEMM (FP32, 128x32x8 tile") and ffma.friendly_name.endswith(
         ", CUDA cores)")
     for row in (conv, ffma):
-        assert row.category == "GEMM" and row.description == DESCRIPTIONS["simt"]
+        assert row.category == "GEMM" and row.description == SIMT_GEMM
     # cuDNN's tensor-core convolutions (xmma implicit GEMM) are cuDNN's too, and not on the CUDA cores
     fprop = t[t.name.str.contains("xmma_fprop_implicit_gemm")]
     assert len(fprop) and set(fprop.library) == {"cuDNN"} and set(fprop.friendly_name) == {

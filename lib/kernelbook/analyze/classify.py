@@ -114,14 +114,12 @@ def classify(kernels: pd.DataFrame, ridge_flop_per_byte: float, rules: Rules = R
 
 
 def issue_bound(k: pd.DataFrame) -> pd.Series:
-    """True for a compute-bound kernel that does no tensor-core work: its high SM throughput is the issue of CUDA-core
+    """Of classified kernels (`class`, as `classify` sets it): true for a compute-bound kernel that does no tensor-core work: its high SM throughput is the issue of CUDA-core
     and load/store instructions (an elementwise, copy or norm kernel, over a strided or broadcast layout above all,
     spends it on index arithmetic, conversions, loads and stores), which more tensor FLOP/s would not speed up (on the
     bundled run, vision encode's strided copy and add: SM 64 and 88 %, DRAM 47 and 18 %, no tensor FLOPs)."""
-    cls = k["class"] if "class" in k else pd.Series([classify_row(s, m) for s, m in zip(k.sm_pct, k.memory_pct)],
-                                                  index=k.index)
     tensor = k["flops_tensor"].fillna(0) if "flops_tensor" in k else pd.Series(0.0, index=k.index)
-    return cls.eq("compute-bound") & tensor.le(0)
+    return k["class"].eq("compute-bound") & tensor.le(0)
 
 
 def reuses_operands(k: pd.DataFrame) -> pd.Series:

@@ -43,7 +43,7 @@ def decode_categories(run) -> pd.DataFrame:
     """`decode_kernel_classes` as a table: category, kernel ms per decode step, % of decode kernel time."""
     cls = decode_kernel_classes(run)
     return pd.DataFrame({"category": cls.index, "decode_step_kernel_ms": cls.to_numpy(),
-                         "decode_kernel_pct": 100 * cls.to_numpy() / cls.sum() if len(cls) else []})
+                         "decode_kernel_pct": (100 * cls / cls.sum()).to_numpy()})
 
 
 def decode_share(run) -> dict | None:

@@ -21,12 +21,6 @@ STEPS = {"measure_peaks": phrase("measure peaks (bf16 GEMM, device copy)"), "tim
          "ncu": phrase("Nsight Compute capture")}
 
 
-# Text the capture stores in the manifest in English (capture.torch_backend: the timeline backend's reason, the warmup and
-# the sampling method; capture.nsys: why nsys is or is not usable; capture.ncu_stage: how ncu picked its launches).
-# Each form the capture writes is a phrase here (its values the parts the pattern names), shown through the catalog;
-# any other text is shown as written. The analysis does not import the capture code, so these repeat its wording
-# (tests/test_i18n.py checks every stored text of the bundled runs against them).
-
 def short_of_whole(pct: float, digits: int = 2) -> str:
     """A percentage with `digits` decimals, or as many more (up to 5) as it takes not to print a share short of
     100 % as 100 (52,221 of 52,223 kernels: 99.996, not 100.00)."""
@@ -35,6 +29,13 @@ def short_of_whole(pct: float, digits: int = 2) -> str:
         digits += 1
         text = f"{pct:.{digits}f}"
     return text
+
+
+# Text the capture stores in the manifest in English (capture.torch_backend: the timeline backend's reason, the warmup and
+# the sampling method; capture.nsys: why nsys is or is not usable; capture.ncu_stage: how ncu picked its launches).
+# Each form the capture writes is a phrase here (its values the parts the pattern names), shown through the catalog;
+# any other text is shown as written. The analysis does not import the capture code, so these repeat its wording
+# (tests/test_i18n.py checks every stored text of the bundled runs against them).
 
 def _literal(key: Phrase):
     """A stored text with no value in it: matched as written."""

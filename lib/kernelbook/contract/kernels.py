@@ -70,7 +70,7 @@ def is_aten(n: str) -> bool:
 
 
 def is_cudnn(n: str) -> bool:
-    return "cudnn" in n.lower() or n.startswith(("void cudnn", "cudnn")) or is_conv(n)
+    return "cudnn" in n.lower() or n.startswith(("void cudnn", "cudnn"))
 
 
 def is_conv(n: str) -> bool:
@@ -82,7 +82,7 @@ def is_conv(n: str) -> bool:
 def is_simt_gemm(n: str) -> bool:
     """A GEMM on the CUDA cores, not the tensor cores: FP32 FMA tiles (`…_ffma`, `sgemm`), cuDNN's SIMT implicit
     GEMM (`implicit_convolve_sgemm`)."""
-    return bool(re.search(r"_ffma|\bsgemm|convolve_sgemm|(?<![a-z])sgemm", n))
+    return bool(re.search(r"_ffma|(?<![a-z])sgemm", n))
 
 
 def is_attention_op(op: str | None) -> bool:
@@ -257,9 +257,6 @@ def friendly_name(name: str, op: str | None = None) -> str:
 DESCRIPTIONS = {
     Category.GEMV: N_("Matrix-vector product: one token's activations against a weight matrix (memory-bound)"),
     Category.GEMM: N_("Matrix-matrix product on tensor cores (projections, MLPs, patch embedding)"),
-    # not a category: the description of a GEMM-category kernel on the CUDA cores (`is_simt_gemm`)
-    "simt": N_("Matrix-matrix product on the CUDA cores (FP32 FMA, no tensor cores): a convolution as an implicit "
-               "GEMM, or an FP32 GEMM"),
     Category.ATTENTION: N_("Fused attention over the KV cache / image tokens"),
     Category.ELEMENTWISE: N_("Pointwise arithmetic or activation; a fusion candidate"),
     Category.REDUCTION: N_("Reduction or normalization across a dimension"),
@@ -270,6 +267,11 @@ DESCRIPTIONS = {
     Category.COMM: N_("Collective communication"),
     Category.OTHER: N_("Other kernel"),
 }
+
+
+# a GEMM-category kernel on the CUDA cores (`is_simt_gemm`) is described apart from the tensor-core GEMMs
+SIMT_GEMM = N_("Matrix-matrix product on the CUDA cores (FP32 FMA, no tensor cores): a convolution as an implicit "
+               "GEMM, or an FP32 GEMM")
 
 
 def short_name(name: str) -> str:
@@ -303,7 +305,7 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
         op = op_of.get(n)
         cat = category_of(n, op)
         rows.append((short_name(n), library_of(n).value, cat.value, friendly_name(n, op),
-                     DESCRIPTIONS["simt" if cat == Category.GEMM and is_simt_gemm(n) else cat]))
+                     SIMT_GEMM if cat == Category.GEMM and is_simt_gemm(n) else DESCRIPTIONS[cat]))
     added = ["short_name", "library", "category", "friendly_name", "description"]
     ident = np.array([*rows, (np.nan,) * len(added)], dtype=object).reshape(len(rows) + 1, len(added))
     out = df.drop(columns=[c for c in added if c in df.columns]).reset_index(drop=True)
